@@ -1,0 +1,146 @@
+"""One typed settings object for the whole platform.
+
+Precedence (highest first): explicit keyword arguments, ``RAGTRAIL_*`` environment variables, the
+project YAML file (``RAGTRAIL_CONFIG`` or ``$RAGTRAIL_HOME/ragtrail.yaml`` or ``./ragtrail.yaml``),
+then the defaults below. Secrets (database passwords, API keys, ES credentials) are only read from the
+environment or Airflow connections, never from the YAML file.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+DEFAULT_TEXT_WEIGHTS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
+SECRET_FIELDS = frozenset({"database_url", "es_api_key", "es_password", "llm_api_key"})
+
+
+class ChunkingSettings(BaseModel):
+    max_tokens: int = Field(200, ge=16, le=2048, description="chunk size in embedding-tokenizer tokens")
+    overlap_tokens: int = Field(40, ge=0, le=512)
+    max_table_tokens: int = Field(
+        400, ge=16, description="a table up to this size stays one chunk even above max_tokens"
+    )
+
+
+class RetrievalEvalSettings(BaseModel):
+    text_weights: tuple[float, ...] = DEFAULT_TEXT_WEIGHTS
+    candidates_per_modality: int = Field(100, ge=10, le=1000)
+    bootstrap_samples: int = Field(1000, ge=0)
+    min_questions_per_label: int = Field(5, ge=1)
+
+    @field_validator("text_weights")
+    @classmethod
+    def _weights_in_unit_interval(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v or any(not 0.0 <= w <= 1.0 for w in v):
+            raise ValueError("text_weights must be a non-empty list of numbers in [0, 1]")
+        return tuple(sorted(set(v)))
+
+
+class Settings(BaseSettings):
+    """Settings for one ragtrail installation. Build with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RAGTRAIL_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    home: Path = Field(default_factory=lambda: Path.cwd() / ".ragtrail")
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL; default sqlite:///$RAGTRAIL_HOME/ragtrail.db"
+    )
+    artifact_uri: str | None = Field(
+        None, description="local path or s3://bucket/prefix; default $RAGTRAIL_HOME/artifacts"
+    )
+    s3_endpoint_url: str | None = None
+
+    index_backend: Literal["embedded", "elasticsearch"] = "embedded"
+    es_url: str | None = None
+    es_api_key: str | None = None
+    es_username: str | None = None
+    es_password: str | None = None
+    es_bulk_chunk_size: int = 500
+
+    embedding_model: str = Field(
+        "builtin:all-MiniLM-L6-v2",
+        description="'builtin:all-MiniLM-L6-v2' (bundled), a local path, an HF id or an s3:// URI",
+    )
+    embedding_batch_size: int = 64
+    device: str = "cpu"
+
+    max_file_bytes: int = Field(20 * 1024 * 1024, ge=1)
+    chunking: ChunkingSettings = ChunkingSettings()
+    retrieval: RetrievalEvalSettings = RetrievalEvalSettings()
+    seed: int = 13
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'ragtrail.db'}"
+
+    @property
+    def resolved_artifact_uri(self) -> str:
+        return self.artifact_uri or str(self.home / "artifacts")
+
+    @cached_property
+    def index_dir(self) -> Path:
+        return self.home / "indices"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Reads pipeline settings from the project YAML file; refuses secrets there."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = _config_path()
+        if path is None:
+            return {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: the top level must be a mapping")
+        leaked = SECRET_FIELDS & data.keys()
+        if leaked:
+            raise ValueError(f"{path}: secrets {sorted(leaked)} belong in env vars, not in YAML")
+        return data
+
+
+def _config_path() -> Path | None:
+    explicit = os.environ.get("RAGTRAIL_CONFIG")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise FileNotFoundError(f"RAGTRAIL_CONFIG points at a missing file: {path}")
+        return path
+    candidates = []
+    if home := os.environ.get("RAGTRAIL_HOME"):
+        candidates.append(Path(home) / "ragtrail.yaml")
+    candidates.append(Path.cwd() / "ragtrail.yaml")
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from overrides, environment and YAML; create the home directory."""
+    settings = Settings(**overrides)
+    settings.home.mkdir(parents=True, exist_ok=True)
+    return settings

@@ -1,0 +1,168 @@
+"""Typed records that flow between ragtrail's stages.
+
+Frozen dataclasses keep the records hashable and cheap; every stage passes these rather than dicts
+so that a field rename is caught by the type checker instead of at 3 a.m. in a nightly run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+LABELS: tuple[str, ...] = ("fact_single", "summary", "reasoning", "unanswerable")
+"""The question taxonomy (METHODS §1); order is the display order in every report."""
+
+ANSWERABLE_LABELS: tuple[str, ...] = LABELS[:3]
+INCLUSIVE = "inclusive"
+"""Pseudo-label for the evaluation over all questions, unanswerable included."""
+
+
+def sha256_text(text: str) -> str:
+    """Hex SHA-256 of UTF-8 text: the content address used for documents, chunks and caches."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class DocFormat(StrEnum):
+    MARKDOWN = "markdown"
+    TEXT = "text"
+    HTML = "html"
+    PDF = "pdf"
+    DOCX = "docx"
+
+
+class QuarantineReason(StrEnum):
+    """Why a source file was refused. Codes are stable: reports and GX suites group by them."""
+
+    EMPTY = "empty"
+    TOO_LARGE = "too_large"
+    UNSUPPORTED_TYPE = "unsupported_type"
+    INVALID_UTF8 = "invalid_utf8"
+    BINARY_CONTENT = "binary_content"
+    CORRUPT = "corrupt"
+    ENCRYPTED = "encrypted"
+    NO_TEXT = "no_text"
+    DUPLICATE_CONTENT = "duplicate_content"
+
+
+class ChangeKind(StrEnum):
+    ADDED = "added"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    REMOVED = "removed"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """Raw bytes of one file from a source, before parsing.
+
+    ``rel_path`` is the POSIX path relative to the source root and is the document id.
+    """
+
+    rel_path: str
+    uri: str
+    data: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True)
+class Section:
+    """A contiguous block of a parsed document under one heading path.
+
+    ``kind`` is "text" or "table"; tables are kept whole by the chunker when they fit.
+    """
+
+    text: str
+    headings: tuple[str, ...] = ()
+    kind: str = "text"
+
+
+@dataclass(frozen=True)
+class ParsedDocument:
+    """A document after format-specific parsing and normalisation."""
+
+    doc_id: str
+    uri: str
+    format: DocFormat
+    title: str
+    sections: tuple[Section, ...]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(s.text for s in self.sections)
+
+    @property
+    def content_hash(self) -> str:
+        return sha256_text(self.text)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One retrievable unit. ``chunk_id`` is stable for unchanged document text."""
+
+    chunk_id: str
+    doc_id: str
+    ordinal: int
+    text: str
+    headings: tuple[str, ...]
+    n_tokens: int
+    kind: str = "text"
+
+    @property
+    def content_hash(self) -> str:
+        return sha256_text(self.text)
+
+    def index_text(self) -> str:
+        """Text given to both the lexical and the dense index: headings carried as context."""
+        prefix = " > ".join(self.headings)
+        return f"{prefix}\n{self.text}" if prefix else self.text
+
+
+@dataclass(frozen=True)
+class QuarantineRecord:
+    uri: str
+    rel_path: str
+    reason: QuarantineReason
+    detail: str
+    content_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    chunk_id: str
+    doc_id: str
+    score: float
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Per-modality candidate lists for one query, fetched once and fused for every weight."""
+
+    lexical: tuple[SearchHit, ...]
+    dense: tuple[SearchHit, ...]
+
+
+@dataclass(frozen=True)
+class QAItem:
+    """One labelled question with its ground context.
+
+    ``ground_doc_ids`` is always set; ``ground_chunk_ids`` is set when the ground context is a chunk
+    (generated test sets) and then relevance is judged per chunk, otherwise per document.
+    """
+
+    qid: str
+    question: str
+    label: str
+    answer: str = ""
+    ground_doc_ids: tuple[str, ...] = ()
+    ground_chunk_ids: tuple[str, ...] = ()
