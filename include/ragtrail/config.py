@@ -26,7 +26,9 @@ SECRET_FIELDS = frozenset({"database_url", "es_api_key", "es_password", "llm_api
 
 
 class ChunkingSettings(BaseModel):
-    max_tokens: int = Field(200, ge=16, le=2048, description="chunk size in embedding-tokenizer tokens")
+    max_tokens: int = Field(
+        200, ge=16, le=2048, description="chunk size in embedding-tokenizer tokens"
+    )
     overlap_tokens: int = Field(40, ge=0, le=512)
     max_table_tokens: int = Field(
         400, ge=16, description="a table up to this size stays one chunk even above max_tokens"

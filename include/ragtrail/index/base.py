@@ -54,5 +54,6 @@ def fetch_candidates(
 ) -> Candidates:
     """Fetch each modality's top-k once; fusing for any number of weights reuses them."""
     return Candidates(
-        lexical=tuple(index.search_lexical(query, k)), dense=tuple(index.search_dense(query_vector, k))
+        lexical=tuple(index.search_lexical(query, k)),
+        dense=tuple(index.search_dense(query_vector, k)),
     )

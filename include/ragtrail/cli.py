@@ -1,0 +1,254 @@
+"""The ``ragtrail`` command line. Thin: parses arguments, calls the library, prints results."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from ragtrail.runtime import Runtime
+
+app = typer.Typer(help="ragtrail: keeps RAG systems honest every night.", no_args_is_help=True)
+eval_app = typer.Typer(help="Evaluate retrieval.", no_args_is_help=True)
+corpus_app = typer.Typer(help="Inspect ingested corpora.", no_args_is_help=True)
+app.add_typer(eval_app, name="eval")
+app.add_typer(corpus_app, name="corpus")
+console = Console(stderr=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")]
+CorpusOpt = Annotated[str, typer.Option("--corpus", help="Corpus name.")]
+
+
+def _emit(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+@contextmanager
+def _runtime() -> Iterator[Runtime]:
+    rt = Runtime()
+    try:
+        yield rt
+    finally:
+        rt.close()
+
+
+def _progress_factory(progress: Progress, label: str) -> Callable[[int], Callable[[int], None]]:
+    def factory(total: int) -> Callable[[int], None]:
+        task = progress.add_task(label, total=total)
+        return lambda n: progress.advance(task, n)
+
+    return factory
+
+
+def _progress() -> Progress:
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+@app.command()
+def ingest(
+    source: Annotated[str, typer.Argument(help="A folder or an s3://bucket/prefix.")],
+    corpus: CorpusOpt = "handbook",
+    shard_size: Annotated[int, typer.Option(min=1)] = 25,
+    as_json: JsonFlag = False,
+) -> None:
+    """Ingest SOURCE into the corpus index (incremental: unchanged documents are skipped)."""
+    from ragtrail.pipeline.ingest import ingest as run_ingest
+
+    with _runtime() as rt, _progress() as progress:
+        summary = run_ingest(
+            rt,
+            source,
+            corpus,
+            shard_size=shard_size,
+            progress_factory=_progress_factory(progress, "parsing and embedding"),
+        )
+    keys = ("added", "updated", "unchanged", "removed", "quarantined", "chunks", "snapshot")
+    data = {k: getattr(summary, k) for k in keys}
+    if as_json:
+        _emit({**data, "documents": summary.documents, "manifest_uri": summary.manifest_uri})
+    else:
+        console.print(" ".join(f"{k}={v}" for k, v in data.items()))
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="The query text.")],
+    corpus: CorpusOpt = "handbook",
+    text_weight: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.5,
+    k: Annotated[int, typer.Option("-k", min=1, max=1000)] = 5,
+    as_json: JsonFlag = False,
+) -> None:
+    """Hybrid search: text weight 0 = dense only, 1 = BM25 only."""
+    from ragtrail.index.base import fetch_candidates
+    from ragtrail.index.fusion import fuse
+
+    with _runtime() as rt:
+        if rt.store.latest_snapshot(corpus) is None:
+            raise typer.BadParameter(
+                f"corpus {corpus!r} has not been ingested", param_hint="--corpus"
+            )
+        vector = rt.embedder.encode([query])[0]
+        depth = max(k, rt.settings.retrieval.candidates_per_modality)
+        hits = fuse(fetch_candidates(rt.index(corpus), query, vector, depth), text_weight, k)
+    if as_json:
+        _emit([{"rank": i + 1, **hit.__dict__} for i, hit in enumerate(hits)])
+        return
+    table = Table("rank", "score", "chunk", "text")
+    for i, hit in enumerate(hits, 1):
+        table.add_row(str(i), f"{hit.score:.3f}", hit.chunk_id, hit.text[:100].replace("\n", " "))
+    Console().print(table)
+
+
+@eval_app.command("trec")
+def eval_trec(
+    qrels: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
+    run: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
+    as_json: JsonFlag = False,
+) -> None:
+    """Score a trec_eval-format run against qrels (same conventions as trec_eval)."""
+    from ragtrail.evaluate.metrics import aggregate, evaluate
+    from ragtrail.evaluate.trec import read_qrels, read_run
+
+    names = ["recall@5", "recall@10", "mrr", "ndcg@10", "P@5", "map"]
+    scores = aggregate(evaluate(read_qrels(qrels), read_run(run), names))
+    if as_json:
+        _emit(scores)
+    else:
+        for name in names:
+            console.print(f"{name:<10} {scores[name]:.4f}")
+
+
+@eval_app.command("retrieval")
+def eval_retrieval(
+    corpus: CorpusOpt = "handbook",
+    qa_set: Annotated[Path | None, typer.Option(help="JSONL, CSV or Parquet QA set.")] = None,
+    text_weight: Annotated[
+        list[float] | None, typer.Option("--text-weight", help="Repeat to set the scan.")
+    ] = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    report: Annotated[
+        bool, typer.Option(help="Also build GX Data Docs and the HTML report.")
+    ] = True,
+    as_json: JsonFlag = False,
+) -> None:
+    """Recall@k, MRR, nDCG and P@5 per label for every text weight, with bootstrap CIs."""
+    from ragtrail.pipeline.evaluate import evaluate_retrieval, publish_retrieval_report
+    from ragtrail.storage.db import utcnow
+
+    run_id = run_id or f"eval-{utcnow():%Y%m%dT%H%M%S}"
+    with _runtime() as rt:
+        result = evaluate_retrieval(
+            rt, corpus, run_id=run_id, qa_set=qa_set, text_weights=text_weight
+        )
+        if report:
+            result["report"] = publish_retrieval_report(rt, run_id)
+    if as_json:
+        _emit(result)
+        return
+    _print_best(result["best"])
+    if report:
+        console.print(f"report: {result['report']['report_path']}")
+
+
+def _print_best(best: list[dict[str, Any]]) -> None:
+    table = Table("label", "n", "dense", "lexical", "best R@5", "best weight", "gap")
+    for row in best:
+        table.add_row(
+            row["label"],
+            str(row["n_questions"]),
+            f"{row['dense']:.3f}",
+            f"{row['lexical']:.3f}",
+            f"{row['best_recall']:.3f}",
+            f"{row['best_weight']:g}",
+            f"{100 * row['gap_to_best']:.1f}%",
+        )
+    Console().print(table)
+
+
+@corpus_app.command("quarantine")
+def corpus_quarantine(corpus: CorpusOpt = "handbook", as_json: JsonFlag = False) -> None:
+    """List the files the latest ingest refused, with the reason."""
+    with _runtime() as rt:
+        rows = rt.store.list_quarantine(corpus)
+    if as_json:
+        _emit(rows)
+        return
+    table = Table("path", "reason", "detail")
+    for row in rows:
+        table.add_row(row["rel_path"], row["reason"], row["detail"][:120])
+    Console().print(table)
+
+
+@corpus_app.command("snapshots")
+def corpus_snapshots(corpus: CorpusOpt = "handbook", as_json: JsonFlag = False) -> None:
+    """List the corpus snapshots with their diff counts."""
+    with _runtime() as rt:
+        rows = rt.store.list_snapshots(corpus)
+    if as_json:
+        _emit(rows)
+        return
+    table = Table("snapshot", "status", "added", "updated", "unchanged", "removed", "quarantined")
+    for r in rows:
+        table.add_row(
+            r["snapshot_id"],
+            r["status"],
+            *(str(r[k]) for k in ("added", "updated", "unchanged", "removed", "quarantined")),
+        )
+    Console().print(table)
+
+
+@app.command()
+def nightly(
+    source: Annotated[
+        str | None, typer.Option(help="Defaults to the shipped sample corpus.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Copy the run's reports here.")] = None,
+    corpus: CorpusOpt = "handbook",
+    qa_set: Annotated[Path | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Ingest -> GX corpus checks -> retrieval evaluation -> reports, on the configured backends."""
+    from ragtrail.paths import sample_corpus_dir
+    from ragtrail.pipeline.nightly import run_nightly
+
+    with _runtime() as rt, _progress() as progress:
+        result = run_nightly(
+            rt,
+            source=source or str(sample_corpus_dir()),
+            corpus=corpus,
+            qa_set=qa_set,
+            progress_factory=_progress_factory(progress, "parsing and embedding"),
+            log=console.print,
+        )
+    report_path = Path(result.report["report_path"])
+    if out is not None:
+        target = out / result.run_id
+        shutil.copytree(report_path.parent, target, dirs_exist_ok=True)
+        report_path = target / report_path.name
+    if as_json:
+        _emit({**result.__dict__, "report_path": str(report_path)})
+        return
+    _print_best(result.evaluation["best"])
+    console.print(f"report:    {report_path}")
+    console.print(f"data docs: {report_path.parent / 'data_docs' / 'index.html'}")
+    console.print(f"corpus checks: {result.corpus_quality['data_docs_path']}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,189 @@
+"""Retrieval evaluation as a pipeline step: run the scan, persist, validate and report.
+
+``evaluate_retrieval`` writes the run's metrics (artifact store + metrics-history table) and
+``publish_retrieval_report`` turns them into GX validations, Data Docs and the HTML report. Both are
+idempotent for a given run id: a retry replaces the run's rows and files instead of adding to them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ragtrail.evaluate.qaset import load_qa_set
+from ragtrail.evaluate.retrieval import PRIMARY_METRIC, ScanConfig, collect_candidates, scan
+from ragtrail.paths import sample_qa_set
+from ragtrail.records import INCLUSIVE, LABELS
+from ragtrail.runtime import Runtime
+from ragtrail.storage.db import utcnow
+
+
+def run_prefix(run_id: str) -> str:
+    return f"runs/{run_id}"
+
+
+def _put_parquet(rt: Runtime, key: str, frame: pd.DataFrame) -> str:
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    return rt.artifacts.put_bytes(key, buf.getvalue())
+
+
+def evaluate_retrieval(
+    rt: Runtime,
+    corpus: str,
+    *,
+    run_id: str,
+    qa_set: str | Path | None = None,
+    text_weights: list[float] | None = None,
+    snapshot_id: str | None = None,
+) -> dict[str, Any]:
+    """Evaluate the corpus index on a labelled QA set across the text-weight scan."""
+    settings = rt.settings
+    snapshot = (
+        rt.store.get_snapshot(snapshot_id) if snapshot_id else rt.store.latest_snapshot(corpus)
+    )
+    if snapshot is None:
+        raise ValueError(f"corpus {corpus!r} has no completed snapshot: ingest it first")
+    qa_path = Path(qa_set) if qa_set else sample_qa_set()
+    items, qa_version = load_qa_set(qa_path)
+    weights = tuple(sorted(set(text_weights))) if text_weights else settings.retrieval.text_weights
+    if any(not 0.0 <= w <= 1.0 for w in weights):
+        raise ValueError(f"text weights must lie in [0, 1]: {weights}")
+    config = ScanConfig(
+        text_weights=weights,
+        candidates_per_modality=settings.retrieval.candidates_per_modality,
+        bootstrap_samples=settings.retrieval.bootstrap_samples,
+        seed=settings.seed,
+    )
+    params = {
+        "corpus": corpus,
+        "snapshot_id": snapshot["snapshot_id"],
+        "qa_set": str(qa_path),
+        "qa_set_version": qa_version,
+        "text_weights": list(weights),
+    }
+    rt.store.start_run(run_id, "evaluate_retrieval", params)
+
+    candidates = collect_candidates(
+        rt.index(corpus), rt.embedder.encode, items, config.candidates_per_modality
+    )
+    result = scan(items, candidates, config)
+
+    backends = rt.backends()
+    history = [
+        {
+            "run_id": run_id,
+            "corpus_snapshot": snapshot["snapshot_id"],
+            "qa_set_version": qa_version,
+            "backend": settings.index_backend,
+            "model": settings.embedding_model,
+            "metric": row.metric,
+            "label": row.label,
+            "text_weight": row.text_weight,
+            "value": row.value,
+            "ci_low": None if pd.isna(row.ci_low) else row.ci_low,
+            "ci_high": None if pd.isna(row.ci_high) else row.ci_high,
+            "n_questions": row.n_questions,
+            "created_at": utcnow(),
+        }
+        for row in result.metrics.itertuples()
+    ]
+    rt.store.replace_metrics(run_id, history)
+
+    prefix = run_prefix(run_id)
+    _put_parquet(rt, f"{prefix}/retrieval_metrics.parquet", result.metrics)
+    _put_parquet(rt, f"{prefix}/retrieval_best.parquet", result.best)
+    _put_parquet(rt, f"{prefix}/retrieval_per_query.parquet", result.per_query)
+    summary = {
+        **params,
+        "run_id": run_id,
+        "relevance_level": result.level,
+        "n_questions": len(items),
+        "questions_per_label": {
+            label: int(sum(1 for it in items if it.label == label)) for label in LABELS
+        },
+        "backends": backends,
+        "primary_metric": PRIMARY_METRIC,
+        "best": result.best.to_dict("records"),
+        "metrics": result.metrics.to_dict("records"),
+    }
+    summary["metrics_uri"] = rt.artifacts.put_bytes(
+        f"{prefix}/metrics.json", json.dumps(summary, indent=1, default=str).encode()
+    )
+    return {
+        k: summary[k]
+        for k in ("run_id", "metrics_uri", "snapshot_id", "qa_set_version", "n_questions", "best")
+    }
+
+
+def load_run_summary(rt: Runtime, run_id: str) -> dict[str, Any]:
+    return json.loads(rt.artifacts.get_bytes(f"{run_prefix(run_id)}/metrics.json"))
+
+
+def report_dir(rt: Runtime, run_id: str) -> Path:
+    return rt.settings.home / "reports" / run_id
+
+
+def publish_retrieval_report(
+    rt: Runtime, run_id: str, *, extra_quality: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Validate the run's metrics with GX, render the HTML report and upload both."""
+    from ragtrail.quality.runner import QualityRunner, enforce
+    from ragtrail.quality.suites import retrieval_results_suite
+    from ragtrail.report.html import render_retrieval_report
+
+    summary = load_run_summary(rt, run_id)
+    metrics = pd.DataFrame(summary["metrics"])
+    best = pd.DataFrame(summary["best"])
+    out = report_dir(rt, run_id)
+    out.mkdir(parents=True, exist_ok=True)
+
+    present = [lb for lb in LABELS if summary["questions_per_label"].get(lb)] + [INCLUSIVE]
+    frame = metrics.assign(
+        ci_contains_value=(metrics["ci_low"].isna())
+        | (
+            (metrics["ci_low"] <= metrics["value"] + 1e-12)
+            & (metrics["value"] <= metrics["ci_high"] + 1e-12)
+        )
+    )
+    runner = QualityRunner(out)
+    result = runner.validate(
+        "retrieval_results",
+        frame,
+        retrieval_results_suite(
+            present, summary["text_weights"], rt.settings.retrieval.min_questions_per_label
+        ),
+    )
+    runner.build_docs()
+    quality = [*(extra_quality or []), result.as_dict()]
+    context = {
+        "run_id": run_id,
+        "corpus": summary["corpus"],
+        "snapshot_id": summary["snapshot_id"],
+        "qa_set_version": summary["qa_set_version"],
+        "relevance_level": summary["relevance_level"],
+        "generated_at": utcnow().isoformat(timespec="seconds"),
+        "backends": {**summary["backends"], "judge": "none (retrieval metrics only)"},
+    }
+    html = render_retrieval_report(
+        out,
+        title=f"ragtrail retrieval evaluation — {summary['corpus']}",
+        metrics=metrics,
+        best=best,
+        context=context,
+        quality=quality,
+    )
+    (out / "metrics.json").write_text(json.dumps(summary, indent=1, default=str))
+    report_uri = rt.artifacts.put_tree(f"{run_prefix(run_id)}/report", out)
+    rt.store.finish_run(run_id, "success" if result.success else "failed_quality", str(html))
+    enforce([result])
+    return {
+        "report_path": str(html),
+        "report_uri": report_uri,
+        "data_docs_path": str(out / "data_docs" / "index.html"),
+        "success": result.success,
+    }

@@ -1,0 +1,195 @@
+"""The metadata database schema, as SQLAlchemy Core tables.
+
+This module is the single definition of the schema; Alembic migrations under ``migrations/`` create
+it, and a test checks that the migrated database matches these tables on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+corpora = Table(
+    "corpora",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+snapshots = Table(
+    "snapshots",
+    metadata,
+    Column("snapshot_id", String(64), primary_key=True),
+    Column("corpus", String(128), ForeignKey("corpora.name"), nullable=False, index=True),
+    Column("parent_snapshot_id", String(64), nullable=True),
+    Column("source_uri", Text, nullable=False),
+    Column("status", String(16), nullable=False),  # running | complete | failed
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("added", Integer, nullable=False, default=0),
+    Column("updated", Integer, nullable=False, default=0),
+    Column("unchanged", Integer, nullable=False, default=0),
+    Column("removed", Integer, nullable=False, default=0),
+    Column("quarantined", Integer, nullable=False, default=0),
+    Column("n_documents", Integer, nullable=False, default=0),
+    Column("n_chunks", Integer, nullable=False, default=0),
+    Column("embedding_model", String(256), nullable=False),
+    Column("index_backend", String(32), nullable=False),
+    Column("index_name", String(256), nullable=True),
+    Column("manifest_uri", Text, nullable=True),
+)
+
+documents = Table(
+    "documents",
+    metadata,
+    Column("corpus", String(128), ForeignKey("corpora.name"), primary_key=True),
+    Column("doc_id", String(512), primary_key=True),
+    Column("uri", Text, nullable=False),
+    Column("format", String(16), nullable=False),
+    Column("title", Text, nullable=False),
+    Column("content_hash", String(64), nullable=False, index=True),
+    Column("raw_hash", String(64), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("n_chunks", Integer, nullable=False),
+    Column("doc_metadata", JSON, nullable=False),
+    Column("first_snapshot_id", String(64), nullable=False),
+    Column("last_changed_snapshot_id", String(64), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+chunks = Table(
+    "chunks",
+    metadata,
+    Column("corpus", String(128), primary_key=True),
+    Column("chunk_id", String(600), primary_key=True),
+    Column("doc_id", String(512), nullable=False),
+    Column("ordinal", Integer, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("headings", JSON, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("n_tokens", Integer, nullable=False),
+    Column("content_hash", String(64), nullable=False),
+    Index("ix_chunks_corpus_doc", "corpus", "doc_id"),
+)
+
+snapshot_documents = Table(
+    "snapshot_documents",
+    metadata,
+    Column("snapshot_id", String(64), ForeignKey("snapshots.snapshot_id"), primary_key=True),
+    Column("doc_id", String(512), primary_key=True),
+    Column("change", String(16), nullable=False),  # added | updated | unchanged | removed
+    Column("content_hash", String(64), nullable=True),
+    Column("version", Integer, nullable=True),
+)
+
+quarantine = Table(
+    "quarantine",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("corpus", String(128), nullable=False, index=True),
+    Column("snapshot_id", String(64), nullable=False),
+    Column("rel_path", String(512), nullable=False),
+    Column("uri", Text, nullable=False),
+    Column("reason", String(32), nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("content_hash", String(64), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("snapshot_id", "rel_path", name="uq_quarantine_snapshot_path"),
+)
+
+embedding_cache = Table(
+    "embedding_cache",
+    metadata,
+    Column("model_id", String(256), primary_key=True),
+    Column("content_hash", String(64), primary_key=True),
+    Column("dim", Integer, nullable=False),
+    Column("vector", LargeBinary, nullable=False),  # float32 little-endian
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(128), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("params", JSON, nullable=False),
+    Column("report_uri", Text, nullable=True),
+)
+
+metrics_history = Table(
+    "metrics_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(128), nullable=False, index=True),
+    Column("corpus_snapshot", String(64), nullable=False),
+    Column("qa_set_version", String(128), nullable=False),
+    Column("backend", String(64), nullable=False),
+    Column("model", String(256), nullable=False),
+    Column("metric", String(64), nullable=False),
+    Column("label", String(32), nullable=False),
+    Column("text_weight", Float, nullable=True),
+    Column("value", Float, nullable=False),
+    Column("ci_low", Float, nullable=True),
+    Column("ci_high", Float, nullable=True),
+    Column("n_questions", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("run_id", "metric", "label", "text_weight", name="uq_metrics_history_point"),
+)
+
+llm_cache = Table(
+    "llm_cache",
+    metadata,
+    Column("cache_key", String(64), primary_key=True),  # sha256 of the canonical request
+    Column("backend", String(64), nullable=False),
+    Column("model_id", String(256), nullable=False),
+    Column("prompt_name", String(128), nullable=False),
+    Column("prompt_version", String(32), nullable=False),
+    Column("request", JSON, nullable=False),
+    Column("response_text", Text, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+llm_usage = Table(
+    "llm_usage",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(128), nullable=False, index=True),
+    Column("stage", String(64), nullable=False),
+    Column("backend", String(64), nullable=False),
+    Column("model_id", String(256), nullable=False),
+    Column("calls", Integer, nullable=False),
+    Column("cache_hits", Integer, nullable=False),
+    Column("failures", Integer, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=True),
+    UniqueConstraint("run_id", "stage", "backend", "model_id", name="uq_llm_usage_key"),
+)
