@@ -87,6 +87,8 @@ def scan(
 ) -> ScanResult:
     """Score every question at every weight, then aggregate per label with bootstrap CIs."""
     level = resolve_level(items, config.level)
+    # The best-strategy table needs the primary metric whatever else was asked for.
+    metric_ids = tuple(dict.fromkeys((*config.metrics, PRIMARY_METRIC)))
     rows = []
     for item, cands in zip(items, candidates, strict=True):
         relevant = set(item.ground_chunk_ids if level == "chunk" else item.ground_doc_ids)
@@ -100,11 +102,11 @@ def scan(
                 "first_relevant_rank": _first_relevant_rank(ranking, relevant),
                 "ranking": ranking,
             }
-            for metric in config.metrics:
+            for metric in metric_ids:
                 row[metric] = per_query_value(metric, grades, ranking)
             rows.append(row)
     per_query = pd.DataFrame(rows)
-    metrics = _aggregate(per_query, config)
+    metrics = _aggregate(per_query, metric_ids, config)
     return ScanResult(
         metrics=metrics, best=best_strategy(metrics), per_query=per_query, level=level
     )
@@ -117,11 +119,13 @@ def _groups(per_query: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     ]
 
 
-def _aggregate(per_query: pd.DataFrame, config: ScanConfig) -> pd.DataFrame:
+def _aggregate(
+    per_query: pd.DataFrame, metric_ids: Sequence[str], config: ScanConfig
+) -> pd.DataFrame:
     out = []
     for g, (label, frame) in enumerate(_groups(per_query)):
         for w, (weight, at_weight) in enumerate(frame.groupby("text_weight", sort=True)):
-            for m, metric in enumerate(config.metrics):
+            for m, metric in enumerate(metric_ids):
                 values = at_weight[metric].to_numpy(dtype=float)
                 if config.bootstrap_samples > 0:
                     # A distinct, reproducible seed per cell keeps CIs independent yet stable.
@@ -148,20 +152,19 @@ def best_strategy(metrics: pd.DataFrame, metric: str = PRIMARY_METRIC) -> pd.Dat
 
     The best weight is the one with the highest value; ties go to the smaller weight (denser
     retrieval), so the choice is deterministic. The gap is relative: (top - this) / top, where top
-    is the best label's best value.
+    is the best label's best value (NaN when every label scores 0).
     """
     primary = metrics[metrics["metric"] == metric]
     rows = []
     for label, frame in primary.groupby("label", sort=False):
         frame = frame.sort_values("text_weight")
         best = frame.loc[frame["value"].idxmax()]
-        at = dict(zip(frame["text_weight"], frame["value"], strict=True))
         rows.append(
             {
                 "label": label,
-                "n_questions": int(best["n_questions"]),
-                "dense": at.get(0.0, float("nan")),
-                "lexical": at.get(1.0, float("nan")),
+                "n_questions": int(frame["n_questions"].max()),
+                "dense": _value_at(frame, 0.0),
+                "lexical": _value_at(frame, 1.0),
                 "best_recall": float(best["value"]),
                 "best_weight": float(best["text_weight"]),
                 "ci_low": float(best["ci_low"]),
@@ -171,6 +174,11 @@ def best_strategy(metrics: pd.DataFrame, metric: str = PRIMARY_METRIC) -> pd.Dat
     best = pd.DataFrame(rows)
     if best.empty:
         return best
-    top = best["best_recall"].max()
-    best["gap_to_best"] = (top - best["best_recall"]) / top if top > 0 else 0.0
+    top = float(best["best_recall"].max())
+    best["gap_to_best"] = (top - best["best_recall"]) / top if top > 0 else float("nan")
     return best
+
+
+def _value_at(frame: pd.DataFrame, weight: float) -> float:
+    hit = frame[(frame["text_weight"] - weight).abs() < 1e-9]
+    return float(hit["value"].iloc[0]) if len(hit) else float("nan")

@@ -133,7 +133,7 @@ def publish_retrieval_report(
 ) -> dict[str, Any]:
     """Validate the run's metrics with GX, render the HTML report and upload both."""
     from ragtrail.quality.runner import QualityRunner, enforce
-    from ragtrail.quality.suites import retrieval_results_suite
+    from ragtrail.quality.suites import prepare_retrieval_results, retrieval_results_suite
     from ragtrail.report.html import render_retrieval_report
 
     summary = load_run_summary(rt, run_id)
@@ -143,17 +143,10 @@ def publish_retrieval_report(
     out.mkdir(parents=True, exist_ok=True)
 
     present = [lb for lb in LABELS if summary["questions_per_label"].get(lb)] + [INCLUSIVE]
-    frame = metrics.assign(
-        ci_contains_value=(metrics["ci_low"].isna())
-        | (
-            (metrics["ci_low"] <= metrics["value"] + 1e-12)
-            & (metrics["value"] <= metrics["ci_high"] + 1e-12)
-        )
-    )
     runner = QualityRunner(out)
     result = runner.validate(
         "retrieval_results",
-        frame,
+        prepare_retrieval_results(metrics),
         retrieval_results_suite(
             present, summary["text_weights"], rt.settings.retrieval.min_questions_per_label
         ),
@@ -163,10 +156,10 @@ def publish_retrieval_report(
     context = {
         "run_id": run_id,
         "corpus": summary["corpus"],
-        "snapshot_id": summary["snapshot_id"],
+        "corpus_snapshot": summary["snapshot_id"],
         "qa_set_version": summary["qa_set_version"],
         "relevance_level": summary["relevance_level"],
-        "generated_at": utcnow().isoformat(timespec="seconds"),
+        "date": utcnow().isoformat(timespec="seconds"),
         "backends": {**summary["backends"], "judge": "none (retrieval metrics only)"},
     }
     html = render_retrieval_report(

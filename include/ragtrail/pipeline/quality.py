@@ -21,7 +21,6 @@ def corpus_frames(rt: Runtime, corpus: str, snapshot_id: str) -> dict[str, pd.Da
     if chunks.empty:
         chunks = pd.DataFrame(columns=["chunk_id", "doc_id", "ordinal", "text", "n_tokens", "kind"])
     chars = chunks.groupby("doc_id")["text"].apply(lambda s: int(s.str.len().sum())).to_dict()
-    per_doc = chunks.groupby("doc_id")["chunk_id"].count().to_dict()
     documents = pd.DataFrame(
         [
             {
@@ -45,7 +44,6 @@ def corpus_frames(rt: Runtime, corpus: str, snapshot_id: str) -> dict[str, pd.Da
             "text_chars",
         ],
     )
-    chunks = chunks.assign(chunks_in_doc=chunks["doc_id"].map(per_doc).fillna(0).astype(int))
     quarantine = pd.DataFrame(
         rt.store.list_quarantine(corpus, snapshot_id),
         columns=["rel_path", "uri", "reason", "detail", "content_hash"],
@@ -58,7 +56,12 @@ def check_corpus_quality(
 ) -> dict[str, Any]:
     """Validate the snapshot, build Data Docs, raise QualityGateError on a failed expectation."""
     from ragtrail.quality.runner import QualityRunner, enforce
-    from ragtrail.quality.suites import chunks_suite, documents_suite, quarantine_suite
+    from ragtrail.quality.suites import (
+        chunks_suite,
+        documents_suite,
+        prepare_chunks,
+        quarantine_suite,
+    )
 
     out = out_dir or rt.settings.home / "reports" / "corpus" / corpus / snapshot_id
     out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +73,9 @@ def check_corpus_quality(
             "documents", frames["documents"], documents_suite(rt.settings.max_file_bytes)
         ),
         runner.validate(
-            "chunks", frames["chunks"], chunks_suite(chunking.max_tokens, chunking.max_table_tokens)
+            "chunks",
+            prepare_chunks(frames["chunks"]),
+            chunks_suite(chunking.max_tokens, chunking.max_table_tokens),
         ),
         runner.validate("quarantine", frames["quarantine"], quarantine_suite()),
     ]

@@ -1,0 +1,325 @@
+"""Great Expectations suites, as code, for every table ragtrail produces.
+
+Each function returns a fresh :class:`great_expectations.ExpectationSuite` (not yet attached to
+any Data Context; :class:`ragtrail.quality.runner.QualityRunner` adds it). Every expectation
+carries its gate policy in ``meta``:
+
+- ``meta["severity"] == "fail"``: a broken invariant. A failed *fail* expectation makes the
+  validation unsuccessful and :func:`ragtrail.quality.runner.enforce` stops the run.
+- ``meta["severity"] == "warn"``: a smell worth a look (odd sizes, thin label samples). Failed
+  *warn* expectations are listed in the report and in Data Docs but never stop a run.
+
+``meta["rationale"]`` says in one line why the expectation exists; it shows up in failure messages.
+
+Some invariants are not row-local (chunks per document, "the interval contains the point
+estimate"). They are checked on derived columns that :func:`prepare_chunks` and
+:func:`prepare_retrieval_results` add, so the suites stay plain GX expectations that Data Docs can
+render. Validate the *prepared* frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final, Literal
+
+import great_expectations as gx
+import great_expectations.expectations as gxe
+import pandas as pd
+from great_expectations.expectations.row_conditions import Column
+
+from ragtrail.records import DocFormat, QuarantineReason
+
+Severity = Literal["fail", "warn"]
+FAIL: Final = "fail"
+WARN: Final = "warn"
+
+DOCUMENTS_SUITE: Final = "documents"
+CHUNKS_SUITE: Final = "chunks"
+RETRIEVAL_RESULTS_SUITE: Final = "retrieval_results"
+QUARANTINE_SUITE: Final = "quarantine"
+
+DEFAULT_MAX_TEXT_CHARS: Final = 50_000_000
+"""Upper bound on extracted characters per document (warn): far above any sane document."""
+
+DEFAULT_MAX_CHUNKS_PER_DOC: Final = 500
+WEIGHT_DECIMALS: Final = 6
+"""``text_weight`` is rounded to this many decimals before the set comparison (float noise)."""
+
+CI_TOLERANCE: Final = 1e-9
+CHUNK_KINDS: Final[tuple[str, ...]] = ("text", "table")
+
+DOCUMENT_COLUMNS: Final = (
+    "doc_id",
+    "title",
+    "format",
+    "content_hash",
+    "size_bytes",
+    "n_chunks",
+    "text_chars",
+)
+CHUNK_COLUMNS: Final = ("chunk_id", "doc_id", "ordinal", "text", "n_tokens", "kind")
+RETRIEVAL_RESULT_COLUMNS: Final = (
+    "label",
+    "text_weight",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n_questions",
+)
+QUARANTINE_COLUMNS: Final = ("reason", "detail")
+
+
+def policy(severity: Severity, rationale: str) -> dict[str, Any]:
+    """The ``meta`` dict that carries an expectation's gate policy."""
+    if severity not in (FAIL, WARN):
+        raise ValueError(f"severity must be 'fail' or 'warn', got {severity!r}")
+    return {"severity": severity, "rationale": rationale}
+
+
+def severity_of(meta: dict[str, Any] | None) -> Severity:
+    """Severity recorded in an expectation's ``meta``; a missing policy counts as ``fail``."""
+    value = (meta or {}).get("severity", FAIL)
+    return WARN if value == WARN else FAIL
+
+
+def _suite(name: str, description: str, expectations: list[gxe.Expectation]) -> gx.ExpectationSuite:
+    return gx.ExpectationSuite(
+        name=name,
+        expectations=expectations,
+        meta={"ragtrail": {"description": description}},
+    )
+
+
+def _columns_present(columns: Iterable[str]) -> gxe.Expectation:
+    return gxe.ExpectTableColumnsToMatchSet(
+        column_set=list(columns),
+        exact_match=False,
+        meta=policy(FAIL, "the producing stage wrote every column the suite checks"),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# documents
+# ------------------------------------------------------------------------------------------------
+
+
+def documents_suite(
+    max_bytes: int, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+) -> gx.ExpectationSuite:
+    """Suite over the documents of one snapshot (columns :data:`DOCUMENT_COLUMNS`).
+
+    fail: columns present; ``doc_id`` not null and unique; ``content_hash`` not null, 64 lowercase
+    hex characters; ``format`` a known :class:`DocFormat`; ``n_chunks >= 1``;
+    ``size_bytes <= max_bytes``.
+    warn: ``1 <= text_chars <= max_text_chars``; ``title`` not null.
+    """
+    expectations: list[gxe.Expectation] = [
+        _columns_present(DOCUMENT_COLUMNS),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="doc_id", meta=policy(FAIL, "doc_id is the primary key")
+        ),
+        gxe.ExpectColumnValuesToBeUnique(
+            column="doc_id", meta=policy(FAIL, "doc_id is the primary key")
+        ),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="content_hash", meta=policy(FAIL, "caches and change detection key on it")
+        ),
+        gxe.ExpectColumnValueLengthsToEqual(
+            column="content_hash", value=64, meta=policy(FAIL, "content_hash is a SHA-256 hex")
+        ),
+        gxe.ExpectColumnValuesToMatchRegex(
+            column="content_hash",
+            regex=r"^[0-9a-f]{64}$",
+            meta=policy(FAIL, "content_hash is a lowercase SHA-256 hex digest"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="format",
+            value_set=[f.value for f in DocFormat],
+            meta=policy(FAIL, "only parsers for these formats exist"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="n_chunks",
+            min_value=1,
+            meta=policy(FAIL, "a document without chunks can never be retrieved"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="size_bytes",
+            max_value=max_bytes,
+            meta=policy(FAIL, "larger files must have been quarantined as too_large"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="text_chars",
+            min_value=1,
+            max_value=max_text_chars,
+            meta=policy(WARN, "extracted text is empty or implausibly long"),
+        ),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="title", meta=policy(WARN, "reports and citations show the title")
+        ),
+    ]
+    return _suite(DOCUMENTS_SUITE, "documents of one corpus snapshot", expectations)
+
+
+# ------------------------------------------------------------------------------------------------
+# chunks
+# ------------------------------------------------------------------------------------------------
+
+
+def prepare_chunks(chunks: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``chunks`` with ``chunks_in_doc`` (number of chunks of the row's document)."""
+    out = chunks.copy()
+    out["chunks_in_doc"] = out.groupby("doc_id", dropna=False)["doc_id"].transform("size")
+    return out
+
+
+def chunks_suite(
+    max_tokens: int,
+    max_table_tokens: int,
+    max_chunks_per_doc: int = DEFAULT_MAX_CHUNKS_PER_DOC,
+) -> gx.ExpectationSuite:
+    """Suite over chunks prepared by :func:`prepare_chunks` (:data:`CHUNK_COLUMNS` + chunks_in_doc).
+
+    fail: columns present; ``chunk_id`` not null and unique; ``text`` not null and non-empty;
+    ``1 <= n_tokens <= max(max_tokens, max_table_tokens)``; text chunks ``n_tokens <= max_tokens``;
+    ``kind`` in {text, table}.
+    warn: ``1 <= chunks_in_doc <= max_chunks_per_doc``.
+    """
+    expectations: list[gxe.Expectation] = [
+        _columns_present((*CHUNK_COLUMNS, "chunks_in_doc")),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="chunk_id", meta=policy(FAIL, "chunk_id is the primary key")
+        ),
+        gxe.ExpectColumnValuesToBeUnique(
+            column="chunk_id", meta=policy(FAIL, "chunk_id is the primary key")
+        ),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="text", meta=policy(FAIL, "an empty chunk cannot be retrieved")
+        ),
+        gxe.ExpectColumnValueLengthsToBeBetween(
+            column="text", min_value=1, meta=policy(FAIL, "an empty chunk cannot be retrieved")
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="n_tokens",
+            min_value=1,
+            max_value=max(max_tokens, max_table_tokens),
+            meta=policy(FAIL, "no chunk may exceed the table budget (embedder truncates)"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="n_tokens",
+            max_value=max_tokens,
+            row_condition=Column("kind") == "text",
+            meta=policy(FAIL, "text chunks respect chunking.max_tokens"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="kind",
+            value_set=list(CHUNK_KINDS),
+            meta=policy(FAIL, "the chunker only emits text and table chunks"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="chunks_in_doc",
+            min_value=1,
+            max_value=max_chunks_per_doc,
+            meta=policy(WARN, "very long documents dominate the index"),
+        ),
+    ]
+    return _suite(CHUNKS_SUITE, "chunks of one corpus snapshot", expectations)
+
+
+# ------------------------------------------------------------------------------------------------
+# retrieval results
+# ------------------------------------------------------------------------------------------------
+
+
+def round_weight(weight: float) -> float:
+    """Canonical form of a ``text_weight`` for set comparisons."""
+    return round(float(weight), WEIGHT_DECIMALS)
+
+
+def prepare_retrieval_results(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Copy of a long-format metrics frame with rounded ``text_weight`` and ``ci_contains_value``.
+
+    ``ci_contains_value`` is True when ``ci_low <= value <= ci_high`` (within
+    :data:`CI_TOLERANCE`) or when either bound is missing (no interval was computed).
+    """
+    out = metrics.copy()
+    out["text_weight"] = pd.to_numeric(out["text_weight"]).round(WEIGHT_DECIMALS)
+    value = pd.to_numeric(out["value"])
+    low = pd.to_numeric(out["ci_low"])
+    high = pd.to_numeric(out["ci_high"])
+    missing = low.isna() | high.isna()
+    inside = (low <= value + CI_TOLERANCE) & (value <= high + CI_TOLERANCE)
+    out["ci_contains_value"] = (missing | inside).astype(bool)
+    return out
+
+
+def retrieval_results_suite(
+    labels: Iterable[str], weights: Iterable[float], min_questions_per_label: int
+) -> gx.ExpectationSuite:
+    """Suite over a metrics frame prepared by :func:`prepare_retrieval_results`.
+
+    fail: columns present; ``value`` not null and in [0, 1]; ``ci_contains_value`` is True; every
+    expected label and every expected text weight occurs.
+    warn: ``n_questions >= min_questions_per_label``.
+    """
+    expectations: list[gxe.Expectation] = [
+        _columns_present((*RETRIEVAL_RESULT_COLUMNS, "ci_contains_value")),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="value", meta=policy(FAIL, "every (label, weight, metric) cell was computed")
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="value",
+            min_value=0.0,
+            max_value=1.0,
+            meta=policy(FAIL, "all reported IR metrics are proportions"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="ci_contains_value",
+            value_set=[True],
+            meta=policy(FAIL, "a bootstrap interval must contain its point estimate"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="n_questions",
+            min_value=min_questions_per_label,
+            meta=policy(WARN, "too few questions make a label's numbers noise"),
+        ),
+        gxe.ExpectColumnDistinctValuesToContainSet(
+            column="label",
+            value_set=list(labels),
+            meta=policy(FAIL, "every label of the taxonomy is reported"),
+        ),
+        gxe.ExpectColumnDistinctValuesToContainSet(
+            column="text_weight",
+            value_set=sorted({round_weight(w) for w in weights}),
+            meta=policy(FAIL, "every configured text weight was evaluated"),
+        ),
+    ]
+    return _suite(RETRIEVAL_RESULTS_SUITE, "per-label retrieval metrics", expectations)
+
+
+# ------------------------------------------------------------------------------------------------
+# quarantine
+# ------------------------------------------------------------------------------------------------
+
+
+def quarantine_suite() -> gx.ExpectationSuite:
+    """Suite over quarantine rows (:data:`QUARANTINE_COLUMNS`).
+
+    fail: columns present; ``reason`` not null and a known :class:`QuarantineReason`; ``detail``
+    not null. An empty frame passes (nothing was quarantined).
+    """
+    expectations: list[gxe.Expectation] = [
+        _columns_present(QUARANTINE_COLUMNS),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="reason", meta=policy(FAIL, "reports group quarantined files by reason")
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="reason",
+            value_set=[r.value for r in QuarantineReason],
+            meta=policy(FAIL, "reason codes are a stable enum"),
+        ),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="detail", meta=policy(FAIL, "an operator needs to know what went wrong")
+        ),
+    ]
+    return _suite(QUARANTINE_SUITE, "files refused at ingestion", expectations)

@@ -1,0 +1,351 @@
+"""The nightly retrieval report: one self-contained HTML page plus a PNG plot.
+
+:func:`render_retrieval_report` writes ``report.html`` and ``recall_at_5_vs_text_weight.png``
+into a run's report directory (the same directory whose ``data_docs/`` the
+:class:`ragtrail.quality.runner.QualityRunner` fills). The page has inline CSS and no external
+assets; every value is HTML-escaped by Jinja2's autoescape.
+
+Later stages add sections without touching the main template: render a fragment with
+:func:`render_section` (or build any trusted HTML string) and pass
+``context["extra_sections"] = [ReportSection(title, html), ...]`` (dicts with ``title`` and
+``html`` work too). Section HTML is inserted as-is, so it must come from an autoescaping template.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import pandas as pd
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ragtrail.records import ANSWERABLE_LABELS, INCLUSIVE, LABELS
+
+TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
+REPORT_FILE: Final = "report.html"
+PLOT_FILE: Final = "recall_at_5_vs_text_weight.png"
+DATA_DOCS_INDEX: Final = "data_docs/index.html"
+
+PRIMARY_METRIC: Final = "recall@5"
+METRIC_ORDER: Final[tuple[str, ...]] = (
+    "recall@1",
+    "recall@5",
+    "recall@10",
+    "mrr",
+    "ndcg@10",
+    "P@5",
+)
+METRIC_TITLES: Final[dict[str, str]] = {
+    "recall@1": "Recall@1",
+    "recall@5": "Recall@5",
+    "recall@10": "Recall@10",
+    "mrr": "MRR",
+    "ndcg@10": "nDCG@10",
+    "p@5": "P@5",
+}
+LABEL_ORDER: Final[tuple[str, ...]] = (*LABELS, INCLUSIVE)
+UNANSWERABLE_LABELS: Final = frozenset(LABELS) - frozenset(ANSWERABLE_LABELS)
+
+_PALETTE: Final[tuple[str, ...]] = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+_INCLUSIVE_COLOUR: Final = "#222222"
+BEST_COLUMNS: Final[tuple[str, ...]] = (
+    "label",
+    "n_questions",
+    "dense",
+    "lexical",
+    "best_recall",
+    "best_weight",
+    "ci_low",
+    "ci_high",
+    "gap_to_best",
+)
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """An extra report section: a title (escaped) and pre-rendered, trusted HTML."""
+
+    title: str
+    html: str
+
+
+# ------------------------------------------------------------------------------------------------
+# Jinja2
+# ------------------------------------------------------------------------------------------------
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    """A number with ``digits`` decimals; en dash for missing values."""
+    if value is None:
+        return "–"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return "–" if math.isnan(number) else f"{number:.{digits}f}"
+
+
+def _pct(value: Any) -> str:
+    text = _fmt(None if value is None else float(value) * 100.0, 1)
+    return text if text == "–" else f"{text}%"
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES_DIR),
+        autoescape=select_autoescape(enabled_extensions=("html",), default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["fmt"] = _fmt
+    env.filters["pct"] = _pct
+    return env
+
+
+_ENV: Final = _environment()
+
+
+def render_section(template: str, **values: Any) -> Markup:
+    """Render a fragment template from ``report/templates`` (autoescaped) into safe HTML."""
+    return Markup(_ENV.get_template(template).render(**values))
+
+
+def _sections(items: Iterable[ReportSection | Mapping[str, Any]]) -> list[ReportSection]:
+    """Normalise extra sections; their HTML is marked safe (it must be pre-escaped)."""
+    sections = []
+    for item in items:
+        if isinstance(item, ReportSection):
+            title, html = item.title, item.html
+        else:
+            title, html = str(item["title"]), str(item["html"])
+        sections.append(ReportSection(title=title, html=Markup(html)))
+    return sections
+
+
+# ------------------------------------------------------------------------------------------------
+# Data shaping
+# ------------------------------------------------------------------------------------------------
+
+
+def metric_title(metric: str) -> str:
+    """Display name of a metric id (``recall@5`` -> ``Recall@5``)."""
+    return METRIC_TITLES.get(metric.lower(), metric)
+
+
+def ordered_labels(labels: Iterable[str]) -> list[str]:
+    """Taxonomy order first (then ``inclusive``), unknown labels after, alphabetically."""
+    present = list(dict.fromkeys(str(label) for label in labels))
+    known = [label for label in LABEL_ORDER if label in present]
+    return known + sorted(label for label in present if label not in LABEL_ORDER)
+
+
+def ordered_metrics(metrics: Iterable[str]) -> list[str]:
+    """Report metrics in :data:`METRIC_ORDER` (case-insensitive), unknown ones after."""
+    present = list(dict.fromkeys(str(m) for m in metrics))
+    lowered = {m.lower(): m for m in present}
+    known = [lowered[m.lower()] for m in METRIC_ORDER if m.lower() in lowered]
+    return known + sorted(m for m in present if m not in known)
+
+
+def _primary_rows(metrics: pd.DataFrame, metric: str) -> pd.DataFrame:
+    rows = metrics[metrics["metric"].astype(str).str.lower() == metric.lower()]
+    return rows.sort_values(["label", "text_weight"])
+
+
+def with_gap_to_best(best: pd.DataFrame) -> pd.DataFrame:
+    """Add ``gap_to_best`` (relative to the best ``best_recall`` of all labels) if missing."""
+    if "gap_to_best" in best.columns or best.empty:
+        return best
+    out = best.copy()
+    top = float(out["best_recall"].max())
+    out["gap_to_best"] = (top - out["best_recall"]) / top if top > 0 else math.nan
+    return out
+
+
+def weakest_label_sentence(best: pd.DataFrame, metric: str = PRIMARY_METRIC) -> str | None:
+    """E.g. "reasoning is the weakest label: Recall@5 0.61 vs 0.83 best (26.5% relative gap)".
+
+    Only answerable labels compete (not ``inclusive``, not ``unanswerable``, whose recall is 0 by
+    construction). None when fewer than two labels or the best value is 0.
+    """
+    if best.empty or "best_recall" not in best.columns:
+        return None
+    eligible = best[~best["label"].isin({INCLUSIVE, *UNANSWERABLE_LABELS})].dropna(
+        subset=["best_recall"]
+    )
+    if len(eligible) < 2:
+        return None
+    top = float(eligible["best_recall"].max())
+    worst = eligible.loc[eligible["best_recall"].idxmin()]
+    if top <= 0:
+        return None
+    gap = (top - float(worst["best_recall"])) / top
+    return (
+        f"{worst['label']} is the weakest label: {metric_title(metric)} "
+        f"{float(worst['best_recall']):.2f} vs {top:.2f} best ({gap * 100:.1f}% relative gap)"
+    )
+
+
+def metric_matrix(metrics: pd.DataFrame) -> tuple[list[str], list[dict[str, Any]]]:
+    """Rows per (label, text_weight) with one ``{value, ci_low, ci_high}`` cell per metric."""
+    names = ordered_metrics(metrics["metric"])
+    rows: list[dict[str, Any]] = []
+    for label in ordered_labels(metrics["label"]):
+        sub = metrics[metrics["label"] == label]
+        for weight in sorted(sub["text_weight"].unique()):
+            at = sub[sub["text_weight"] == weight]
+            cells = {}
+            for name in names:
+                hit = at[at["metric"] == name]
+                cells[name] = hit.iloc[0].to_dict() if len(hit) else None
+            rows.append(
+                {
+                    "label": label,
+                    "text_weight": float(weight),
+                    "n_questions": _int_or_none(at["n_questions"].max()),
+                    "cells": cells,
+                }
+            )
+    return names, rows
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
+# ------------------------------------------------------------------------------------------------
+# Plot
+# ------------------------------------------------------------------------------------------------
+
+
+def label_colours(labels: Sequence[str]) -> dict[str, str]:
+    """Fixed colour per label: taxonomy labels keep theirs across runs; inclusive is near-black."""
+    colours: dict[str, str] = {}
+    extra = 0
+    for label in labels:
+        if label == INCLUSIVE:
+            colours[label] = _INCLUSIVE_COLOUR
+        elif label in LABELS:
+            colours[label] = _PALETTE[LABELS.index(label)]
+        else:
+            colours[label] = _PALETTE[(len(LABELS) + extra) % len(_PALETTE)]
+            extra += 1
+    return colours
+
+
+def _mpl_text(text: str) -> str:
+    """Keep matplotlib from reading ``$...$`` in a label as mathtext."""
+    return text.replace("$", r"\$")
+
+
+def plot_metric_vs_weight(metrics: pd.DataFrame, path: Path, metric: str = PRIMARY_METRIC) -> Path:
+    """PNG of ``metric`` against ``text_weight``, one line per label with a CI band.
+
+    Draws on a bare :class:`Figure` with the Agg canvas: no pyplot global state, no display, and
+    the process-wide matplotlib backend is left alone.
+    """
+    rows = _primary_rows(metrics, metric)
+    labels = ordered_labels(rows["label"])
+    colours = label_colours(labels)
+    fig = Figure(figsize=(9.0, 4.8), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for label in labels:
+        group = rows[rows["label"] == label].sort_values("text_weight")
+        x = group["text_weight"].astype(float).to_numpy()
+        y = group["value"].astype(float).to_numpy()
+        low = group["ci_low"].astype(float).to_numpy()
+        high = group["ci_high"].astype(float).to_numpy()
+        style = "--" if label == INCLUSIVE else "-"
+        ax.plot(x, y, style, marker="o", color=colours[label], label=_mpl_text(label))
+        ax.fill_between(x, low, high, color=colours[label], alpha=0.15, linewidth=0)
+    if not labels:
+        ax.text(0.5, 0.5, f"no {metric} rows", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("text_weight (0 = dense only, 1 = lexical only)")
+    ax.set_ylabel(metric_title(metric))
+    ax.set_title(f"{metric_title(metric)} vs text weight (band: 95% bootstrap CI)")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(0.0, 1.02)
+    ax.grid(True, alpha=0.3)
+    if labels:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------------
+
+
+def _header(context: Mapping[str, Any]) -> dict[str, str]:
+    date = context.get("date") or datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return {
+        "run_id": str(context.get("run_id", "–")),
+        "corpus_snapshot": str(context.get("corpus_snapshot", "–")),
+        "qa_set_version": str(context.get("qa_set_version", "–")),
+        "date": str(date),
+    }
+
+
+def render_retrieval_report(
+    out_dir: Path,
+    *,
+    title: str,
+    metrics: pd.DataFrame,
+    best: pd.DataFrame,
+    context: dict[str, Any],
+    quality: list[dict[str, Any]],
+) -> Path:
+    """Write ``out_dir/report.html`` and its plot ``out_dir/recall_at_5_vs_text_weight.png``.
+
+    ``metrics`` is long format (label, text_weight, metric, value, ci_low, ci_high, n_questions);
+    ``best`` has :data:`BEST_COLUMNS` (``gap_to_best`` is computed when absent; see
+    :func:`best_strategy`). ``context`` carries run_id, corpus_snapshot, qa_set_version, date,
+    ``backends`` (name -> description) and optional ``extra_sections`` and ``data_docs_href``.
+    ``quality`` holds :meth:`QualityResult.as_dict` dicts. Returns the HTML path.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot_metric_vs_weight(metrics, out_dir / PLOT_FILE)
+    best = with_gap_to_best(best)
+    names, rows = metric_matrix(metrics)
+    html = _ENV.get_template("retrieval_report.html").render(
+        title=title,
+        header=_header(context),
+        backends={str(k): str(v) for k, v in (context.get("backends") or {}).items()},
+        best_rows=best.to_dict(orient="records"),
+        primary_title=metric_title(PRIMARY_METRIC),
+        metric_names=names,
+        metric_titles={name: metric_title(name) for name in names},
+        matrix_rows=rows,
+        plot_src=PLOT_FILE,
+        weakest=weakest_label_sentence(best),
+        quality=list(quality),
+        data_docs_href=str(context.get("data_docs_href", DATA_DOCS_INDEX)),
+        extra_sections=_sections(context.get("extra_sections", [])),
+    )
+    path = out_dir / REPORT_FILE
+    path.write_text(html, encoding="utf-8")
+    return path

@@ -1,0 +1,72 @@
+"""Test-session setup shared by every suite.
+
+Environment first (before anything imports Airflow or transformers): offline model hubs, and an
+isolated Airflow home/database per session so no test touches a user's ~/airflow.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from tests.dags._airflow_env import ensure_airflow_env
+
+    ensure_airflow_env()
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    from ragtrail.paths import shared_dir as locate
+
+    path = locate()
+    if path is None:
+        pytest.skip("../shared not present (set RAGTRAIL_SHARED_DIR to run data-backed tests)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def sample_corpus() -> Path:
+    from ragtrail.paths import sample_corpus_dir
+
+    path = sample_corpus_dir()
+    if not path.is_dir():
+        pytest.fail(f"the shipped sample corpus is missing: {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    """The real bundled all-MiniLM-L6-v2, loaded once per session."""
+    from ragtrail.config import load_settings
+    from ragtrail.embed.embedder import load_embedder
+
+    return load_embedder(load_settings(home=Path(tempfile.mkdtemp(prefix="ragtrail-emb-"))))
+
+
+@pytest.fixture
+def make_runtime(tmp_path, embedder):
+    """Build Runtimes on a fresh RAGTRAIL_HOME that reuse the session's embedding model."""
+    from ragtrail.config import load_settings
+    from ragtrail.runtime import Runtime
+
+    made = []
+
+    def factory(home: Path | None = None, **overrides) -> Runtime:
+        rt = Runtime(load_settings(home=home or tmp_path / "home", **overrides))
+        rt.__dict__["embedder"] = embedder
+        made.append(rt)
+        return rt
+
+    yield factory
+    for rt in made:
+        rt.close()

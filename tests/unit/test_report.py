@@ -1,0 +1,159 @@
+"""The retrieval report renders tables, a PNG plot, the quality section, and escapes everything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ragtrail.evaluate.retrieval import best_strategy
+from ragtrail.records import INCLUSIVE
+from ragtrail.report.html import (
+    PLOT_FILE,
+    ReportSection,
+    render_retrieval_report,
+    render_section,
+    weakest_label_sentence,
+)
+
+EVIL = "<script>alert(1)</script>"
+WEIGHTS = (0.0, 0.5, 1.0)
+METRICS = ("recall@1", "recall@5", "recall@10", "mrr", "ndcg@10", "P@5")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def synthetic_metrics(
+    labels: tuple[str, ...] = ("fact_single", "reasoning", INCLUSIVE),
+) -> pd.DataFrame:
+    base = {"fact_single": 0.8, "reasoning": 0.6, INCLUSIVE: 0.7}
+    rows = []
+    for label in labels:
+        for weight in WEIGHTS:
+            for metric in METRICS:
+                # best at w=0.5: fact_single 0.83, reasoning 0.63
+                value = base.get(label, 0.5) + (0.03 if weight == 0.5 else 0.0)
+                rows.append(
+                    {
+                        "label": label,
+                        "text_weight": weight,
+                        "metric": metric,
+                        "value": value,
+                        "ci_low": value - 0.05,
+                        "ci_high": value + 0.05,
+                        "n_questions": 30,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def render(tmp_path: Path, metrics: pd.DataFrame, **overrides) -> str:
+    kwargs = {
+        "title": "Nightly retrieval",
+        "metrics": metrics,
+        "best": best_strategy(metrics),
+        "context": {
+            "run_id": "run-2024-06-01",
+            "corpus_snapshot": "snap-abc",
+            "qa_set_version": "qa-v3",
+            "date": "2024-06-01 02:00 UTC",
+            "backends": {
+                "index backend": "embedded (tantivy + faiss)",
+                "embedding model": "all-MiniLM-L6-v2",
+                "judge": "none (retrieval only)",
+            },
+        },
+        "quality": [
+            {
+                "name": "documents",
+                "success": True,
+                "failures": [],
+                "warnings": ["[warn] expect_column_values_to_not_be_null(title): 1 unexpected"],
+                "statistics": {"evaluated": 11, "successful": 10},
+            },
+            {
+                "name": "chunks",
+                "success": False,
+                "failures": ["[fail] expect_column_values_to_be_unique(chunk_id): 2 unexpected"],
+                "warnings": [],
+                "statistics": {"evaluated": 9, "successful": 8},
+            },
+        ],
+    }
+    kwargs.update(overrides)
+    path = render_retrieval_report(tmp_path, **kwargs)
+    assert path == tmp_path / "report.html"
+    return path.read_text(encoding="utf-8")
+
+
+def test_best_strategy_table_values() -> None:
+    best = best_strategy(synthetic_metrics()).set_index("label")
+    assert list(best.index) == ["fact_single", "reasoning", INCLUSIVE]
+    assert best.loc["reasoning", "dense"] == pytest.approx(0.6)
+    assert best.loc["reasoning", "lexical"] == pytest.approx(0.6)
+    assert best.loc["reasoning", "best_recall"] == pytest.approx(0.63)
+    assert best.loc["reasoning", "best_weight"] == 0.5
+    assert best.loc["fact_single", "gap_to_best"] == pytest.approx(0.0)
+    assert best.loc["reasoning", "gap_to_best"] == pytest.approx(0.2 / 0.83)
+
+
+def test_weakest_label_sentence() -> None:
+    sentence = weakest_label_sentence(best_strategy(synthetic_metrics()))
+    assert sentence == (
+        "reasoning is the weakest label: Recall@5 0.63 vs 0.83 best (24.1% relative gap)"
+    )
+
+
+def test_report_renders_tables_plot_and_quality(tmp_path: Path) -> None:
+    html = render(tmp_path, synthetic_metrics())
+    for text in ("run-2024-06-01", "snap-abc", "qa-v3", "2024-06-01 02:00 UTC"):
+        assert text in html
+    assert "Backends and models" in html
+    assert "none (retrieval only)" in html
+    # best table and metric matrix rows
+    assert html.count('<td class="label">fact_single</td>') == 1 + len(WEIGHTS)
+    assert html.count('<td class="label">reasoning</td>') == 1 + len(WEIGHTS)
+    for title in ("Recall@1", "Recall@5", "Recall@10", "MRR", "nDCG@10", "P@5"):
+        assert f"<th>{title}</th>" in html
+    assert "0.630" in html and "24.1%" in html
+    assert "reasoning is the weakest label" in html
+    # plot
+    assert f'src="{PLOT_FILE}"' in html
+    png = tmp_path / PLOT_FILE
+    assert png.is_file()
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    # quality section
+    assert 'href="data_docs/index.html"' in html
+    assert "passed with warnings" in html and "failed" in html
+    assert "expect_column_values_to_be_unique(chunk_id)" in html
+    assert "<link" not in html and "<script" not in html  # self-contained, no external assets
+
+
+def test_report_escapes_labels_and_title(tmp_path: Path) -> None:
+    metrics = synthetic_metrics(("fact_single", EVIL, INCLUSIVE))
+    html = render(
+        tmp_path,
+        metrics,
+        title=f"Report {EVIL}",
+        quality=[{"name": EVIL, "success": False, "failures": [EVIL], "warnings": []}],
+    )
+    assert EVIL not in html
+    assert "<script" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert (tmp_path / PLOT_FILE).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_extra_sections_are_inserted(tmp_path: Path) -> None:
+    table = render_section("table_section.html", columns=["stage", "n"], rows=[[EVIL, 3]])
+    context = {
+        "run_id": "r",
+        "extra_sections": [
+            ReportSection("Test-set funnel", table),
+            {"title": f"Citations {EVIL}", "html": "<p>ok</p>"},
+        ],
+    }
+    html = render(tmp_path, synthetic_metrics(), context=context)
+    assert "Test-set funnel" in html
+    assert "<th>stage</th>" in html  # trusted section HTML kept
+    assert "<p>ok</p>" in html
+    assert EVIL not in html  # fragment values and section titles still escaped
