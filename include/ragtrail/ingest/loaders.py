@@ -1,0 +1,824 @@
+"""Parse one source file into a :class:`ParsedDocument`, or refuse it with a quarantine reason.
+
+Every refusal is a :class:`QuarantineError` carrying a stable :class:`QuarantineReason` code, so the
+caller can write a :class:`~ragtrail.records.QuarantineRecord` and carry on: a hostile or broken
+file must never crash a nightly run. Any unexpected parser exception is therefore wrapped into
+``CORRUPT`` with the exception type and message.
+
+Checks run in this order: unsupported extension, empty, too large, then format-specific checks
+(binary content and encoding for text formats, structure/encryption for PDF and DOCX), and finally
+"no text after parsing". Duplicate content is detected by the caller, not here.
+"""
+
+from __future__ import annotations
+
+import codecs
+import datetime as dt
+import io
+import re
+import unicodedata
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import PurePosixPath
+from typing import Any
+
+from ragtrail.records import DocFormat, ParsedDocument, QuarantineReason, Section, SourceFile
+
+__all__ = [
+    "FORMAT_BY_EXTENSION",
+    "QuarantineError",
+    "detect_format",
+    "normalise_text",
+    "parse_document",
+    "render_table",
+]
+
+FORMAT_BY_EXTENSION: Mapping[str, DocFormat] = {
+    ".md": DocFormat.MARKDOWN,
+    ".markdown": DocFormat.MARKDOWN,
+    ".txt": DocFormat.TEXT,
+    ".text": DocFormat.TEXT,
+    ".html": DocFormat.HTML,
+    ".htm": DocFormat.HTML,
+    ".pdf": DocFormat.PDF,
+    ".docx": DocFormat.DOCX,
+}
+"""Lower-case file extension -> format. Anything else is ``UNSUPPORTED_TYPE``."""
+
+TEXT_FORMATS = frozenset({DocFormat.MARKDOWN, DocFormat.TEXT, DocFormat.HTML})
+MAX_TITLE_CHARS = 120
+BINARY_SAMPLE_BYTES = 64 * 1024
+MAX_CONTROL_BYTE_SHARE = 0.05
+"""A text file whose sample has more than 5% C0 control bytes (other than tab/newline/CR/FF) is
+treated as binary: real text almost never contains them, binary formats are full of them."""
+MAX_DOCX_XML_BYTES = 256 * 1024 * 1024
+"""Refuse a DOCX whose uncompressed document.xml exceeds this (zip-bomb guard)."""
+
+_BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "PNG image"),
+    (b"GIF87a", "GIF image"),
+    (b"GIF89a", "GIF image"),
+    (b"\xff\xd8\xff", "JPEG image"),
+    (b"%PDF-", "PDF document"),
+    (b"PK\x03\x04", "ZIP archive"),
+    (b"\x7fELF", "ELF executable"),
+    (b"\x1f\x8b", "gzip archive"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "OLE2 (legacy Office) file"),
+)
+_CONTROL_BYTES = bytes(b for b in [*range(0x20), 0x7F] if b not in b"\t\n\r\f")
+_UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+# Characters removed by normalise_text besides C0/C1 controls: zero-width and invisible format
+# characters that split words for the tokenizer and make identical text hash differently.
+_INVISIBLE = "\u00ad\u180e\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+_INVISIBLE += "\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\ufeff"
+_DROP_CHARS = {ord(c): None for c in _INVISIBLE}
+_DROP_CHARS.update({c: None for c in range(0x20) if c not in (0x09, 0x0A)})
+_DROP_CHARS.update({c: None for c in range(0x7F, 0xA0)})
+_DROP_CHARS.update({0x2028: "\n", 0x2029: "\n\n"})
+_HSPACE_RUN = re.compile(r"[^\S\n]+")  # any whitespace except newline (tabs, NBSP, thin spaces…)
+_BLANK_RUNS = re.compile(r"\n{3,}")
+_NON_SPACE_BYTE = re.compile(rb"\S")
+
+
+class QuarantineError(Exception):
+    """A source file was refused; ``reason`` is the stable code, ``detail`` says why in words."""
+
+    def __init__(self, reason: QuarantineReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+# --------------------------------------------------------------------------------------------
+# Public entry points
+# --------------------------------------------------------------------------------------------
+
+
+def detect_format(rel_path: str) -> DocFormat | None:
+    """Format from the file extension (case-insensitive), or None when unsupported."""
+    return FORMAT_BY_EXTENSION.get(PurePosixPath(rel_path).suffix.lower())
+
+
+def parse_document(src: SourceFile, *, max_bytes: int) -> ParsedDocument:
+    """Parse ``src`` into normalised sections, or raise :class:`QuarantineError`.
+
+    Never raises anything else: unexpected parser failures become ``CORRUPT`` so one hostile file
+    cannot abort the run.
+    """
+    fmt = detect_format(src.rel_path)
+    if fmt is None:
+        suffix = PurePosixPath(src.rel_path).suffix or "(no extension)"
+        raise QuarantineError(QuarantineReason.UNSUPPORTED_TYPE, f"unsupported file type {suffix}")
+    _check_size(src, max_bytes)
+    try:
+        parsed = _PARSERS[fmt](src, max_bytes)
+    except QuarantineError:
+        raise
+    except Exception as exc:  # a hostile file must never crash the run
+        raise QuarantineError(
+            QuarantineReason.CORRUPT, f"{fmt.value} parser failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    sections = tuple(s for s in parsed.sections if s.text)
+    if not sections:
+        raise QuarantineError(
+            QuarantineReason.NO_TEXT, parsed.no_text_detail or "no text after parsing"
+        )
+    stem = PurePosixPath(src.rel_path).stem
+    metadata = _json_safe(parsed.metadata)
+    metadata.update({"size_bytes": src.size, "source_format": fmt.value})
+    return ParsedDocument(
+        doc_id=src.rel_path,
+        uri=src.uri,
+        format=fmt,
+        title=_shorten(normalise_text(parsed.title or "")) or stem,
+        sections=sections,
+        metadata=metadata,
+    )
+
+
+def normalise_text(text: str) -> str:
+    """Canonical form of extracted text, so identical content always hashes identically.
+
+    Unicode NFC; CRLF/CR -> LF; zero-width, bidi and control characters removed (tab and newline
+    kept until spacing is collapsed); runs of horizontal whitespace (spaces, tabs, NBSP) -> one
+    space; lines stripped at both ends; 2+ consecutive blank lines -> one blank line; leading and
+    trailing blank lines removed.
+    """
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = text.translate(_DROP_CHARS)
+    lines = (_HSPACE_RUN.sub(" ", line).strip() for line in text.split("\n"))
+    return _BLANK_RUNS.sub("\n\n", "\n".join(lines)).strip("\n")
+
+
+def render_table(rows: Iterable[Iterable[str]]) -> str:
+    """Render table rows as pipe-separated lines ``| a | b |`` (empty rows dropped).
+
+    Cell text is whitespace-collapsed and literal pipes are escaped so the row structure survives.
+    """
+    lines = []
+    for row in rows:
+        cells = [_one_line(c).replace("|", "\\|") for c in row]
+        if any(cells):
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Parsed:
+    """Format parser output before the common post-processing in :func:`parse_document`."""
+
+    title: str | None
+    sections: list[Section]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    no_text_detail: str | None = None
+
+
+class _SectionBuilder:
+    """Accumulates text blocks under a heading path and emits normalised sections in order.
+
+    Heading levels are kept on a stack: a heading of level L closes every open heading of level
+    >= L, which is how both Markdown and HTML/DOCX outlines nest.
+    """
+
+    def __init__(self) -> None:
+        self.sections: list[Section] = []
+        self._stack: list[tuple[int, str]] = []
+        self._blocks: list[str] = []
+
+    @property
+    def headings(self) -> tuple[str, ...]:
+        return tuple(text for _, text in self._stack)
+
+    def heading(self, level: int, text: str) -> None:
+        """Start a new heading of ``level``; flushes the text gathered under the previous one."""
+        text = _one_line(text)
+        self.flush()
+        if not text:
+            return
+        while self._stack and self._stack[-1][0] >= level:
+            self._stack.pop()
+        self._stack.append((level, text))
+
+    def add_text(self, block: str) -> None:
+        """Append a paragraph-like block of text to the current section."""
+        if block.strip():
+            self._blocks.append(block)
+
+    def add_table(self, rendered: str) -> None:
+        """Emit a table as its own section (kind="table") under the current heading path."""
+        self.flush()
+        text = normalise_text(rendered)
+        if text:
+            self.sections.append(Section(text=text, headings=self.headings, kind="table"))
+
+    def flush(self) -> None:
+        """Close the current text section, if it has any text."""
+        text = normalise_text("\n\n".join(self._blocks))
+        self._blocks = []
+        if text:
+            self.sections.append(Section(text=text, headings=self.headings, kind="text"))
+
+    def build(self) -> list[Section]:
+        self.flush()
+        return self.sections
+
+
+def _check_size(src: SourceFile, max_bytes: int) -> None:
+    """EMPTY for zero bytes or whitespace only (a UTF-8 BOM counts as nothing); TOO_LARGE above
+    the limit. The whitespace test stops at the first non-space byte, so it is cheap."""
+    if src.size == 0:
+        raise QuarantineError(QuarantineReason.EMPTY, "file is empty (0 bytes)")
+    start = len(codecs.BOM_UTF8) if src.data.startswith(codecs.BOM_UTF8) else 0
+    if _NON_SPACE_BYTE.search(src.data, start) is None:
+        raise QuarantineError(QuarantineReason.EMPTY, f"file has only whitespace ({src.size} B)")
+    if src.size > max_bytes:
+        raise QuarantineError(
+            QuarantineReason.TOO_LARGE, f"{src.size} bytes exceeds the limit of {max_bytes} bytes"
+        )
+
+
+def _check_binary(data: bytes) -> None:
+    """BINARY_CONTENT for bytes that are clearly not text (magic number, NUL, many controls)."""
+    for magic, kind in _BINARY_MAGIC:
+        if data.startswith(magic):
+            raise QuarantineError(QuarantineReason.BINARY_CONTENT, f"content is a {kind}, not text")
+    if data.startswith(_UTF16_BOMS):
+        raise QuarantineError(
+            QuarantineReason.INVALID_UTF8, "file is UTF-16 encoded; only UTF-8 is accepted"
+        )
+    sample = data[:BINARY_SAMPLE_BYTES]
+    nul = sample.find(b"\x00")
+    if nul >= 0:
+        raise QuarantineError(QuarantineReason.BINARY_CONTENT, f"NUL byte at offset {nul}")
+    controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
+    share = controls / len(sample)
+    if share > MAX_CONTROL_BYTE_SHARE:
+        raise QuarantineError(
+            QuarantineReason.BINARY_CONTENT, f"{share:.0%} of the first bytes are control bytes"
+        )
+
+
+def _decode_utf8(data: bytes) -> str:
+    """Strict UTF-8 decode (a leading BOM is dropped); INVALID_UTF8 names the bad offset."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise QuarantineError(
+            QuarantineReason.INVALID_UTF8,
+            f"not valid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}",
+        ) from None
+
+
+def _decode_text(src: SourceFile) -> str:
+    """Binary check then UTF-8 decode with newlines unified; shared by Markdown and text."""
+    _check_binary(src.data)
+    return _decode_utf8(src.data).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _one_line(text: str) -> str:
+    """Normalised text on a single line (cell contents, headings): every whitespace run -> " "."""
+    return " ".join(normalise_text(text).split())
+
+
+def _shorten(text: str, limit: int = MAX_TITLE_CHARS) -> str:
+    """One line, at most ``limit`` characters, cut at a word boundary with an ellipsis."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut[limit // 2 :]:
+        cut = cut[: cut.rfind(" ")]
+    return cut.rstrip() + "…"
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.split("\n") if line.strip()), "")
+
+
+def _json_safe(value: Any) -> Any:
+    """Convert metadata to JSON-safe types: dates -> ISO strings, sets/tuples -> lists, else str."""
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value, key=str) if isinstance(value, set | frozenset) else value
+        return [_json_safe(v) for v in items]
+    if isinstance(value, dt.date | dt.datetime | dt.time):
+        return value.isoformat()
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Plain text
+# --------------------------------------------------------------------------------------------
+
+
+def _parse_text(src: SourceFile, max_bytes: int) -> _Parsed:
+    """One section; the title is the first non-empty line."""
+    text = normalise_text(_decode_text(src))
+    return _Parsed(title=_first_line(text), sections=[Section(text=text)])
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+# --------------------------------------------------------------------------------------------
+
+_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_TABLE_LINE = re.compile(r"^ {0,3}\|")
+_TABLE_ALIGN_ROW = re.compile(r"^\s*\|?(\s*:?-+:?\s*\|)*\s*:?-+:?\s*\|?\s*$")
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n.*?\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.S)
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+_LIST_OR_QUOTE = re.compile(r"^ {0,3}(?:[-*+>]|\d+[.)])(?:\s|$)")
+
+
+def _parse_markdown(src: SourceFile, max_bytes: int) -> _Parsed:
+    """Front matter -> metadata; ATX/setext headings -> heading paths; pipe tables -> sections."""
+    text = _decode_text(src)
+    metadata, body = _split_front_matter(text)
+    builder = _SectionBuilder()
+    first_h1: str | None = None
+    for kind, level, payload in _markdown_blocks(body):
+        if kind == "heading":
+            builder.heading(level, payload)
+            if level == 1 and first_h1 is None and payload.strip():
+                first_h1 = payload
+        elif kind == "table":
+            builder.add_table(payload)
+        else:
+            builder.add_text(payload)
+    fm_title = metadata.get("title")
+    title = str(fm_title).strip() if fm_title not in (None, "") else first_h1
+    return _Parsed(title=title, sections=builder.build(), metadata=metadata)
+
+
+def _split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """(metadata, body). Malformed YAML front matter is dropped and reported in the metadata
+    rather than quarantining a perfectly readable document."""
+    import frontmatter
+
+    if not text.startswith("---"):
+        return {}, text
+    try:
+        post = frontmatter.loads(text)
+    except Exception as exc:
+        body = _FRONT_MATTER.sub("", text, count=1)
+        return {"front_matter_error": f"{type(exc).__name__}: {exc}".splitlines()[0]}, body
+    metadata = dict(post.metadata) if isinstance(post.metadata, Mapping) else {}
+    return metadata, post.content
+
+
+def _markdown_blocks(body: str) -> Iterator[tuple[str, int, str]]:
+    """Yield ("heading", level, text), ("table", 0, rendered) and ("text", 0, block) in order.
+
+    Lines inside fenced code blocks are always text, so ``# comment`` in a shell snippet is not a
+    heading. Setext headings (a single line underlined with === or ---) are recognised too.
+    """
+    fence: str | None = None
+    para: list[str] = []
+    table: list[str] = []
+
+    def flush_table() -> Iterator[tuple[str, int, str]]:
+        if table:
+            rows = [_split_cells(line) for line in table if not _TABLE_ALIGN_ROW.match(line)]
+            yield ("table", 0, render_table(rows))
+            table.clear()
+
+    def flush_para() -> Iterator[tuple[str, int, str]]:
+        if para:
+            yield ("text", 0, "\n".join(para))
+            para.clear()
+
+    for line in body.split("\n"):
+        if fence is not None:
+            para.append(line)
+            stripped = line.strip()
+            if stripped.startswith(fence) and not stripped.strip(fence[0]):
+                fence = None
+            continue
+        if table and not _TABLE_LINE.match(line):
+            yield from flush_table()
+        if opened := _FENCE.match(line):
+            fence = opened.group(1)
+            para.append(line)
+        elif _TABLE_LINE.match(line):
+            yield from flush_para()
+            table.append(line)
+        elif atx := _ATX.match(line):
+            yield from flush_para()
+            yield ("heading", len(atx.group(1)), atx.group(2) or "")
+        elif (
+            (setext := _SETEXT.match(line))
+            and len(para) == 1  # a one-line paragraph (blank lines flush, fences are 2+ lines)
+            and not _LIST_OR_QUOTE.match(para[0])
+        ):
+            title = para.pop()
+            yield from flush_para()
+            yield ("heading", 1 if setext.group(1)[0] == "=" else 2, title)
+        elif not line.strip():
+            yield from flush_para()
+        else:
+            para.append(line)
+    yield from flush_table()
+    yield from flush_para()
+
+
+def _split_cells(line: str) -> list[str]:
+    """Cells of a Markdown pipe-table row (outer pipes optional, ``\\|`` is a literal pipe)."""
+    line = line.strip()
+    line = line.removeprefix("|")
+    if line.endswith("|") and not line.endswith("\\|"):
+        line = line[:-1]
+    return [cell.strip().replace("\\|", "|") for cell in _CELL_SPLIT.split(line)]
+
+
+# --------------------------------------------------------------------------------------------
+# HTML
+# --------------------------------------------------------------------------------------------
+
+_HTML_DROP = frozenset(
+    {
+        "script",
+        "style",
+        "nav",
+        "header",
+        "footer",
+        "aside",
+        "noscript",
+        "form",
+        "template",
+        "iframe",
+        "svg",
+        "button",
+        "select",
+        "head",
+    }
+)
+_HTML_DROP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search"})
+_HTML_BLOCKS = frozenset(
+    {
+        "p",
+        "div",
+        "section",
+        "article",
+        "main",
+        "blockquote",
+        "pre",
+        "li",
+        "ul",
+        "ol",
+        "dl",
+        "dt",
+        "dd",
+        "figure",
+        "figcaption",
+        "address",
+        "details",
+        "summary",
+        "hr",
+        "br",
+        "caption",
+        "center",
+    }
+)
+_HEADING_TAGS = {f"h{n}": n for n in range(1, 7)}
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+
+
+def _decode_html(data: bytes) -> str:
+    """Decode HTML bytes: BOM first, else a declared ``<meta charset>``, else strict UTF-8."""
+    _check_binary(data)
+    if data.startswith(codecs.BOM_UTF8):
+        return _decode_utf8(data)
+    declared = _META_CHARSET.search(data[:4096])
+    if declared:
+        name = declared.group(1).decode("ascii", "replace")
+        try:
+            codec = codecs.lookup(name).name
+        except LookupError:
+            codec = None
+        if codec and codec != "utf-8":
+            try:
+                return data.decode(codec)
+            except UnicodeDecodeError as exc:
+                raise QuarantineError(
+                    QuarantineReason.INVALID_UTF8,
+                    f"not valid {name} (declared charset) at offset {exc.start}",
+                ) from None
+    return _decode_utf8(data)
+
+
+def _parse_html(src: SourceFile, max_bytes: int) -> _Parsed:
+    """Boilerplate dropped; h1–h6 build heading paths; each data table becomes its own section."""
+    from bs4 import BeautifulSoup, Comment
+
+    text = _decode_html(src.data)
+    soup = BeautifulSoup(text, "lxml")
+    title_tag = soup.find("title")
+    title = title_tag.get_text(" ", strip=True) if title_tag else ""
+    if not title and (h1 := soup.find("h1")):
+        title = h1.get_text(" ", strip=True)
+    for comment in soup.find_all(string=lambda s: isinstance(s, Comment)):
+        comment.extract()
+    root = soup.body or soup
+    builder = _SectionBuilder()
+    _walk_html(root, builder)
+    meta: dict[str, Any] = {}
+    if soup.html is not None and soup.html.get("lang"):
+        meta["language"] = soup.html.get("lang")
+    return _Parsed(title=title or None, sections=builder.build(), metadata=meta)
+
+
+def _is_dropped(tag: Any) -> bool:
+    """Boilerplate or invisible element whose text must not reach the index."""
+    if tag.name in _HTML_DROP:
+        return True
+    attrs = tag.attrs or {}
+    if "hidden" in attrs or str(attrs.get("aria-hidden", "")).lower() == "true":
+        return True
+    return str(attrs.get("role", "")).lower() in _HTML_DROP_ROLES
+
+
+def _walk_html(root: Any, builder: _SectionBuilder) -> None:
+    """Iterative document-order walk (no recursion: hostile nesting cannot blow the stack).
+
+    Inline text accumulates into a paragraph buffer that is flushed at block boundaries; ``<pre>``
+    keeps its line breaks, everything else has whitespace collapsed.
+    """
+    from bs4 import NavigableString, Tag
+    from bs4.element import PreformattedString
+
+    buffer: list[str] = []
+    pre_depth = 0
+
+    def flush() -> None:
+        block = "".join(buffer)
+        buffer.clear()
+        if block.strip() not in ("", "-"):  # "-" alone is an empty list item
+            builder.add_text(block if pre_depth else " ".join(block.split()))
+
+    # Stack items: a node to visit, or a marker string "/pre" / "/block" closing an element.
+    stack: list[Any] = list(reversed(list(root.children)))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str) and not isinstance(node, NavigableString):
+            flush()
+            if node == "/pre":
+                pre_depth -= 1
+            continue
+        if isinstance(node, PreformattedString):  # comments, doctype, processing instructions
+            continue
+        if isinstance(node, NavigableString):
+            buffer.append(str(node))
+            continue
+        if not isinstance(node, Tag) or _is_dropped(node):
+            continue
+        name = node.name
+        if name in _HEADING_TAGS:
+            flush()
+            builder.heading(_HEADING_TAGS[name], node.get_text(" ", strip=True))
+            continue
+        if name == "table" and not _is_layout_table(node):
+            flush()
+            builder.add_table(render_table(_html_table_rows(node)))
+            continue
+        if name == "br":
+            buffer.append("\n" if pre_depth else " ")
+            flush()
+            continue
+        if name == "li":
+            flush()
+            buffer.append("- ")
+        if name in _HTML_BLOCKS or name in ("table", "tr", "td", "th"):
+            flush()
+            if name == "pre":
+                pre_depth += 1
+            stack.append("/pre" if name == "pre" else "/block")
+        stack.extend(reversed(list(node.children)))
+    flush()
+
+
+def _own_rows(table: Any) -> list[Any]:
+    """``<tr>`` elements of this table, not of tables nested inside its cells."""
+    return [tr for tr in table.find_all("tr") if tr.find_parent("table") is table]
+
+
+def _is_layout_table(table: Any) -> bool:
+    """A table with at most one cell per row is page layout, not data: walk it as normal text."""
+    rows = _own_rows(table)
+    return all(len(tr.find_all(["td", "th"], recursive=False)) <= 1 for tr in rows)
+
+
+def _html_table_rows(table: Any) -> list[list[str]]:
+    """Cell texts per row (nested tables flattened into their cell's text)."""
+    return [
+        [cell.get_text(" ", strip=True) for cell in tr.find_all(["td", "th"], recursive=False)]
+        for tr in _own_rows(table)
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# PDF
+# --------------------------------------------------------------------------------------------
+
+_HYPHEN_BREAK = re.compile(r"(\w)-\n(?=[a-z])")
+
+
+def _parse_pdf(src: SourceFile, max_bytes: int) -> _Parsed:
+    """All pages as one text section (headings are not reliably recoverable from PDF).
+
+    A page whose text extraction fails is skipped and counted in ``metadata["pages_failed"]``;
+    only when every page fails is the document CORRUPT.
+    """
+    from pypdf import PdfReader
+
+    data = src.data
+    if b"%PDF-" not in data[:1024]:
+        raise QuarantineError(QuarantineReason.CORRUPT, "not a PDF: missing %PDF- header")
+    if b"%%EOF" not in data[-2048:]:
+        raise QuarantineError(QuarantineReason.CORRUPT, "truncated PDF: missing %%EOF marker")
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        encrypted = reader.is_encrypted
+        if not encrypted:
+            page_list = list(reader.pages)
+    except Exception as exc:
+        raise QuarantineError(
+            QuarantineReason.CORRUPT, f"unreadable PDF: {type(exc).__name__}: {exc}"
+        ) from exc
+    if encrypted:
+        raise QuarantineError(QuarantineReason.ENCRYPTED, "PDF is encrypted")
+    pages: list[str] = []
+    errors: list[str] = []
+    for page in page_list:
+        try:
+            pages.append(_HYPHEN_BREAK.sub(r"\1", normalise_text(page.extract_text() or "")))
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    if page_list and len(errors) == len(page_list):
+        raise QuarantineError(QuarantineReason.CORRUPT, f"no page could be read: {errors[0]}")
+    text = normalise_text("\n\n".join(pages))
+    metadata: dict[str, Any] = {"n_pages": len(page_list)}
+    if errors:
+        metadata["pages_failed"] = len(errors)
+    info_title, author = _pdf_info(reader)
+    if author:
+        metadata["author"] = author
+    return _Parsed(
+        title=info_title or _first_line(text),
+        sections=[Section(text=text)] if text else [],
+        metadata=metadata,
+        no_text_detail=f"no extractable text on {len(page_list)} page(s) (scanned/image-only?)",
+    )
+
+
+def _pdf_info(reader: Any) -> tuple[str, str]:
+    """(title, author) from the document information dictionary; "" when absent or broken."""
+    try:
+        info = reader.metadata
+        if info is None:
+            return "", ""
+        return str(info.title or "").strip(), str(info.author or "").strip()
+    except Exception:
+        return "", ""
+
+
+# --------------------------------------------------------------------------------------------
+# DOCX
+# --------------------------------------------------------------------------------------------
+
+_DOCX_HEADING = re.compile(r"^heading\s*(\d)$", re.I)
+_DOCX_LIST = re.compile(r"^list", re.I)
+
+
+def _check_docx_zip(data: bytes) -> None:
+    """CORRUPT unless the bytes are a zip holding word/document.xml of a sane size."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            info = archive.getinfo("word/document.xml")
+    except zipfile.BadZipFile as exc:
+        raise QuarantineError(QuarantineReason.CORRUPT, f"not a valid DOCX zip: {exc}") from None
+    except KeyError:
+        raise QuarantineError(
+            QuarantineReason.CORRUPT, "zip archive has no word/document.xml (not a DOCX)"
+        ) from None
+    if info.file_size > MAX_DOCX_XML_BYTES:
+        raise QuarantineError(
+            QuarantineReason.TOO_LARGE,
+            f"word/document.xml expands to {info.file_size} bytes (limit {MAX_DOCX_XML_BYTES})",
+        )
+
+
+def _parse_docx(src: SourceFile, max_bytes: int) -> _Parsed:
+    """Heading/Title styles build heading paths; body tables stay in place as table sections."""
+    import docx
+    from docx.table import Table
+
+    _check_docx_zip(src.data)
+    try:
+        document = docx.Document(io.BytesIO(src.data))
+    except Exception as exc:
+        raise QuarantineError(
+            QuarantineReason.CORRUPT, f"unreadable DOCX: {type(exc).__name__}: {exc}"
+        ) from exc
+    builder = _SectionBuilder()
+    first_heading: str | None = None
+    for block in _docx_blocks(document):
+        if isinstance(block, Table):
+            builder.add_table(render_table(_docx_table_rows(block)))
+            continue
+        text = block.text
+        level = _docx_heading_level(block)
+        if level is not None:
+            builder.heading(level, text)
+            if level <= 1 and first_heading is None and text.strip():
+                first_heading = text
+        elif text.strip():
+            style = _style_name(block)
+            builder.add_text(f"- {text}" if _DOCX_LIST.match(style) else text)
+    props = document.core_properties
+    metadata: dict[str, Any] = {}
+    for key in ("author", "created", "modified", "subject", "keywords"):
+        value = getattr(props, key, None)
+        if value:
+            metadata[key] = value
+    title = (props.title or "").strip() or first_heading
+    return _Parsed(title=title, sections=builder.build(), metadata=metadata)
+
+
+def _docx_blocks(document: Any) -> Iterator[Any]:
+    """Paragraphs and tables of the body in document order, including those inside content
+    controls (``w:sdt``), which python-docx's own iterator skips."""
+    from docx.oxml.ns import qn
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
+
+    tag_p, tag_tbl, tag_sdt, tag_content = qn("w:p"), qn("w:tbl"), qn("w:sdt"), qn("w:sdtContent")
+    parent = document._body
+    stack = list(reversed(list(document.element.body.iterchildren())))
+    while stack:
+        element = stack.pop()
+        if element.tag == tag_p:
+            yield Paragraph(element, parent)
+        elif element.tag == tag_tbl:
+            yield Table(element, parent)
+        elif element.tag in (tag_sdt, tag_content):
+            children = [c for c in element.iterchildren() if c.tag in (tag_content, tag_p, tag_tbl)]
+            stack.extend(reversed(children))
+
+
+def _style_name(paragraph: Any) -> str:
+    """Paragraph style name, "" when the style is missing or broken."""
+    try:
+        style = paragraph.style
+    except Exception:
+        return ""
+    return (style.name or "") if style is not None else ""
+
+
+def _docx_heading_level(paragraph: Any) -> int | None:
+    """0 for "Title", N for "Heading N", None for body paragraphs."""
+    name = _style_name(paragraph).strip()
+    if name.lower() == "title":
+        return 0
+    match = _DOCX_HEADING.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _docx_table_rows(table: Any) -> list[list[str]]:
+    """Cell texts per row; horizontally merged cells (repeated by python-docx) appear once."""
+    rows = []
+    for row in table.rows:
+        cells, seen = [], set()
+        for cell in row.cells:
+            if id(cell._tc) in seen:
+                continue
+            seen.add(id(cell._tc))
+            cells.append(cell.text)
+        rows.append(cells)
+    return rows
+
+
+_PARSERS = {
+    DocFormat.TEXT: _parse_text,
+    DocFormat.MARKDOWN: _parse_markdown,
+    DocFormat.HTML: _parse_html,
+    DocFormat.PDF: _parse_pdf,
+    DocFormat.DOCX: _parse_docx,
+}
