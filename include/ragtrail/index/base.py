@@ -40,6 +40,17 @@ class HybridIndex(Protocol):
 
     def count_chunks(self) -> int: ...
 
+    def begin_snapshot(self, snapshot_id: str, *, resume: bool = False) -> str | None:
+        """Direct writes to the snapshot's index (Elasticsearch: a new physical index seeded with
+        the published one; embedded: updated in place). ``resume`` reopens it from another task."""
+
+    def publish(self, keep: int | None = None) -> object:
+        """Make the snapshot the one searches see (Elasticsearch: atomic alias swap)."""
+
+    def docs_to_repair(self) -> frozenset[str]:
+        """Documents left half-written by a crash (present in one modality only, or with different
+        chunks per modality); the pipeline re-upserts them from the metadata DB."""
+
     def search_lexical(self, query: str, k: int) -> list[SearchHit]:
         """BM25 top-k, best first, raw engine scores."""
 

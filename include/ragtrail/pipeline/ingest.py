@@ -16,6 +16,7 @@ process. Every step is idempotent, and the write order makes a killed run recove
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -41,6 +42,7 @@ from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 
 Progress = Callable[[int], None]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ def plan_ingest(
     previous = store.latest_snapshot(corpus)
     known = store.get_documents(corpus)
     snapshot_id = snapshot_id or new_snapshot_id()
-    index_name = getattr(rt.index(corpus), "name", corpus)
+    index = rt.index(corpus)
+    index_name = index.begin_snapshot(snapshot_id) or index.name
     store.start_snapshot(
         snapshot_id,
         corpus,
@@ -255,6 +258,7 @@ def ingest_shard(
         raise ValueError(f"unknown snapshot {snapshot_id!r}: run plan_ingest first")
     known = store.get_documents(corpus)
     index = rt.index(corpus)
+    index.begin_snapshot(snapshot_id, resume=True)
     embedder = rt.cached_embedder
     encoded_before = embedder.encoded
 
@@ -265,6 +269,9 @@ def ingest_shard(
         src = read_source_file(
             snapshot["source_uri"], rel_path, s3_endpoint_url=rt.settings.s3_endpoint_url
         )
+        if src is None:  # deleted since planning: the next ingest records it as removed
+            log.warning("%s vanished since the snapshot was planned; skipped", rel_path)
+            continue
         result = _parse(rt, src)
         if isinstance(result, QuarantineRecord):
             quarantined.append(result)
@@ -339,7 +346,7 @@ def _reconcile_index(rt: Runtime, corpus: str) -> dict[str, int]:
     db_docs = set(rt.store.get_documents(corpus))
     in_index = index.document_ids()
     extra = sorted(in_index - db_docs)
-    missing = sorted(db_docs - in_index)
+    missing = sorted((db_docs - in_index) | (index.docs_to_repair() & db_docs))
     if extra:
         index.delete_documents(extra)
     if missing:
@@ -371,11 +378,15 @@ def finalize_ingest(rt: Runtime, corpus: str, snapshot_id: str) -> IngestSummary
         raise ValueError(f"unknown snapshot {snapshot_id!r}")
     changes = store.get_snapshot_documents(snapshot_id)
     removed = sorted(r["doc_id"] for r in changes if r["change"] == ChangeKind.REMOVED.value)
-    if removed:
-        rt.index(corpus).delete_documents(removed)
-        rt.index(corpus).commit()
-        store.delete_documents(corpus, removed)
-    _reconcile_index(rt, corpus)
+    if snapshot["status"] != "complete":  # a retried finalize after success changes nothing
+        index = rt.index(corpus)
+        index.begin_snapshot(snapshot_id, resume=True)
+        if removed:
+            index.delete_documents(removed)
+            index.commit()
+            store.delete_documents(corpus, removed)
+        _reconcile_index(rt, corpus)
+        index.publish()
 
     by_change = Counter(r["change"] for r in changes)
     quarantined = store.list_quarantine(corpus, snapshot_id)

@@ -8,8 +8,9 @@ instead, the URL comes from ``sqlalchemy.url`` in the ini file or else from ragt
 from __future__ import annotations
 
 from alembic import context
-from ragtrail.storage.tables import metadata
 from sqlalchemy import Connection
+
+from ragtrail.storage.tables import metadata
 
 config = context.config
 target_metadata = metadata

@@ -1,0 +1,61 @@
+"""Shared helpers for benchmarks: timing, percentiles, shared-data lookup, BENCHMARKS.md updates."""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from ragtrail.paths import REPO_ROOT, shared_dir
+
+BENCH_FILE = REPO_ROOT / "BENCHMARKS.md"
+
+
+class SkipBenchmark(Exception):
+    """Raised when a benchmark's input data is absent (e.g. ../shared is not mounted)."""
+
+
+def require_shared(*parts: str) -> Path:
+    root = shared_dir()
+    path = root.joinpath(*parts) if root else None
+    if path is None or not path.exists():
+        raise SkipBenchmark(f"shared data not found: {'/'.join(parts)} (set RAGTRAIL_SHARED_DIR)")
+    return path
+
+
+@contextmanager
+def timer() -> Iterator[Callable[[], float]]:
+    start = time.perf_counter()
+    elapsed: list[float] = []
+    yield lambda: elapsed[0] if elapsed else time.perf_counter() - start
+    elapsed.append(time.perf_counter() - start)
+
+
+def percentiles_ms(samples: list[float]) -> tuple[float, float]:
+    arr = np.asarray(samples) * 1000.0
+    return float(np.percentile(arr, 50)), float(np.percentile(arr, 95))
+
+
+def machine_line() -> str:
+    import os
+
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def write_section(name: str, markdown: str) -> None:
+    """Replace the section between `<!-- bench:name -->` markers in BENCHMARKS.md (or append it)."""
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = f"{start}\n{markdown.strip()}\n{end}"
+    text = BENCH_FILE.read_text() if BENCH_FILE.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    text = (
+        pattern.sub(lambda _: block, text)
+        if pattern.search(text)
+        else f"{text.rstrip()}\n\n{block}\n"
+    )
+    BENCH_FILE.write_text(text)

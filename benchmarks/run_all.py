@@ -1,0 +1,27 @@
+"""Run every benchmark and rewrite its section of BENCHMARKS.md (`make bench`)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from benchmarks._common import SkipBenchmark, write_section
+
+BENCHMARKS = ["bench_ingest", "bench_retrieval"]
+
+
+def main(names: list[str]) -> int:
+    for name in names or BENCHMARKS:
+        module = importlib.import_module(f"benchmarks.{name}")
+        try:
+            section = module.run()
+        except SkipBenchmark as skip:
+            print(f"skipped {name}: {skip}")
+            continue
+        print(section)
+        write_section(name.removeprefix("bench_"), section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
