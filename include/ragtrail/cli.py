@@ -33,12 +33,26 @@ def _emit(data: Any) -> None:
 
 
 @contextmanager
-def _runtime() -> Iterator[Runtime]:
-    rt = Runtime()
+def _user_errors() -> Iterator[None]:
+    """Errors caused by input (files, names, parameters) end in one clear line and exit code 2."""
+    from ragtrail.embed.embedder import ModelLoadError
+    from ragtrail.ingest.sources import SourceError
+
     try:
-        yield rt
-    finally:
-        rt.close()
+        yield
+    except (ValueError, FileNotFoundError, SourceError, ModelLoadError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+
+
+@contextmanager
+def _runtime() -> Iterator[Runtime]:
+    with _user_errors():
+        rt = Runtime()
+        try:
+            yield rt
+        finally:
+            rt.close()
 
 
 def _progress_factory(progress: Progress, label: str) -> Callable[[int], Callable[[int], None]]:
@@ -126,7 +140,8 @@ def eval_trec(
     from ragtrail.evaluate.trec import read_qrels, read_run
 
     names = ["recall@5", "recall@10", "mrr", "ndcg@10", "P@5", "map"]
-    scores = aggregate(evaluate(read_qrels(qrels), read_run(run), names))
+    with _user_errors():
+        scores = aggregate(evaluate(read_qrels(qrels), read_run(run), names))
     if as_json:
         _emit(scores)
     else:

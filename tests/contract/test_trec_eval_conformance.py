@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from ragtrail.evaluate.metrics import aggregate, evaluate, parse_metric, rank_documents
 from ragtrail.evaluate.trec import read_qrels, read_run
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from ragtrail.storage.artifacts import (
     ArtifactStore,
     LocalArtifactStore,

@@ -15,6 +15,9 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, create_engine, inspect, select
+from sqlalchemy.engine import make_url
+
 from ragtrail.records import QuarantineReason, QuarantineRecord
 from ragtrail.storage import tables
 from ragtrail.storage.db import (
@@ -27,8 +30,6 @@ from ragtrail.storage.db import (
     utcnow,
 )
 from ragtrail.storage.metadata_store import MetadataStore, SqlMetadataStore
-from sqlalchemy import Engine, create_engine, inspect, select
-from sqlalchemy.engine import make_url
 
 PG_SKIP = "PostgreSQL not configured: set RAGTRAIL_TEST_PG_URL (make test starts one)"
 CORPUS = "handbook"

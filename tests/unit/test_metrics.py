@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from ragtrail.evaluate.metrics import (
     REGISTRY,
     MetricRegistry,

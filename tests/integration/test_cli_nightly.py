@@ -1,0 +1,102 @@
+"""The README's main job and the evaluation commands, run as a user would (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import create_engine, text
+
+CLI = [sys.executable, "-m", "ragtrail.cli"]
+
+
+def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], env=env, check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    return {**os.environ, "RAGTRAIL_HOME": str(tmp_path / "home")}
+
+
+def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
+    out = tmp_path / "out"
+    result = json.loads(run(["nightly", "--out", str(out), "--json"], env).stdout)
+
+    report = out / result["run_id"] / "report.html"
+    assert report.is_file()
+    html = report.read_text()
+    for label in ("fact_single", "summary", "reasoning", "unanswerable", "inclusive"):
+        assert label in html
+    assert "all-MiniLM-L6-v2" in html and "embedded" in html  # backends are named
+    assert (report.parent / "recall_at_5_vs_text_weight.png").read_bytes()[:4] == b"\x89PNG"
+    assert (report.parent / "data_docs" / "index.html").is_file()
+    assert result["corpus_quality"]["success"] is True
+    assert result["report"]["success"] is True
+
+    metrics = json.loads((report.parent / "metrics.json").read_text())
+    weights = sorted({m["text_weight"] for m in metrics["metrics"]})
+    assert weights == [0.0, 0.05, 0.1, 0.2, 0.5, 1.0]
+    assert {m["metric"] for m in metrics["metrics"]} == {
+        "recall@1",
+        "recall@5",
+        "recall@10",
+        "mrr",
+        "ndcg@10",
+        "P@5",
+    }
+    assert all(0.0 <= m["value"] <= 1.0 for m in metrics["metrics"])
+    best = {row["label"]: row for row in result["evaluation"]["best"]}
+    assert set(best) == {"fact_single", "summary", "reasoning", "unanswerable", "inclusive"}
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'home' / 'ragtrail.db'}")
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT count(*), count(DISTINCT label) FROM metrics_history WHERE run_id = :r"),
+            {"r": result["run_id"]},
+        ).one()
+    engine.dispose()
+    assert rows == (5 * 6 * 6, 5)  # labels x weights x metrics
+
+    # A second night on the unchanged corpus re-embeds nothing and keeps the history per run.
+    again = json.loads(run(["nightly", "--json"], env).stdout)
+    assert again["ingest"]["unchanged"] == result["ingest"]["added"]
+    assert again["ingest"]["embedded"] == 0
+
+
+def test_eval_trec_matches_trec_eval(shared_dir, env):
+    fixture = shared_dir / "reference" / "trec_eval"
+    scores = json.loads(
+        run(
+            ["eval", "trec", str(fixture / "qrels.test"), str(fixture / "results.test"), "--json"],
+            env,
+        ).stdout
+    )
+    expected = {}
+    for line in (fixture / "out.test.a").read_text().splitlines():
+        name, qid, value = line.split()
+        if qid == "all":
+            expected[name] = value
+    assert f"{scores['recall@5']:.4f}" == expected["recall_5"]
+    assert f"{scores['recall@10']:.4f}" == expected["recall_10"]
+    assert f"{scores['ndcg@10']:.4f}" == expected["ndcg_cut_10"]
+    assert f"{scores['P@5']:.4f}" == expected["P_5"]
+    assert f"{scores['map']:.4f}" == expected["map"]
+    assert f"{scores['mrr']:.4f}" == expected["recip_rank"]
+
+
+def test_eval_retrieval_rejects_a_bad_qa_set_clearly(env, tmp_path, sample_corpus):
+    run(["ingest", str(sample_corpus), "--corpus", "hb", "--json"], env)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"qid": "1", "question": "x?", "label": "trivia", "ground_doc_ids": ["a"]}\n')
+    proc = subprocess.run(
+        [*CLI, "eval", "retrieval", "--corpus", "hb", "--qa-set", str(bad), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0
+    assert "trivia" in proc.stderr
