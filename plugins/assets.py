@@ -1,0 +1,67 @@
+"""The single source of ragtrail's Airflow Asset objects.
+
+Every DAG imports its assets from here, so producer and consumer always agree on the same
+name and URI. Names and URIs are part of the scheduling contract stored in the Airflow metadata
+DB: renaming one orphans the queued events of the old one, so keep them stable.
+
+The ``ragtrail://`` scheme is a custom one: Airflow 3 accepts any scheme except the reserved
+``airflow`` and only normalises schemes that a provider registers, so these URIs are stored
+verbatim. They name logical datasets; the concrete artifacts (manifests, metrics, reports)
+travel as asset-event extras (see the ``Metadata`` yielded by the producing tasks).
+
+Extras carried by each asset's events (all JSON values):
+
+- ``CORPUS_ASSET``: ``corpus``, ``snapshot_id``, ``manifest_uri`` and the ingest counts
+  (``added``, ``updated``, ``unchanged``, ``removed``, ``quarantined``, ``chunks``).
+- ``TESTSET_ASSET``: ``corpus``, ``snapshot_id``, ``qa_set`` (URI) and ``qa_set_version``.
+- ``RETRIEVAL_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``metrics_uri``,
+  ``report_uri``, ``qa_set_version``.
+- ``DRIFT_ASSET``: ``run_id``, ``metric``, ``baseline``, ``current`` and ``decision``.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Asset
+
+ASSET_GROUP = "ragtrail"
+
+CORPUS_ASSET = Asset(
+    name="ragtrail_corpus",
+    uri="ragtrail://corpus/default",
+    group=ASSET_GROUP,
+    extra={"description": "documents and chunks of an ingested corpus snapshot"},
+)
+TESTSET_ASSET = Asset(
+    name="ragtrail_testset",
+    uri="ragtrail://testset/default",
+    group=ASSET_GROUP,
+    extra={"description": "generated, labelled and critiqued QA test set"},
+)
+RETRIEVAL_METRICS_ASSET = Asset(
+    name="ragtrail_retrieval_metrics",
+    uri="ragtrail://metrics/retrieval",
+    group=ASSET_GROUP,
+    extra={"description": "Recall@k per question label x text_weight, with the HTML report"},
+)
+DRIFT_ASSET = Asset(
+    name="ragtrail_drift",
+    uri="ragtrail://drift/default",
+    group=ASSET_GROUP,
+    extra={"description": "a metric drift decision that asks for retraining"},
+)
+
+ALL_ASSETS: tuple[Asset, ...] = (
+    CORPUS_ASSET,
+    TESTSET_ASSET,
+    RETRIEVAL_METRICS_ASSET,
+    DRIFT_ASSET,
+)
+
+__all__ = [
+    "ALL_ASSETS",
+    "ASSET_GROUP",
+    "CORPUS_ASSET",
+    "DRIFT_ASSET",
+    "RETRIEVAL_METRICS_ASSET",
+    "TESTSET_ASSET",
+]
