@@ -166,3 +166,64 @@ class QAItem:
     answer: str = ""
     ground_doc_ids: tuple[str, ...] = ()
     ground_chunk_ids: tuple[str, ...] = ()
+
+
+STATEMENT_KINDS: dict[str, str] = {
+    "fact": "fact_single",
+    "summary": "summary",
+    "conclusion": "reasoning",
+    "foreign": "unanswerable",
+}
+"""Statement kind -> the label a question written from it is requested to have (METHODS §2)."""
+
+
+class CandidateStatus(StrEnum):
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    FAILED = "failed"
+    RETIRED = "retired"
+
+
+@dataclass(frozen=True)
+class Context:
+    """A chunk offered to the generator as ground context, with its lineage."""
+
+    corpus: str
+    snapshot_id: str
+    doc_id: str
+    doc_content_hash: str
+    chunk_id: str
+    chunk_hash: str
+    text: str
+    headings: tuple[str, ...] = ()
+
+
+@dataclass
+class QACandidate:
+    """One generated (context, question, answer) on its way through the acceptance funnel.
+
+    Mutable on purpose: each stage (labelling, critiques, dedup, quotas) fills its fields; the final
+    status is always one of accepted / rejected (with ``reject_reason``) / failed (with
+    ``failure_cause`` and the raw model output) — nothing is dropped silently.
+    ``candidate_id`` is a content address of the inputs that determine it, so a rerun with the same
+    seed and cache regenerates the same ids.
+    """
+
+    candidate_id: str
+    context: Context
+    statement_kind: str  # fact | summary | conclusion | foreign | baseline
+    requested_label: str
+    theme: str = ""
+    statement: str = ""
+    question: str = ""
+    answer: str = ""
+    source_chunk_id: str | None = None  # unanswerable: the chunk the question was written from
+    observed_label: str | None = None
+    label_reason: str = ""
+    critiques: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> rating, evaluation
+    status: CandidateStatus = CandidateStatus.PENDING
+    reject_reason: str | None = None
+    failure_cause: str | None = None
+    raw_outputs: list[str] = field(default_factory=list)
+    generator: dict[str, Any] = field(default_factory=dict)  # backend, model, prompt versions, seed
