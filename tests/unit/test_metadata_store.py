@@ -31,6 +31,7 @@ from ragtrail.storage.db import (
 )
 from ragtrail.storage.metadata_store import MetadataStore, SqlMetadataStore
 
+HEAD = head_revisions()[0]
 PG_SKIP = "PostgreSQL not configured: set RAGTRAIL_TEST_PG_URL (make test starts one)"
 CORPUS = "handbook"
 
@@ -132,7 +133,7 @@ def _metric(metric: str, label: str, value: float, text_weight: float | None = 0
 def test_upgrade_from_empty_reaches_head(engine: Engine) -> None:
     assert current_revision(engine) is None
     upgrade(engine)
-    assert current_revision(engine) == head_revisions()[0] == "0001"
+    assert current_revision(engine) == HEAD
     assert set(tables.metadata.tables) <= set(inspect(engine).get_table_names())
 
 
@@ -142,11 +143,11 @@ def test_upgrade_twice_is_a_noop(engine: Engine, db_url: str) -> None:
     store.ensure_corpus(CORPUS)
     upgrade(engine)
     upgrade(db_url)  # by URL too: opens and disposes its own engine
-    assert current_revision(engine) == "0001"
+    assert current_revision(engine) == HEAD
     with engine.connect() as conn:
         versions = conn.exec_driver_sql("SELECT version_num FROM alembic_version").fetchall()
         corpora = conn.execute(select(tables.corpora.c.name)).scalars().all()
-    assert versions == [("0001",)]
+    assert versions == [(HEAD,)]
     assert corpora == [CORPUS]
 
 
@@ -180,7 +181,7 @@ def test_downgrade_to_base_and_back(engine: Engine) -> None:
     assert set(inspect(engine).get_table_names()) == {"alembic_version"}
     assert current_revision(engine) is None
     upgrade(engine)
-    assert current_revision(engine) == "0001"
+    assert current_revision(engine) == HEAD
 
 
 def test_concurrent_upgrades_all_succeed(db_url: str) -> None:
@@ -200,7 +201,7 @@ def test_concurrent_upgrades_all_succeed(db_url: str) -> None:
     assert errors == []
     eng = make_engine(db_url)
     try:
-        assert current_revision(eng) == "0001"
+        assert current_revision(eng) == HEAD
     finally:
         eng.dispose()
 
@@ -212,7 +213,7 @@ def test_failed_migration_transaction_rolls_back_ddl(engine: Engine) -> None:
         conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'zzzz'")
         raise RuntimeError("boom")
     assert "probe_rollback" not in inspect(engine).get_table_names()
-    assert current_revision(engine) == "0001"
+    assert current_revision(engine) == HEAD
     if engine.dialect.name == "sqlite":  # the migration connection restored its settings
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
@@ -226,7 +227,7 @@ def test_alembic_command_line_path(tmp_path: Path) -> None:
     command.upgrade(cfg, "head")
     eng = make_engine(url)
     try:
-        assert current_revision(eng) == "0001"
+        assert current_revision(eng) == HEAD
     finally:
         eng.dispose()
 
@@ -260,7 +261,7 @@ def test_store_satisfies_protocol(store: SqlMetadataStore) -> None:
 def test_from_url_migrates(db_url: str) -> None:
     store = SqlMetadataStore.from_url(db_url)
     try:
-        assert current_revision(store.engine) == "0001"
+        assert current_revision(store.engine) == HEAD
         store.ensure_corpus(CORPUS)
     finally:
         store.engine.dispose()

@@ -323,3 +323,162 @@ def quarantine_suite() -> gx.ExpectationSuite:
         ),
     ]
     return _suite(QUARANTINE_SUITE, "files refused at ingestion", expectations)
+
+
+# ------------------------------------------------------------------------------------------------
+# test sets
+# ------------------------------------------------------------------------------------------------
+
+TESTSET_SUITE: Final = "testset"
+TESTSET_BALANCE_SUITE: Final = "testset_balance"
+TESTSET_COLUMNS: Final = (
+    "qid",
+    "question",
+    "label",
+    "answer",
+    "candidate_id",
+    "corpus",
+    "snapshot_id",
+    "doc_id",
+    "doc_content_hash",
+    "chunk_id",
+    "chunk_hash",
+    "statement_kind",
+    "requested_label",
+    "generator",
+    "critiques",
+)
+LINEAGE_COLUMNS: Final = TESTSET_COLUMNS[4:13]
+CONTEXT_REFERENCE = (
+    r"\b(?:the|this|that|given|above|provided)\s+(?:context|passage|document|text|excerpt|"
+    r"article|paragraph)s?\b|\baccording to\b|\bmentioned (?:above|in)\b"
+)
+"""Questions that lean on an unseen context cannot be asked of a search system."""
+
+
+def _question_key(question: str) -> str:
+    return " ".join("".join(ch for ch in question.lower() if ch.isalnum() or ch.isspace()).split())
+
+
+def prepare_testset(items: pd.DataFrame, n_critiques: int) -> pd.DataFrame:
+    """Add the derived columns the test-set suite checks.
+
+    ``question_key`` (normalised question, must be unique), ``mentions_context``,
+    ``answer_ok`` (answerable labels need a non-empty answer), ``critiques_complete`` (every
+    critique has a rating) and flat lineage columns from the ground ids.
+    """
+    import json
+
+    out = items.copy()
+    out["doc_id"] = out["ground_doc_ids"].map(lambda ids: ids[0] if len(ids) else None)
+    out["chunk_id"] = out["ground_chunk_ids"].map(lambda ids: ids[0] if len(ids) else None)
+    out["question_key"] = out["question"].map(_question_key)
+    out["mentions_context"] = out["question"].str.contains(
+        CONTEXT_REFERENCE, case=False, regex=True
+    )
+    out["answer_ok"] = (out["label"] == "unanswerable") | (out["answer"].str.strip().str.len() > 0)
+
+    def complete(raw: str) -> bool:
+        scores = json.loads(raw) if isinstance(raw, str) else raw
+        rated = [v for v in (scores or {}).values() if isinstance(v.get("rating"), int)]
+        return len(rated) == n_critiques
+
+    out["critiques_complete"] = out["critiques"].map(complete)
+    return out
+
+
+def testset_suite() -> gx.ExpectationSuite:
+    """Suite over the items of one test-set version (validate :func:`prepare_testset` output).
+
+    fail: columns present; unique qids and questions; known labels; no question that refers to
+    "the context/passage/document"; answerable items have answers; complete lineage (snapshot,
+    document + content hash, chunk + hash, generator); every critique rated.
+    """
+    from ragtrail.records import LABELS
+
+    lineage = [
+        gxe.ExpectColumnValuesToNotBeNull(
+            column=col, meta=policy(FAIL, "every item traces back to the text it was made from")
+        )
+        for col in LINEAGE_COLUMNS
+    ]
+    expectations: list[gxe.Expectation] = [
+        _columns_present(TESTSET_COLUMNS),
+        gxe.ExpectColumnValuesToBeUnique(column="qid", meta=policy(FAIL, "qids key the results")),
+        gxe.ExpectColumnValuesToBeUnique(
+            column="question_key", meta=policy(FAIL, "duplicate questions double-count a context")
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="label",
+            value_set=list(LABELS),
+            meta=policy(FAIL, "the label taxonomy is closed"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="mentions_context",
+            value_set=[False],
+            meta=policy(
+                FAIL, "a user never sees 'the passage'; such questions are not stand-alone"
+            ),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="answer_ok",
+            value_set=[True],
+            meta=policy(FAIL, "an answerable question without an answer cannot be graded"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="critiques_complete",
+            value_set=[True],
+            meta=policy(FAIL, "acceptance was decided on all critique scores"),
+        ),
+        *lineage,
+    ]
+    return _suite(TESTSET_SUITE, "the items of one test-set version", expectations)
+
+
+def testset_balance_suite(tolerance: float) -> gx.ExpectationSuite:
+    """Suite over per-label counts (columns label, achieved, target, share, target_share).
+
+    warn: each label's share is within ``tolerance`` of its target share, and each target is met.
+    Warn, not fail: a small or homogeneous corpus can legitimately run out of contexts that support
+    summary or reasoning questions (METHODS §2); the report shows achieved vs target.
+    """
+    expectations: list[gxe.Expectation] = [
+        _columns_present(
+            ("label", "achieved", "target", "share", "target_share", "deviation", "shortfall")
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="deviation",
+            min_value=0.0,
+            max_value=tolerance,
+            meta=policy(WARN, "label balance is the point of the generator"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="shortfall",
+            min_value=0,
+            max_value=0,
+            meta=policy(WARN, "quota not met: candidate pool exhausted"),
+        ),
+    ]
+    return _suite(TESTSET_BALANCE_SUITE, "label shares vs quotas", expectations)
+
+
+def balance_frame(achieved: dict[str, int], targets: dict[str, int]) -> pd.DataFrame:
+    """Per-label achieved vs target counts and shares, for :func:`testset_balance_suite`."""
+    total = sum(achieved.values()) or 1
+    total_target = sum(targets.values()) or 1
+    rows = []
+    for label, target in targets.items():
+        got = achieved.get(label, 0)
+        share, target_share = got / total, target / total_target
+        rows.append(
+            {
+                "label": label,
+                "achieved": got,
+                "target": target,
+                "share": share,
+                "target_share": target_share,
+                "deviation": abs(share - target_share),
+                "shortfall": max(0, target - got),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -193,3 +193,69 @@ llm_usage = Table(
     Column("cost_usd", Float, nullable=True),
     UniqueConstraint("run_id", "stage", "backend", "model_id", name="uq_llm_usage_key"),
 )
+
+# -- generated test sets (testset/) -------------------------------------------------------------
+
+qa_candidates = Table(
+    "qa_candidates",
+    metadata,
+    Column("candidate_id", String(64), primary_key=True),
+    Column("corpus", String(128), nullable=False),
+    Column("snapshot_id", String(64), nullable=False),  # the snapshot it was generated in
+    Column("doc_id", String(512), nullable=False),
+    Column("doc_content_hash", String(64), nullable=False),
+    Column("chunk_id", String(600), nullable=False),
+    Column("chunk_hash", String(64), nullable=False),
+    Column(
+        "context_text", Text, nullable=False
+    ),  # the ground chunk's text: lineage is self-contained
+    Column("context_headings", JSON, nullable=False),
+    Column("statement_kind", String(32), nullable=False),
+    Column("requested_label", String(32), nullable=False),
+    Column("theme", Text, nullable=False),
+    Column("statement", Text, nullable=False),
+    Column("question", Text, nullable=False),
+    Column("answer", Text, nullable=False),
+    Column("source_chunk_id", String(600), nullable=True),  # unanswerable: written from this chunk
+    Column("source_doc_id", String(512), nullable=True),  # ... of this document
+    Column("observed_label", String(32), nullable=True),
+    Column("label_reason", Text, nullable=False),
+    Column("critiques", JSON, nullable=False),
+    Column("status", String(16), nullable=False),  # CandidateStatus
+    Column("reject_reason", Text, nullable=True),
+    Column("failure_cause", Text, nullable=True),
+    Column("raw_outputs", JSON, nullable=False),
+    Column("generator", JSON, nullable=False),
+    Column("run_id", String(128), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("retired_at", DateTime(timezone=True), nullable=True),
+    Column("retired_reason", Text, nullable=True),
+    Column("retired_snapshot_id", String(64), nullable=True),
+    Index("ix_qa_candidates_corpus_status", "corpus", "status"),
+    Index("ix_qa_candidates_corpus_doc", "corpus", "doc_id"),
+)
+
+qa_sets = Table(
+    "qa_sets",
+    metadata,
+    Column("version", String(64), primary_key=True),  # "ts-" + content hash; immutable
+    Column("corpus", String(128), nullable=False, index=True),
+    Column("snapshot_id", String(64), nullable=False),
+    Column("parent_version", String(64), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("run_id", String(128), nullable=False),
+    Column("seed", BigInteger, nullable=False),
+    Column("params", JSON, nullable=False),
+    Column("counts", JSON, nullable=False),  # accepted per label, targets
+    Column("n_items", Integer, nullable=False),
+    Column("artifact_uri", Text, nullable=True),
+)
+
+qa_set_items = Table(
+    "qa_set_items",
+    metadata,
+    Column("version", String(64), ForeignKey("qa_sets.version"), primary_key=True),
+    Column("candidate_id", String(64), ForeignKey("qa_candidates.candidate_id"), primary_key=True),
+    Column("qid", String(64), nullable=False),  # stable question id: "q-" + candidate_id[:16]
+    Column("position", Integer, nullable=False),
+)
