@@ -7,7 +7,7 @@ import sys
 
 from benchmarks._common import SkipBenchmark, write_section
 
-BENCHMARKS = ["bench_ingest", "bench_retrieval"]
+BENCHMARKS = ["bench_ingest", "bench_retrieval", "llm_throughput"]
 
 
 def main(names: list[str]) -> int:

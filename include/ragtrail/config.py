@@ -49,6 +49,33 @@ class RetrievalEvalSettings(BaseModel):
         return tuple(sorted(set(v)))
 
 
+class GenerationSettings(BaseModel):
+    """Test-set generation (METHODS §2-§3). Defaults keep the nightly on 2 CPU cores with the
+    135M local model under 10 minutes; raise ``per_label`` and the pool sizes for real test sets."""
+
+    llm: str = Field(
+        "builtin:smollm2-135m-instruct",
+        description="'builtin:smollm2-135m-instruct', 'hf:<id or path>', 'openai:<model>@<base_url>' "
+        "or 'vllm:<model>'",
+    )
+    llm_batch_size: int = Field(8, ge=1)
+    max_attempts: int = Field(2, ge=1, le=5)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    per_label: int = Field(3, ge=1, description="target accepted items per label")
+    max_per_document: int = Field(2, ge=1, description="accepted items per document, all labels")
+    contexts_per_round: int = Field(6, ge=1)
+    max_rounds: int = Field(3, ge=1)
+    min_context_tokens: int = Field(60, ge=1)
+    baseline_contexts: int = Field(6, ge=0, description="contexts for the single-prompt baseline")
+    critique_thresholds: dict[str, int] = Field(default_factory=dict)
+    dedup_cosine: float = Field(0.92, gt=0.0, le=1.0)
+    dedup_jaccard: float = Field(0.7, gt=0.0, le=1.0)
+    balance_tolerance: float = Field(0.15, ge=0.0, le=1.0)
+    price_per_1k_tokens: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="model id -> (prompt, completion) USD per 1k tokens"
+    )
+
+
 class Settings(BaseSettings):
     """Settings for one ragtrail installation. Build with :func:`load_settings`."""
 
@@ -77,11 +104,15 @@ class Settings(BaseSettings):
         description="'builtin:all-MiniLM-L6-v2' (bundled), a local path, an HF id or an s3:// URI",
     )
     embedding_batch_size: int = 64
+    model_cache_dir: Path | None = Field(
+        None, description="downloaded/converted models; default $RAGTRAIL_HOME/models"
+    )
     device: str = "cpu"
 
     max_file_bytes: int = Field(20 * 1024 * 1024, ge=1)
     chunking: ChunkingSettings = ChunkingSettings()
     retrieval: RetrievalEvalSettings = RetrievalEvalSettings()
+    generation: GenerationSettings = GenerationSettings()
     seed: int = 13
 
     @property
@@ -91,6 +122,10 @@ class Settings(BaseSettings):
     @property
     def resolved_artifact_uri(self) -> str:
         return self.artifact_uri or str(self.home / "artifacts")
+
+    @property
+    def resolved_model_cache_dir(self) -> Path:
+        return self.model_cache_dir or self.home / "models"
 
     @cached_property
     def index_dir(self) -> Path:

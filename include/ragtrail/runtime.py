@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from ragtrail.embed.embedder import CachedEmbedder, Embedder
     from ragtrail.index.base import HybridIndex
+    from ragtrail.llm import LLMClient
     from ragtrail.storage.artifacts import ArtifactStore
     from ragtrail.storage.metadata_store import SqlMetadataStore
 
@@ -61,6 +62,27 @@ class Runtime:
 
         return CachedEmbedder(self.embedder, self.store)
 
+    @cached_property
+    def llm_client(self) -> LLMClient:
+        """The generation/judging LLM with the shared content-addressed cache and usage meter."""
+        from ragtrail.llm import LLMClient, SqlLLMCache, UsageMeter, load_llm_backend
+
+        gen = self.settings.generation
+        kwargs: dict[str, object] = {}
+        if gen.llm.startswith(("builtin:", "hf:")):
+            kwargs = {
+                "batch_size": gen.llm_batch_size,
+                "cache_dir": self.settings.resolved_model_cache_dir,
+                "s3_endpoint_url": self.settings.s3_endpoint_url,
+            }
+        backend = load_llm_backend(gen.llm, **kwargs)
+        return LLMClient(
+            backend,
+            SqlLLMCache(self.engine),
+            max_attempts=gen.max_attempts,
+            usage=UsageMeter(prices=gen.price_per_1k_tokens),
+        )
+
     def index(self, corpus: str) -> HybridIndex:
         """The hybrid index of ``corpus``, opened once per process."""
         if corpus not in self._indices:
@@ -77,6 +99,7 @@ class Runtime:
             "embedding model": s.embedding_model,
             "metadata database": self.engine.dialect.name,
             "artifact store": "s3" if s.resolved_artifact_uri.startswith("s3://") else "local",
+            "llm": s.generation.llm,
         }
 
     def close(self) -> None:

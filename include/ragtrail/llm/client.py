@@ -1,0 +1,349 @@
+"""Run a typed prompt over many inputs: cache, batch, parse, retry, and account for every call.
+
+:meth:`LLMClient.run` renders each input, serves what it can from the cache, sends the misses to
+the backend as one batch, and parses each completion into the prompt's output model. An output
+that cannot be used (backend error, refusal, unparsable or invalid JSON) is retried up to
+``max_attempts`` times in total; each retry changes the seed deterministically (``seed + attempt``)
+and appends the unusable reply plus a short corrective message naming the problem (a reply cut
+off by the token limit is also retried with a doubled ``max_new_tokens``). Retries are
+cached like first attempts, so a re-run with the same cache replays the whole sequence without a
+single model call and reaches the same outcomes.
+
+Every input gets exactly one :class:`CallOutcome`, in input order: ``ok`` with the value, or
+``failed`` with the cause and the raw text of every attempt. Nothing is dropped or replaced by a
+default value; what to do with failures is the caller's decision, made with full information.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from ragtrail.llm.backends.base import GenerationRequest, GenerationResult, LLMBackend, Message
+from ragtrail.llm.cache import CacheEntry, LLMCache, NullLLMCache, cache_key, cache_key_material
+from ragtrail.llm.cache import is_cacheable as _is_cacheable
+from ragtrail.llm.prompts import Prompt
+from ragtrail.llm.structured import parse_output
+from ragtrail.llm.usage import Price, UsageCounters, UsageMeter
+
+__all__ = [
+    "Attempt",
+    "CallOutcome",
+    "FailureCause",
+    "GenerationParams",
+    "LLMClient",
+    "Price",
+    "UsageCounters",
+    "UsageMeter",
+    "looks_like_refusal",
+]
+
+log = logging.getLogger(__name__)
+
+InT = TypeVar("InT", bound=BaseModel)
+OutT = TypeVar("OutT", bound=BaseModel)
+
+_MAX_ECHO_CHARS = 1500
+_MAX_DETAIL_CHARS = 300
+
+_REFUSAL_RE = re.compile(
+    r"^\W*(?:(?:i'?m|i am)\s+(?:so\s+|very\s+)?sorry|sorry|unfortunately|apologies)?[\s,.!:-]*"
+    r"(?:but\s+)?(?:as an ai[^,.]*,\s*)?"
+    r"i\s*(?:can\s*not|cannot|can'?t|won'?t|will not|am unable to|'?m unable to|am not able to|"
+    r"'?m not able to|must decline|do not feel comfortable)",
+    re.IGNORECASE,
+)
+
+
+def looks_like_refusal(text: str) -> bool:
+    """Heuristic: the reply starts like a refusal ("I'm sorry, but I can't help with that")."""
+    return bool(_REFUSAL_RE.match(text.replace("\u2019", "'")))
+
+
+class FailureCause(StrEnum):
+    BACKEND_ERROR = "backend_error"
+    PARSE_ERROR = "parse_error"
+    VALIDATION_ERROR = "validation_error"
+    REFUSAL = "refusal"
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Decoding parameters for one :meth:`LLMClient.run` (shared by all its inputs).
+
+    ``guided_json`` asks backends that support it to constrain decoding to the output schema.
+    ``grow_on_truncation`` doubles ``max_new_tokens`` for the retry of an unusable reply that hit
+    the token limit (at most ``max_growth`` times the original), since retrying a cut-off answer
+    with the same budget usually cuts it off again.
+    """
+
+    max_new_tokens: int = 512
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    guided_json: bool = True
+    grow_on_truncation: bool = True
+    max_growth: int = 4
+
+
+@dataclass
+class Attempt:
+    """One model call made (or replayed from the cache) for one input."""
+
+    number: int
+    text: str
+    finish_reason: str
+    cached: bool
+    error: str | None = None
+    cause: FailureCause | None = None
+    detail: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class CallOutcome(Generic[OutT]):
+    """The final outcome for one input (``index`` = its position in the inputs)."""
+
+    index: int
+    status: Literal["ok", "failed"]
+    value: OutT | None
+    cause: FailureCause | None = None
+    error: str | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    repaired: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def raw_texts(self) -> list[str]:
+        """The raw text of every attempt, first to last (empty string where none came back)."""
+        return [a.text for a in self.attempts]
+
+
+@dataclass
+class _State:
+    index: int
+    base_messages: list[Message]
+    attempts: list[Attempt] = field(default_factory=list)
+    outcome: CallOutcome[Any] | None = None
+    max_new_tokens: int = 0
+
+
+class LLMClient:
+    """Typed, cached, retried LLM calls on top of any :class:`LLMBackend`.
+
+    Args:
+        backend: where completions come from.
+        cache: completion cache (default: none).
+        max_attempts: total attempts per input, first one included (>= 1).
+        usage: meter to record calls, cache hits, failures and tokens per stage.
+        chunk_size: inputs processed (and cached) per round, so a crash loses little work.
+    """
+
+    def __init__(
+        self,
+        backend: LLMBackend,
+        cache: LLMCache | None = None,
+        *,
+        max_attempts: int = 3,
+        usage: UsageMeter | None = None,
+        chunk_size: int = 256,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        self.backend = backend
+        self.cache: LLMCache = cache if cache is not None else NullLLMCache()
+        self.max_attempts = max_attempts
+        self.usage = usage if usage is not None else UsageMeter()
+        self.chunk_size = max(1, chunk_size)
+
+    def run(
+        self,
+        prompt: Prompt[InT, OutT],
+        inputs: Sequence[InT],
+        *,
+        stage: str,
+        params: GenerationParams | None = None,
+    ) -> list[CallOutcome[OutT]]:
+        """One outcome per input, in order (see module docstring)."""
+        params = params or GenerationParams()
+        outcomes: list[CallOutcome[OutT]] = []
+        for start in range(0, len(inputs), self.chunk_size):
+            chunk = inputs[start : start + self.chunk_size]
+            states = [_State(start + i, prompt.render(inp)) for i, inp in enumerate(chunk)]
+            self._run_states(prompt, states, stage, params)
+            for s in states:
+                assert s.outcome is not None
+                outcomes.append(s.outcome)
+        return outcomes
+
+    # ------------------------------------------------------------------ internals
+
+    def _run_states(
+        self, prompt: Prompt[Any, Any], states: list[_State], stage: str, params: GenerationParams
+    ) -> None:
+        backend_name, model_id = self.backend.name, self.backend.model_id
+        schema = prompt.json_schema() if params.guided_json else None
+        for attempt in range(self.max_attempts):
+            active = [s for s in states if s.outcome is None]
+            if not active:
+                break
+            requests = [self._request(s, attempt, params, schema) for s in active]
+            keys = [
+                cache_key(backend_name, model_id, prompt.name, prompt.version, r) for r in requests
+            ]
+            cached = self.cache.get_many(keys)
+            miss_idx = [i for i, k in enumerate(keys) if k not in cached]
+            fresh = self._call_backend([requests[i] for i in miss_idx])
+            fresh_by_pos = dict(zip(miss_idx, fresh, strict=True))
+
+            new_entries: list[CacheEntry] = []
+            for i, state in enumerate(active):
+                if keys[i] in cached:
+                    result, from_cache = cached[keys[i]].to_result(), True
+                else:
+                    result, from_cache = fresh_by_pos[i], False
+                    if _is_cacheable(result):
+                        new_entries.append(
+                            CacheEntry(
+                                key=keys[i],
+                                backend=backend_name,
+                                model_id=model_id,
+                                prompt_name=prompt.name,
+                                prompt_version=prompt.version,
+                                material=cache_key_material(
+                                    backend_name, model_id, prompt.name, prompt.version, requests[i]
+                                ),
+                                text=result.text,
+                                prompt_tokens=result.prompt_tokens,
+                                completion_tokens=result.completion_tokens,
+                                finish_reason=result.finish_reason,
+                            )
+                        )
+                self._absorb(prompt, state, attempt, result, from_cache)
+            if new_entries:
+                self.cache.put_many(new_entries)
+
+            failures_now = sum(
+                1 for s in active if s.outcome is not None and s.outcome.status == "failed"
+            )
+            self.usage.record(
+                stage,
+                backend_name,
+                model_id,
+                calls=len(miss_idx),
+                cache_hits=len(keys) - len(miss_idx),
+                failures=failures_now,
+                prompt_tokens=sum(r.prompt_tokens for r in fresh),
+                completion_tokens=sum(r.completion_tokens for r in fresh),
+            )
+
+    def _request(
+        self, state: _State, attempt: int, params: GenerationParams, schema: dict[str, Any] | None
+    ) -> GenerationRequest:
+        messages = list(state.base_messages)
+        if not state.max_new_tokens:
+            state.max_new_tokens = params.max_new_tokens
+        if attempt > 0 and state.attempts:
+            last = state.attempts[-1]
+            if params.grow_on_truncation and last.finish_reason == "length":
+                state.max_new_tokens = min(
+                    state.max_new_tokens * 2, params.max_new_tokens * max(1, params.max_growth)
+                )
+            if last.text:
+                messages.append({"role": "assistant", "content": last.text[:_MAX_ECHO_CHARS]})
+                detail = (last.detail or str(last.cause))[:_MAX_DETAIL_CHARS]
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": (
+                            f"That reply could not be used ({last.cause}: {detail}). Reply again "
+                            "with exactly one JSON object that matches the schema, and nothing else."
+                        ),
+                    }
+                )
+        return GenerationRequest(
+            messages=messages,
+            max_new_tokens=state.max_new_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            seed=params.seed + attempt,
+            json_schema=schema,
+            stop=params.stop,
+        )
+
+    def _call_backend(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        """The backend's results, with a crashing or misbehaving backend turned into errors."""
+        if not requests:
+            return []
+        try:
+            results = list(self.backend.generate(requests))
+        except Exception as exc:
+            log.warning("backend %s raised: %s", self.backend.name, exc)
+            return [GenerationResult.failure(f"backend raised {type(exc).__name__}: {exc}")] * len(
+                requests
+            )
+        if len(results) != len(requests):
+            msg = f"backend returned {len(results)} results for {len(requests)} requests"
+            return [GenerationResult.failure(msg)] * len(requests)
+        return results
+
+    def _absorb(
+        self,
+        prompt: Prompt[Any, Any],
+        state: _State,
+        attempt: int,
+        result: GenerationResult,
+        cached: bool,
+    ) -> None:
+        rec = Attempt(
+            number=attempt + 1,
+            text=result.text,
+            finish_reason=result.finish_reason,
+            cached=cached,
+            error=result.error,
+            prompt_tokens=0 if cached else result.prompt_tokens,
+            completion_tokens=0 if cached else result.completion_tokens,
+        )
+        state.attempts.append(rec)
+        value: Any = None
+        repaired = False
+        if result.error is not None:
+            rec.cause, rec.detail = FailureCause.BACKEND_ERROR, result.error
+        else:
+            parsed = parse_output(result.text, prompt.output_model)
+            if parsed.ok:
+                value, repaired = parsed.value, parsed.repaired
+            elif result.refusal or (result.text and looks_like_refusal(result.text)):
+                rec.cause = FailureCause.REFUSAL
+                rec.detail = result.refusal or "the model declined the task"
+            elif not result.text:
+                rec.cause = FailureCause.PARSE_ERROR
+                rec.detail = f"empty output (finish_reason={result.finish_reason})"
+            else:
+                rec.cause = (
+                    FailureCause.VALIDATION_ERROR
+                    if parsed.error_kind == "validation_error"
+                    else FailureCause.PARSE_ERROR
+                )
+                rec.detail = parsed.error
+                if result.finish_reason == "length":
+                    rec.detail = f"{parsed.error} (output hit max_new_tokens)"
+        if rec.cause is None:
+            state.outcome = CallOutcome(
+                state.index, "ok", value, attempts=state.attempts, repaired=repaired
+            )
+        elif attempt + 1 >= self.max_attempts:
+            state.outcome = CallOutcome(
+                state.index, "failed", None, rec.cause, rec.detail, attempts=state.attempts
+            )

@@ -1,0 +1,64 @@
+"""Build a backend from a one-line spec, as written in config files and CLI flags.
+
+=================================  ===========================================================
+``builtin:smollm2-135m-instruct``  the bundled SmolLM2 through transformers (CPU friendly)
+``hf:<id, path or s3:// URI>``     any transformers causal or seq2seq model
+``openai:<model>@<base_url>``      an OpenAI-compatible server; without ``@base_url`` the URL
+                                   comes from ``RAGTRAIL_LLM_BASE_URL``; the key from
+                                   ``RAGTRAIL_LLM_API_KEY`` unless ``api_key=`` is passed
+``vllm:<model>``                   in-process vLLM (optional extra, CUDA only)
+=================================  ===========================================================
+
+Backends are imported only when asked for, so e.g. an HTTP-only deployment never imports torch.
+Keyword arguments are passed to the backend's constructor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragtrail.llm.backends.base import LLMBackend
+from ragtrail.llm.backends.model_store import BUILTIN_SMOLLM2
+
+_URL_MARK = ("@http://", "@https://")
+
+
+def load_llm_backend(spec: str, **kwargs: Any) -> LLMBackend:
+    """Return the backend named by ``spec`` (see module docstring)."""
+    spec = spec.strip()
+    if spec.startswith("builtin:"):
+        from ragtrail.llm.backends.transformers_local import TransformersBackend
+
+        if spec != BUILTIN_SMOLLM2:
+            raise ValueError(f"unknown builtin model {spec!r}; known: {BUILTIN_SMOLLM2}")
+        return TransformersBackend(spec, **kwargs)
+    kind, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise ValueError(f"LLM spec {spec!r} must look like 'kind:model' ({_KINDS})")
+    if kind == "hf":
+        from ragtrail.llm.backends.transformers_local import TransformersBackend
+
+        return TransformersBackend(rest, **kwargs)
+    if kind == "openai":
+        from ragtrail.llm.backends.openai_compat import OpenAICompatBackend
+
+        model, base_url = _split_model_url(rest)
+        if base_url:
+            kwargs["base_url"] = base_url
+        return OpenAICompatBackend.from_env(model, **kwargs)
+    if kind == "vllm":
+        from ragtrail.llm.backends.vllm_inprocess import VLLMBackend
+
+        return VLLMBackend(rest, **kwargs)
+    raise ValueError(f"unknown LLM backend kind {kind!r} in {spec!r} ({_KINDS})")
+
+
+_KINDS = "builtin:smollm2-135m-instruct, hf:<model>, openai:<model>[@<base_url>], vllm:<model>"
+
+
+def _split_model_url(rest: str) -> tuple[str, str | None]:
+    for mark in _URL_MARK:
+        pos = rest.find(mark)
+        if pos >= 0:
+            return rest[:pos], rest[pos + 1 :]
+    return rest, None

@@ -1,0 +1,1 @@
+"""Tests for ragtrail.llm: parsing, prompts, cache, client, and the backends."""

@@ -1,0 +1,320 @@
+"""The local transformers backend on tiny models built here (causal Llama and seq2seq T5).
+
+Weights are random and the tokenizer is trained on a few sentences, so the texts are gibberish:
+the tests check the mechanics (batching, padding, seeding, adapters, S3, caching of the
+conversion), not quality. One ``slow`` test loads the real bundled SmolLM2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    T5Config,
+    T5ForConditionalGeneration,
+)
+
+from ragtrail.llm.backends import model_store
+from ragtrail.llm.backends.base import GenerationRequest
+from ragtrail.llm.backends.transformers_local import TransformersBackend
+from ragtrail.llm.factory import load_llm_backend
+
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "retrieval augmented generation needs balanced test sets",
+    "employees are reimbursed for reasonable travel costs",
+    "answer with one json object and nothing else",
+    "which document mentions the travel policy",
+] * 4
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<eos>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def train_tokenizer(out_dir: Path, *, chat_template: str | None) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=["<pad>", "<eos>", "<unk>", "<bos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        bos_token="<bos>",
+    )
+    if chat_template:
+        fast.chat_template = chat_template
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tok = train_tokenizer(out, chat_template=CHAT_TEMPLATE)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+    )
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_t5(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-t5")
+    tok = train_tokenizer(out, chat_template=None)
+    torch.manual_seed(0)
+    cfg = T5Config(
+        vocab_size=len(tok),
+        d_model=32,
+        d_ff=64,
+        d_kv=16,
+        num_layers=2,
+        num_heads=2,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.pad_token_id,
+    )
+    T5ForConditionalGeneration(cfg).save_pretrained(out)
+    return out
+
+
+def requests(n: int = 6, **kw: object) -> list[GenerationRequest]:
+    return [
+        GenerationRequest(
+            messages=[
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": " ".join(CORPUS[i].split()[: 2 + i])},
+            ],
+            **kw,  # type: ignore[arg-type]
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_llama", "tiny_t5"])
+def test_batched_equals_unbatched_greedy(
+    model_fixture: str, request: pytest.FixtureRequest
+) -> None:
+    path = request.getfixturevalue(model_fixture)
+    backend = TransformersBackend(str(path), batch_size=4)
+    reqs = requests(max_new_tokens=10)
+    batched = backend.generate(reqs)
+    single = [backend.generate([r])[0] for r in reqs]
+    assert [r.text for r in batched] == [r.text for r in single]
+    assert all(r.ok and r.finish_reason in {"stop", "length"} for r in batched)
+    assert all(0 < r.completion_tokens <= 10 or r.finish_reason == "stop" for r in batched)
+    assert [r.prompt_tokens for r in batched] == [r.prompt_tokens for r in single]
+    assert backend.generate(reqs)[0].text == batched[0].text  # repeatable
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_llama", "tiny_t5"])
+def test_seeded_sampling_is_deterministic_and_batch_invariant(
+    model_fixture: str, request: pytest.FixtureRequest
+) -> None:
+    path = request.getfixturevalue(model_fixture)
+    backend = TransformersBackend(str(path), batch_size=3)
+    reqs = requests(max_new_tokens=12, temperature=1.0, top_p=0.95, seed=123)
+    a = [r.text for r in backend.generate(reqs)]
+    b = [r.text for r in backend.generate(reqs)]
+    solo = [backend.generate([r])[0].text for r in reqs]
+    assert a == b == solo
+    other = requests(max_new_tokens=12, temperature=1.0, top_p=0.95, seed=124)
+    assert [r.text for r in backend.generate(other)] != a
+
+
+def test_causal_uses_left_padding_and_chat_template(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama))
+    assert backend.tokenizer.padding_side == "left" and not backend.is_encoder_decoder
+    rendered = backend.render_prompt([{"role": "user", "content": "hi"}])
+    assert rendered == "<|user|>hi<eos><|assistant|>"
+    assert backend.model_id == str(tiny_llama) and backend.name == "transformers"
+
+
+def test_seq2seq_is_detected(tiny_t5: Path) -> None:
+    backend = TransformersBackend(str(tiny_t5))
+    assert backend.is_encoder_decoder and backend.tokenizer.padding_side == "right"
+    assert "T5ForConditionalGeneration" in type(backend.model).__name__
+    assert backend.render_prompt([{"role": "user", "content": "hi"}]) == "user: hi"
+
+
+def test_too_long_prompt_fails_alone(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama), max_input_tokens=40)
+    short = GenerationRequest(messages=[{"role": "user", "content": "fox"}], max_new_tokens=4)
+    long = GenerationRequest(
+        messages=[{"role": "user", "content": CORPUS[1] * 3}], max_new_tokens=4
+    )
+    res = backend.generate([short, long, short])
+    assert [r.ok for r in res] == [True, False, True]
+    assert "at most 40" in (res[1].error or "") and res[1].finish_reason == "error"
+    assert res[0].text == res[2].text
+
+
+def test_lora_adapter_changes_model_id_and_outputs(tiny_llama: Path, tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    base = LlamaForCausalLM.from_pretrained(tiny_llama)
+    torch.manual_seed(1)
+    lora = get_peft_model(
+        base,
+        LoraConfig(
+            r=4, lora_alpha=64, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+        ),
+    )
+    adapter_dir = tmp_path / "adapter"
+    lora.save_pretrained(adapter_dir)
+
+    plain = TransformersBackend(str(tiny_llama))
+    tuned = TransformersBackend(str(tiny_llama), adapter_path=adapter_dir)
+    assert tuned.model_id.startswith(f"{tiny_llama}+adapter:")
+    assert tuned.model_id != plain.model_id
+    reqs = requests(4, max_new_tokens=8)
+    assert [r.text for r in tuned.generate(reqs)] != [r.text for r in plain.generate(reqs)]
+    unmerged = TransformersBackend(str(tiny_llama), adapter_path=adapter_dir, merge_adapter=False)
+    assert [r.text for r in unmerged.generate(reqs)] == [r.text for r in tuned.generate(reqs)]
+
+
+def test_model_from_s3_is_downloaded_once(
+    tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    boto3 = pytest.importorskip("boto3")
+    moto = pytest.importorskip("moto")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with moto.mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="models")
+        for f in tiny_llama.iterdir():
+            s3.upload_file(str(f), "models", f"llm/tiny/{f.name}")
+        uri = "s3://models/llm/tiny"
+        backend = TransformersBackend(uri, cache_dir=tmp_path)
+        assert backend.model_id.startswith(f"{uri}@")
+        local, digest = model_store.fetch_s3_dir(uri, tmp_path)
+        assert (local / "config.json").is_file()
+        assert (local / model_store.COMPLETE_MARKER).is_file()
+        assert backend.model_id == f"{uri}@{digest[:12]}"
+        mtime = (local / "config.json").stat().st_mtime_ns
+        model_store.fetch_s3_dir(uri, tmp_path)  # unchanged listing: no new download
+        assert (local / "config.json").stat().st_mtime_ns == mtime
+        ref = TransformersBackend(str(tiny_llama))
+        reqs = requests(2, max_new_tokens=6)
+        assert [r.text for r in backend.generate(reqs)] == [r.text for r in ref.generate(reqs)]
+
+
+def test_factory_hf_spec(tiny_llama: Path) -> None:
+    backend = load_llm_backend(f"hf:{tiny_llama}", batch_size=2)
+    assert isinstance(backend, TransformersBackend) and backend.batch_size == 2
+    with pytest.raises(ValueError):
+        load_llm_backend("builtin:nope")
+    with pytest.raises(ValueError):
+        load_llm_backend("mystery:model")
+
+
+def test_builtin_conversion_is_locked_and_done_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two concurrent callers: one converts, the other waits and reuses; failures publish nothing."""
+    calls: list[int] = []
+    fake_gguf = tmp_path / "fake.gguf"
+    fake_gguf.write_bytes(b"gguf")
+    monkeypatch.setattr(model_store, "smollm2_gguf_path", lambda: fake_gguf)
+
+    def slow_convert(gguf: Path, out_dir: Path) -> None:
+        calls.append(1)
+        (out_dir / "config.json").write_text("{}")
+        time.sleep(0.3)
+        (out_dir / "model.safetensors").write_bytes(b"weights")
+
+    monkeypatch.setattr(model_store, "_convert_gguf", slow_convert)
+    cache = tmp_path / "models"
+    debris = cache / f".{model_store.SMOLLM2_DIRNAME}.tmp-crashed"
+    debris.mkdir(parents=True)  # left by a process killed mid-conversion
+    results: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(model_store.ensure_builtin_smollm2(cache)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(results) == 2 and results[0] == results[1]
+    target = cache / model_store.SMOLLM2_DIRNAME
+    assert (target / "model.safetensors").read_bytes() == b"weights"
+    marker = json.loads((target / model_store.COMPLETE_MARKER).read_text())
+    assert marker["source_bytes"] == 4
+    assert not [p for p in cache.iterdir() if p.name.startswith(f".{target.name}.tmp-")]
+
+    def broken_convert(gguf: Path, out_dir: Path) -> None:
+        (out_dir / "partial").write_text("x")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(model_store, "_convert_gguf", broken_convert)
+    other = tmp_path / "other"
+    with pytest.raises(RuntimeError, match="disk full"):
+        model_store.ensure_builtin_smollm2(other)
+    assert not (other / model_store.SMOLLM2_DIRNAME).exists()
+    assert not [p for p in other.iterdir() if p.name.startswith(".smollm2") and "tmp" in p.name]
+
+
+def test_vllm_backend_missing_gives_install_hint() -> None:
+    pytest.importorskip("ragtrail.llm.backends.vllm_inprocess")
+    try:
+        import vllm  # noqa: F401
+
+        pytest.skip("vllm is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError, match=r"pip install ragtrail\[vllm\] \(CUDA only\)"):
+        load_llm_backend("vllm:some/model")
+
+
+@pytest.mark.slow
+def test_builtin_smollm2_generates(tmp_path: Path) -> None:
+    """The real bundled SmolLM2: converted once into a cache dir, then answers a question."""
+    pytest.importorskip("gguf")
+    cache = Path(os.environ.get("RAGTRAIL_TEST_MODEL_CACHE") or tmp_path)
+    backend = load_llm_backend("builtin:smollm2-135m-instruct", cache_dir=cache)
+    assert (cache / model_store.SMOLLM2_DIRNAME / "model.safetensors").is_file()
+    (res,) = backend.generate(
+        [
+            GenerationRequest(
+                messages=[{"role": "user", "content": "What is the capital of France?"}],
+                max_new_tokens=24,
+            )
+        ]
+    )
+    assert res.ok and res.completion_tokens > 0
+    assert "paris" in res.text.lower()
+    again = load_llm_backend("builtin:smollm2-135m-instruct", cache_dir=cache)
+    assert again.load_seconds < 30  # type: ignore[attr-defined]
