@@ -1,12 +1,12 @@
 """
 ### evaluate_retrieval — Recall@k per question label across the text-weight scan
 
-Runs whenever `ingest_corpus` publishes a new corpus snapshot (the **corpus asset**), and on
-manual trigger.
+Runs whenever `generate_testset` publishes a new test-set version (the **test-set asset**), on
+the version's test set, and on manual trigger.
 
 | task | library call | notes |
 |---|---|---|
-| `resolve_target` | — | corpus + snapshot from the triggering corpus asset event; Params on manual runs |
+| `resolve_target` | — | corpus, snapshot and test-set version from the triggering asset event; Params on manual runs |
 | `evaluate` | `evaluate_retrieval` | hybrid retrieval per `text_weight`, bootstrap CIs; pool `embedding` |
 | `publish` | `publish_retrieval_report` | GX checks on the results, HTML report, upload; emits the **retrieval metrics asset** |
 
@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import Metadata, Param, dag, task
-from assets import CORPUS_ASSET, RETRIEVAL_METRICS_ASSET
+from assets import RETRIEVAL_METRICS_ASSET, TESTSET_ASSET
 
 DEFAULT_TEXT_WEIGHTS = [0.0, 0.05, 0.1, 0.2, 0.5, 1.0]
 
@@ -36,7 +36,7 @@ def evaluation_run_id(airflow_run_id: str) -> str:
 
 @dag(
     dag_id="evaluate_retrieval",
-    schedule=CORPUS_ASSET,
+    schedule=TESTSET_ASSET,
     start_date=datetime(2025, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
@@ -67,7 +67,7 @@ def evaluation_run_id(airflow_run_id: str) -> str:
             None,
             type=["null", "string"],
             title="QA set",
-            description="Path or s3:// URI of a JSONL QA set; empty = the project's default.",
+            description="A QA set file or testset:<version>; empty = the project's sample set.",
         ),
         "text_weights": Param(
             DEFAULT_TEXT_WEIGHTS,
@@ -89,12 +89,15 @@ def evaluate_retrieval() -> None:
         """Pick corpus and snapshot: the newest corpus asset event wins over the Params."""
         assert params is not None and run_id is not None  # injected by Airflow
         events = (
-            list(triggering_asset_events.get(CORPUS_ASSET, [])) if triggering_asset_events else []
+            list(triggering_asset_events.get(TESTSET_ASSET, [])) if triggering_asset_events else []
         )
+        qa_set = params.get("qa_set") or None
         if events:
             extra = dict(max(events, key=lambda event: event.timestamp).extra or {})
             corpus = extra.get("corpus") or params["corpus"]
             snapshot_id = extra.get("snapshot_id") or None
+            if extra.get("version"):
+                qa_set = f"testset:{extra['version']}"
             origin = "asset_event"
         else:
             corpus = params["corpus"]
@@ -103,6 +106,7 @@ def evaluate_retrieval() -> None:
         return {
             "corpus": corpus,
             "snapshot_id": snapshot_id,
+            "qa_set": qa_set,
             "run_id": evaluation_run_id(run_id),
             "origin": origin,
         }
@@ -111,6 +115,7 @@ def evaluate_retrieval() -> None:
     def evaluate(
         corpus: str,
         snapshot_id: str | None,
+        qa_set: str | None,
         run_id: str,
         params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -121,7 +126,7 @@ def evaluate_retrieval() -> None:
         weights = params.get("text_weights") or None
         return tasks.evaluate_retrieval(
             corpus=corpus,
-            qa_set=params.get("qa_set") or None,
+            qa_set=qa_set,
             text_weights=[float(w) for w in weights] if weights else None,
             run_id=run_id,
             snapshot_id=snapshot_id,
@@ -150,7 +155,10 @@ def evaluate_retrieval() -> None:
 
     target = resolve_target()
     evaluation = evaluate(
-        corpus=target["corpus"], snapshot_id=target["snapshot_id"], run_id=target["run_id"]
+        corpus=target["corpus"],
+        snapshot_id=target["snapshot_id"],
+        qa_set=target["qa_set"],
+        run_id=target["run_id"],
     )
     publish(corpus=target["corpus"], evaluation=evaluation)
 

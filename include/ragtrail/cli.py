@@ -20,8 +20,10 @@ from ragtrail.runtime import Runtime
 app = typer.Typer(help="ragtrail: keeps RAG systems honest every night.", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluate retrieval.", no_args_is_help=True)
 corpus_app = typer.Typer(help="Inspect ingested corpora.", no_args_is_help=True)
+testset_app = typer.Typer(help="Inspect and export test-set versions.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
 app.add_typer(corpus_app, name="corpus")
+app.add_typer(testset_app, name="testset")
 console = Console(stderr=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")]
@@ -229,16 +231,115 @@ def corpus_snapshots(corpus: CorpusOpt = "handbook", as_json: JsonFlag = False) 
 
 
 @app.command()
+def generate(
+    corpus: CorpusOpt = "handbook",
+    per_label: Annotated[int | None, typer.Option(min=1, help="Target items per label.")] = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="Regenerate only these labels.")
+    ] = None,
+    doc: Annotated[
+        list[str] | None, typer.Option("--doc", help="Regenerate only from these documents.")
+    ] = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Generate a balanced, critiqued test set from the corpus (a new immutable version)."""
+    from ragtrail.pipeline.generate import GenerationRequest, generate_testset
+    from ragtrail.storage.db import utcnow
+
+    request = GenerationRequest(
+        corpus=corpus,
+        run_id=run_id or f"generate-{utcnow():%Y%m%dT%H%M%S}",
+        per_label=per_label,
+        seed=seed,
+        labels=tuple(label or ()),
+        doc_ids=tuple(doc or ()),
+    )
+    with _runtime() as rt:
+        summary = generate_testset(rt, request)
+    if as_json:
+        keys = ("version", "accepted", "targets", "model_calls", "cache_hits", "funnel", "retired")
+        _emit({k: summary[k] for k in keys} | {"artifact_uri": summary.get("artifact_uri")})
+        return
+    console.print(
+        f"version {summary['version']}: accepted {summary['accepted']} (targets "
+        f"{summary['targets']}); model calls {summary['model_calls']}, cache hits "
+        f"{summary['cache_hits']}"
+    )
+
+
+@testset_app.command("list")
+def testset_list(corpus: CorpusOpt = "handbook", as_json: JsonFlag = False) -> None:
+    """List test-set versions, newest first."""
+    from ragtrail.testset.store import TestSetStore
+
+    with _runtime() as rt:
+        rows = TestSetStore(rt.engine).list_versions(corpus)
+    if as_json:
+        _emit(rows)
+        return
+    table = Table("version", "created", "snapshot", "items", "parent")
+    for r in rows:
+        table.add_row(
+            r["version"],
+            str(r["created_at"])[:19],
+            r["snapshot_id"],
+            str(r["n_items"]),
+            r["parent_version"] or "",
+        )
+    Console().print(table)
+
+
+@testset_app.command("export")
+def testset_export(
+    version: Annotated[str, typer.Argument(help="A version id from `ragtrail testset list`.")],
+    format: Annotated[str, typer.Option("--format", help="jsonl, csv, parquet or beir")] = "jsonl",
+    out: Annotated[Path | None, typer.Option(help="File (or folder for beir).")] = None,
+) -> None:
+    """Export a version for evaluation elsewhere (BEIR: corpus/queries/qrels)."""
+    from ragtrail.testset import export
+    from ragtrail.testset.store import TestSetStore
+
+    writers = {
+        "jsonl": export.write_jsonl,
+        "csv": export.write_csv,
+        "parquet": export.write_parquet,
+    }
+    if format not in {*writers, "beir"}:
+        raise typer.BadParameter("use jsonl, csv, parquet or beir", param_hint="--format")
+    with _runtime() as rt:
+        store = TestSetStore(rt.engine)
+        if store.get_version(version) is None:
+            raise typer.BadParameter(f"unknown version {version!r}", param_hint="VERSION")
+        items, qids = store.version_items(version), store.version_qids(version)
+        target = out or Path(f"{version}.{format}" if format != "beir" else version)
+        if format == "beir":
+            corpus = items[0].context.corpus if items else ""
+            chunks = {
+                c["chunk_id"]: (" > ".join(c["headings"]), c["text"])
+                for c in rt.store.get_chunks(corpus)
+            }
+            export.write_beir(items, chunks, target, qids=qids)
+        else:
+            writers[format](items, target, qids=qids)
+    console.print(f"wrote {len(items)} items to {target}")
+
+
+@app.command()
 def nightly(
     source: Annotated[
         str | None, typer.Option(help="Defaults to the shipped sample corpus.")
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Copy the run's reports here.")] = None,
     corpus: CorpusOpt = "handbook",
-    qa_set: Annotated[Path | None, typer.Option()] = None,
+    qa_set: Annotated[
+        Path | None, typer.Option(help="Evaluate this QA set instead of a generated one.")
+    ] = None,
+    generate: Annotated[bool, typer.Option(help="Generate a test set with the LLM.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
-    """Ingest -> GX corpus checks -> retrieval evaluation -> reports, on the configured backends."""
+    """Ingest -> GX -> test-set generation -> retrieval evaluation -> reports."""
     from ragtrail.paths import sample_corpus_dir
     from ragtrail.pipeline.nightly import run_nightly
 
@@ -250,6 +351,7 @@ def nightly(
             qa_set=qa_set,
             progress_factory=_progress_factory(progress, "parsing and embedding"),
             log=console.print,
+            generate=generate and qa_set is None,
         )
     report_path = Path(result.report["report_path"])
     if out is not None:

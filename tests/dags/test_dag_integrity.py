@@ -36,7 +36,7 @@ def _load(name: str, path: Path) -> ModuleType:
 
 pytestmark = pytest.mark.airflow
 
-EXPECTED_DAGS = {"ingest_corpus", "evaluate_retrieval"}
+EXPECTED_DAGS = {"ingest_corpus", "generate_testset", "evaluate_retrieval"}
 DAG_FILES = sorted(p for p in ENV.DAGS_DIR.glob("*.py") if not p.name.startswith("_"))
 PARSE_BUDGET_S = 2.0
 # Libraries a DAG file must not pull in at parse time (they belong inside task callables).
@@ -175,6 +175,9 @@ def test_default_params_validate(dagbag: Any) -> None:
         ("evaluate_retrieval", "text_weights", []),
         ("evaluate_retrieval", "text_weights", ["a"]),
         ("evaluate_retrieval", "qa_set", 3),
+        ("generate_testset", "labels", ["trivia"]),
+        ("generate_testset", "per_label", 0),
+        ("generate_testset", "corpus", "Bad Name!"),
     ],
 )
 def test_params_reject_bad_values(dagbag: Any, dag_id: str, name: str, bad_value: Any) -> None:
@@ -219,11 +222,25 @@ def test_ingest_wiring(dagbag: Any) -> None:
     assert "ingest_shard" in finalize.upstream_task_ids
 
 
+def test_generate_wiring(dagbag: Any) -> None:
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
+    from assets import CORPUS_ASSET, TESTSET_ASSET
+
+    dag = dagbag.dags["generate_testset"]
+    assert dag.schedule == CORPUS_ASSET
+    shard = dag.get_task("generate_shard")
+    assert isinstance(shard, MappedOperator), "generation is mapped over context shards"
+    assert shard.pool == "llm_api"
+    finalize = dag.get_task("finalize")
+    assert finalize.outlets == [TESTSET_ASSET]
+    assert finalize.trigger_rule == "none_failed"
+
+
 def test_evaluate_wiring(dagbag: Any) -> None:
-    from assets import CORPUS_ASSET, RETRIEVAL_METRICS_ASSET
+    from assets import RETRIEVAL_METRICS_ASSET, TESTSET_ASSET
 
     dag = dagbag.dags["evaluate_retrieval"]
-    assert dag.schedule == CORPUS_ASSET
+    assert dag.schedule == TESTSET_ASSET
     assert dag.get_task("evaluate").pool == "embedding"
     assert dag.get_task("publish").outlets == [RETRIEVAL_METRICS_ASSET]
 
@@ -233,19 +250,22 @@ class _Events(dict):
 
 
 def test_resolve_target_prefers_newest_asset_event(dagbag: Any) -> None:
-    from assets import CORPUS_ASSET
+    from assets import TESTSET_ASSET
 
     resolve = dagbag.dags["evaluate_retrieval"].get_task("resolve_target").python_callable
     params = {"corpus": "handbook", "snapshot_id": None}
     older = SimpleNamespace(timestamp=1, extra={"corpus": "old", "snapshot_id": "s1"})
-    newer = SimpleNamespace(timestamp=2, extra={"corpus": "wiki", "snapshot_id": "s2"})
+    newer = SimpleNamespace(
+        timestamp=2, extra={"corpus": "wiki", "snapshot_id": "s2", "version": "ts-abc"}
+    )
     target = resolve(
         params=params,
-        triggering_asset_events=_Events({CORPUS_ASSET: [newer, older]}),
+        triggering_asset_events=_Events({TESTSET_ASSET: [newer, older]}),
         run_id="asset_triggered__2026-01-01T01:00:00+00:00",
     )
     assert target["corpus"] == "wiki"
     assert target["snapshot_id"] == "s2"
+    assert target["qa_set"] == "testset:ts-abc"
     assert target["origin"] == "asset_event"
     assert target["run_id"] == "retrieval-asset_triggered__2026-01-01T01_00_00_00_00"
 
@@ -260,6 +280,7 @@ def test_resolve_target_falls_back_to_params(dagbag: Any) -> None:
     assert target == {
         "corpus": "handbook",
         "snapshot_id": None,
+        "qa_set": None,
         "run_id": "retrieval-manual__x",
         "origin": "params",
     }

@@ -24,7 +24,7 @@ def env(tmp_path) -> dict[str, str]:
 
 def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
     out = tmp_path / "out"
-    result = json.loads(run(["nightly", "--out", str(out), "--json"], env).stdout)
+    result = json.loads(run(["nightly", "--no-generate", "--out", str(out), "--json"], env).stdout)
 
     report = out / result["run_id"] / "report.html"
     assert report.is_file()
@@ -62,7 +62,7 @@ def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
     assert rows == (5 * 6 * 6, 5)  # labels x weights x metrics
 
     # A second night on the unchanged corpus re-embeds nothing and keeps the history per run.
-    again = json.loads(run(["nightly", "--json"], env).stdout)
+    again = json.loads(run(["nightly", "--no-generate", "--json"], env).stdout)
     assert again["ingest"]["unchanged"] == result["ingest"]["added"]
     assert again["ingest"]["embedded"] == 0
 

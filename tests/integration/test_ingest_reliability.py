@@ -40,6 +40,9 @@ def test_ingest_twice_is_idempotent(make_runtime, corpus_dir):
     assert first.added == first.documents >= 28
     assert first.updated == first.removed == 0
     assert first.chunks == rt.store.count_chunks("hb") > first.documents
+    manifest = json.loads(Path(first.manifest_uri).read_text())
+    assert {f["planned"] for f in manifest["files"]} == {"added"}
+    assert len(manifest["files"]) == first.documents
 
     second = ingest(rt, str(corpus_dir), "hb")
     assert (second.added, second.updated, second.removed) == (0, 0, 0)

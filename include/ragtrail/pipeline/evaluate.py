@@ -17,7 +17,7 @@ import pandas as pd
 from ragtrail.evaluate.qaset import load_qa_set
 from ragtrail.evaluate.retrieval import PRIMARY_METRIC, ScanConfig, collect_candidates, scan
 from ragtrail.paths import sample_qa_set
-from ragtrail.records import INCLUSIVE, LABELS
+from ragtrail.records import INCLUSIVE, LABELS, QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 
@@ -48,8 +48,7 @@ def evaluate_retrieval(
     )
     if snapshot is None:
         raise ValueError(f"corpus {corpus!r} has no completed snapshot: ingest it first")
-    qa_path = Path(qa_set) if qa_set else sample_qa_set()
-    items, qa_version = load_qa_set(qa_path)
+    items, qa_version, qa_source = load_items(rt, qa_set)
     weights = tuple(sorted(set(text_weights))) if text_weights else settings.retrieval.text_weights
     if any(not 0.0 <= w <= 1.0 for w in weights):
         raise ValueError(f"text weights must lie in [0, 1]: {weights}")
@@ -62,7 +61,7 @@ def evaluate_retrieval(
     params = {
         "corpus": corpus,
         "snapshot_id": snapshot["snapshot_id"],
-        "qa_set": str(qa_path),
+        "qa_set": qa_source,
         "qa_set_version": qa_version,
         "text_weights": list(weights),
     }
@@ -120,6 +119,36 @@ def evaluate_retrieval(
     }
 
 
+TESTSET_PREFIX = "testset:"
+
+
+def load_items(rt: Runtime, qa_set: str | Path | None) -> tuple[list[QAItem], str, str]:
+    """Items, version and source of a QA set: a file, ``testset:<version>`` or the sample set."""
+    if isinstance(qa_set, str) and qa_set.startswith(TESTSET_PREFIX):
+        from ragtrail.testset.store import TestSetStore
+
+        version = qa_set.removeprefix(TESTSET_PREFIX)
+        store = TestSetStore(rt.engine)
+        if store.get_version(version) is None:
+            raise ValueError(f"unknown test-set version {version!r}")
+        qids = store.version_qids(version)
+        items = [
+            QAItem(
+                qid=qids[c.candidate_id],
+                question=c.question,
+                label=c.observed_label or c.requested_label,
+                answer=c.answer,
+                ground_doc_ids=(c.context.doc_id,),
+                ground_chunk_ids=(c.context.chunk_id,),
+            )
+            for c in store.version_items(version)
+        ]
+        return items, version, qa_set
+    path = Path(qa_set) if qa_set else sample_qa_set()
+    items, version = load_qa_set(path)
+    return items, version, str(path)
+
+
 def load_run_summary(rt: Runtime, run_id: str) -> dict[str, Any]:
     return json.loads(rt.artifacts.get_bytes(f"{run_prefix(run_id)}/metrics.json"))
 
@@ -129,7 +158,11 @@ def report_dir(rt: Runtime, run_id: str) -> Path:
 
 
 def publish_retrieval_report(
-    rt: Runtime, run_id: str, *, extra_quality: list[dict[str, Any]] | None = None
+    rt: Runtime,
+    run_id: str,
+    *,
+    extra_quality: list[dict[str, Any]] | None = None,
+    generation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Validate the run's metrics with GX, render the HTML report and upload both."""
     from ragtrail.quality.runner import QualityRunner, enforce
@@ -153,6 +186,11 @@ def publish_retrieval_report(
     )
     runner.build_docs()
     quality = [*(extra_quality or []), result.as_dict()]
+    sections = []
+    if generation is not None:
+        from ragtrail.report.testset import testset_sections
+
+        sections = testset_sections(generation, out)
     context = {
         "run_id": run_id,
         "corpus": summary["corpus"],
@@ -160,7 +198,13 @@ def publish_retrieval_report(
         "qa_set_version": summary["qa_set_version"],
         "relevance_level": summary["relevance_level"],
         "date": utcnow().isoformat(timespec="seconds"),
-        "backends": {**summary["backends"], "judge": "none (retrieval metrics only)"},
+        "backends": {
+            **summary["backends"],
+            "judge": "LLM critiques + labeller (test-set generation)"
+            if generation
+            else "none (retrieval metrics only)",
+        },
+        "extra_sections": sections,
     }
     html = render_retrieval_report(
         out,

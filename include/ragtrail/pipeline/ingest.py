@@ -77,6 +77,10 @@ class IngestSummary:
         return asdict(self)
 
 
+def manifest_key(corpus: str, snapshot_id: str) -> str:
+    return f"corpora/{corpus}/snapshots/{snapshot_id}/manifest.json"
+
+
 def new_snapshot_id() -> str:
     """Sortable, unique snapshot id: UTC timestamp plus a random suffix."""
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
@@ -176,8 +180,7 @@ def plan_ingest(
         "removed": removed,
     }
     manifest_uri = rt.artifacts.put_bytes(
-        f"corpora/{corpus}/snapshots/{snapshot_id}/manifest.json",
-        json.dumps(manifest, indent=1, sort_keys=True).encode(),
+        manifest_key(corpus, snapshot_id), json.dumps(manifest, indent=1, sort_keys=True).encode()
     )
     return IngestPlan(
         snapshot_id=snapshot_id,
@@ -400,7 +403,7 @@ def finalize_ingest(rt: Runtime, corpus: str, snapshot_id: str) -> IngestSummary
         quarantined=len(quarantined),
         documents=store.count_documents(corpus),
         chunks=store.count_chunks(corpus),
-        manifest_uri=str(snapshot.get("manifest_uri") or ""),
+        manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, snapshot_id)),
         changed_doc_ids=sorted(
             r["doc_id"]
             for r in changes

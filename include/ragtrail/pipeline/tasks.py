@@ -85,3 +85,60 @@ def publish_retrieval_report(run_id: str) -> dict[str, Any]:
         return _evaluate.publish_retrieval_report(rt, run_id)
     finally:
         rt.close()
+
+
+def plan_generation(
+    corpus: str,
+    run_id: str,
+    snapshot_id: str | None = None,
+    per_label: int | None = None,
+    seed: int | None = None,
+    labels: list[str] | None = None,
+    doc_ids: list[str] | None = None,
+) -> dict[str, Any]:
+    from ragtrail.pipeline.generate import GenerationRequest, plan_generation
+
+    request = GenerationRequest(
+        corpus=corpus,
+        run_id=run_id,
+        per_label=per_label,
+        seed=seed,
+        labels=tuple(labels or ()),
+        doc_ids=tuple(doc_ids or ()),
+        snapshot_id=snapshot_id,
+    )
+    rt = _runtime()
+    try:
+        plan = plan_generation(rt, request)
+    finally:
+        rt.close()
+    return {"corpus": corpus, "run_id": run_id, "shards": plan.shards, "retired": plan.retired}
+
+
+def generate_shard(corpus: str, run_id: str, chunk_ids: list[str]) -> dict[str, Any]:
+    from ragtrail.pipeline.generate import generate_shard as run_shard
+
+    rt = _runtime()
+    try:
+        return run_shard(rt, corpus, run_id, chunk_ids)
+    finally:
+        rt.close()
+
+
+def finalize_generation(corpus: str, run_id: str) -> dict[str, Any]:
+    """Version the test set, validate it with GX; returns a small summary for XCom."""
+    from ragtrail.pipeline.generate import check_testset_quality
+    from ragtrail.pipeline.generate import finalize_generation as run_finalize
+
+    rt = _runtime()
+    try:
+        summary = run_finalize(rt, corpus, run_id)
+        quality = (
+            check_testset_quality(rt, summary, rt.settings.home / "reports" / run_id)
+            if summary["version"]
+            else []
+        )
+    finally:
+        rt.close()
+    keys = ("version", "corpus", "snapshot_id", "accepted", "targets", "model_calls", "cache_hits")
+    return {k: summary[k] for k in keys} | {"quality": [q["success"] for q in quality]}

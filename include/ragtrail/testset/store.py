@@ -114,12 +114,15 @@ class TestSetStore:
         *,
         status: CandidateStatus | str | Iterable[CandidateStatus | str] | None = None,
         doc_ids: Iterable[str] | None = None,
+        run_id: str | None = None,
     ) -> list[QACandidate]:
-        """Candidates of ``corpus``, optionally of some statuses / ground documents, by id."""
+        """Candidates of ``corpus``, optionally of some statuses / documents / run, by id."""
         qc = t.qa_candidates
         query = select(qc).where(qc.c.corpus == corpus)
         if status is not None:
             query = query.where(qc.c.status.in_(_statuses(status)))
+        if run_id is not None:
+            query = query.where(qc.c.run_id == run_id)
         with self.engine.connect() as conn:
             if doc_ids is None:
                 rows = list(conn.execute(query).mappings())
