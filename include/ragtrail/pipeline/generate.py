@@ -146,6 +146,10 @@ def interleave(contexts: Sequence[Context], rng: random.Random) -> list[Context]
     return ordered
 
 
+def _ids(cands: Iterable[QACandidate]) -> set[str]:
+    return {c.candidate_id for c in cands}
+
+
 def _reject(cands: Iterable[QACandidate], reason: str) -> None:
     for c in cands:
         c.status, c.reject_reason = CandidateStatus.REJECTED, reason
@@ -209,19 +213,35 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
     used_chunks = {c.context.chunk_id for c in existing}
     if request.doc_ids:
         first_docs = set(request.doc_ids)
-    elif previous:  # added or updated documents first: nothing valid was generated from them
-        covered = {c.context.doc_id: c.context.doc_content_hash for c in existing}
-        first_docs = {d for d, row in docs.items() if covered.get(d) != row["content_hash"]}
+    elif previous:  # documents added or updated since the previous version's snapshot
+        # Snapshot ids start with a UTC timestamp, so they sort in creation order.
+        first_docs = {
+            d
+            for d, row in docs.items()
+            if row["last_changed_snapshot_id"] > previous["snapshot_id"]
+        }
     else:
         first_docs = set(docs)
     rng = random.Random(seed)
-    ordered = interleave(_contexts(rt, corpus, snapshot_id, first_docs), rng)
-    if not request.doc_ids:  # top up from every other unused chunk once those run out
-        ordered += interleave(_contexts(rt, corpus, snapshot_id, set(docs) - first_docs), rng)
-    pool = [c.chunk_id for c in ordered if c.chunk_id not in used_chunks]
+    first_pool = [
+        c.chunk_id
+        for c in interleave(_contexts(rt, corpus, snapshot_id, first_docs), rng)
+        if c.chunk_id not in used_chunks
+    ]
+    rest_pool = (
+        []
+        if request.doc_ids  # an explicit document subset is never topped up from elsewhere
+        else [
+            c.chunk_id
+            for c in interleave(_contexts(rt, corpus, snapshot_id, set(docs) - first_docs), rng)
+            if c.chunk_id not in used_chunks
+        ]
+    )
     have = Counter(c.observed_label for c in existing)
     quotas_met = all(have[lb] >= per_label for lb in LABELS)
-    first_round = [] if quotas_met else pool[: gen.contexts_per_round]
+    # The first round draws only from changed documents; later rounds top up from the rest.
+    first_round = [] if quotas_met else (first_pool or rest_pool)[: gen.contexts_per_round]
+    pool = first_round + [c for c in first_pool + rest_pool if c not in set(first_round)]
     shard_size = max(1, gen.llm_batch_size)
     plan = GenerationPlan(
         corpus=corpus,
@@ -313,7 +333,7 @@ def generate_shard(
 
 def _initial_deficit(rt: Runtime, plan: GenerationPlan) -> dict[str, int]:
     existing = TestSetStore(rt.engine).get_candidate_rows(plan.existing_ids)
-    have = Counter(row["observed_label"] for row in existing)
+    have = Counter(row["observed_label"] for row in existing.values())
     return {lb: max(0, n - have[lb]) for lb, n in plan.targets.items()}
 
 
@@ -385,22 +405,7 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
             new_contexts = _contexts_by_id(rt, plan, batch)
             contexts_used += new_contexts
             candidates += _statement_candidates(rt, plan, new_contexts, deficit, f"round{round_no}")
-        if deficit.get("unanswerable"):
-            have = {c.candidate_id for c in candidates}
-            sources = [c for c in candidates if c.question and c.statement_kind != "foreign"]
-            foreign = [
-                c
-                for c in make_unanswerable(
-                    sources,
-                    contexts_used,
-                    _rng(plan, "foreign", round_no),
-                    limit=2 * deficit["unanswerable"],
-                )
-                if c.candidate_id not in have
-            ]
-            _label_and_critique(rt, plan, foreign)
-            candidates += foreign
-        fresh = [c for c in _pending(candidates) if c not in selected]
+        fresh = [c for c in _pending(candidates) if c.candidate_id not in _ids(selected)]
         _dedup(rt, selected, fresh, plan.previous_questions)
         quota = select_with_quotas(
             _pending(candidates),
@@ -409,6 +414,34 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
             existing=existing,
         )
         selected = list(quota.selected)
+        missing = plan.targets["unanswerable"] - quota.achieved.get("unanswerable", 0)
+        if missing > 0:
+            # Questions that did not make the set (quota surplus, other labels) are asked of a
+            # foreign context; the same question never appears twice in a version.
+            taken = _ids(selected)
+            sources = [
+                c
+                for c in candidates
+                if c.question and c.statement_kind != "foreign" and c.candidate_id not in taken
+            ]
+            known = _ids(candidates)
+            foreign = [
+                c
+                for c in make_unanswerable(
+                    sources, contexts_used, _rng(plan, "foreign", round_no), limit=2 * missing
+                )
+                if c.candidate_id not in known
+            ]
+            _label_and_critique(rt, plan, foreign)
+            candidates += foreign
+            _dedup(rt, selected, _pending(foreign), plan.previous_questions)
+            quota = select_with_quotas(
+                _pending(candidates),
+                plan.targets,
+                max_per_document=gen.max_per_document,
+                existing=existing,
+            )
+            selected = list(quota.selected)
 
     chosen = {c.candidate_id for c in selected}
     for leftover in quota.leftovers:
@@ -612,10 +645,12 @@ def check_testset_quality(
 
     testsets = TestSetStore(rt.engine)
     version = summary["version"]
-    frame = to_frame(testsets.version_items(version), qids=testsets.version_qids(version))
+    items = testsets.version_items(version)
+    frame = to_frame(items, qids=testsets.version_qids(version))
+    expected = [sum(crit.applies_to(c) for crit in CRITERIA.values()) for c in items]
     runner = QualityRunner(out_dir)
     results = [
-        runner.validate("testset", prepare_testset(frame, len(CRITERIA)), testset_suite()),
+        runner.validate("testset", prepare_testset(frame, expected), testset_suite()),
         runner.validate(
             "testset_balance",
             balance_frame(summary["achieved"], summary["targets"]),

@@ -360,12 +360,13 @@ def _question_key(question: str) -> str:
     return " ".join("".join(ch for ch in question.lower() if ch.isalnum() or ch.isspace()).split())
 
 
-def prepare_testset(items: pd.DataFrame, n_critiques: int) -> pd.DataFrame:
+def prepare_testset(items: pd.DataFrame, expected_critiques: Iterable[int]) -> pd.DataFrame:
     """Add the derived columns the test-set suite checks.
 
     ``question_key`` (normalised question, must be unique), ``mentions_context``,
     ``answer_ok`` (answerable labels need a non-empty answer), ``critiques_complete`` (every
-    critique has a rating) and flat lineage columns from the ground ids.
+    critique that applies to the item — row-aligned ``expected_critiques`` — has a rating) and flat
+    lineage columns from the ground ids.
     """
     import json
 
@@ -378,12 +379,14 @@ def prepare_testset(items: pd.DataFrame, n_critiques: int) -> pd.DataFrame:
     )
     out["answer_ok"] = (out["label"] == "unanswerable") | (out["answer"].str.strip().str.len() > 0)
 
-    def complete(raw: str) -> bool:
+    def rated(raw: str) -> int:
         scores = json.loads(raw) if isinstance(raw, str) else raw
-        rated = [v for v in (scores or {}).values() if isinstance(v.get("rating"), int)]
-        return len(rated) == n_critiques
+        return sum(1 for v in (scores or {}).values() if isinstance(v.get("rating"), int))
 
-    out["critiques_complete"] = out["critiques"].map(complete)
+    expected = list(expected_critiques)
+    out["critiques_complete"] = [
+        n > 0 and rated(raw) >= n for raw, n in zip(out["critiques"], expected, strict=True)
+    ]
     return out
 
 

@@ -145,7 +145,7 @@ def test_beir_folder(tmp_path: Path) -> None:
 def test_frame_feeds_the_testset_quality_suite() -> None:
     from ragtrail.quality.suites import TESTSET_COLUMNS, prepare_testset
 
-    prepared = prepare_testset(to_frame(_items()), n_critiques=1)
+    prepared = prepare_testset(to_frame(_items()), [1] * len(_items()))
     assert set(TESTSET_COLUMNS) <= set(prepared.columns)
     assert prepared["critiques_complete"].all() and prepared["answer_ok"].all()
     assert list(prepared["doc_id"]) == [c.context.doc_id for c in _items()]

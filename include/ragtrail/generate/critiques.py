@@ -1,0 +1,254 @@
+"""Critique filters (METHODS §3): eight 1-5 ratings per candidate, then per-criterion thresholds.
+
+:data:`CRITERIA` holds, per criterion, its prompt, the candidate fields it reads and its default
+threshold. :func:`critique_candidates` runs each criterion as one batched stage and stores
+``{"rating": int, "evaluation": str}`` (or ``{"rating": None, "error": cause, "raw": [...]}``) in
+``candidate.critiques[name]``; :func:`apply_thresholds` then fails or rejects candidates and keeps
+every rating, so reports can show the score distribution of rejected items too.
+
+A rating only ever comes from the ``rating`` field of the parsed JSON, validated to 1-5 (a value
+outside is a failed call, never clamped); text inside a context that asks for a rating, or any
+other key in the reply, has no path into a candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from ragtrail.generate.prompts import CRITIQUE_NAMES, CRITIQUE_PROMPTS, CritiqueOutput
+from ragtrail.generate.steps import failure_from_outcome, params_for
+from ragtrail.llm.client import GenerationParams, LLMClient
+from ragtrail.llm.prompts import Prompt
+from ragtrail.records import CandidateStatus, QACandidate
+
+__all__ = [
+    "ALL",
+    "CRITERIA",
+    "DEFAULT_THRESHOLD",
+    "Criterion",
+    "apply_thresholds",
+    "critique_candidates",
+    "effective_label",
+    "resolve_thresholds",
+]
+
+DEFAULT_THRESHOLD = 3
+"""A candidate passes a criterion with a rating >= this, unless the criterion says otherwise."""
+
+_FIELDS = ("context", "question", "answer")
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One critique: its prompt, the candidate fields it reads and its default thresholds.
+
+    ``label_thresholds`` overrides ``threshold`` for candidates of a given label;
+    ``skip_labels`` lists labels for which the criterion makes no sense (an unanswerable question
+    is by design not grounded in its context), and the criterion is not run for them.
+    """
+
+    name: str
+    prompt: Prompt[Any, CritiqueOutput]
+    needs: tuple[str, ...]
+    threshold: int = DEFAULT_THRESHOLD
+    label_thresholds: Mapping[str, int] = field(default_factory=dict)
+    skip_labels: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if set(self.needs) - set(_FIELDS):
+            raise ValueError(f"{self.name}: needs must be among {_FIELDS}")
+        if set(self.needs) != set(self.prompt.input_model.model_fields):
+            raise ValueError(f"{self.name}: needs {self.needs} do not match the prompt's input")
+
+    def applies_to(self, candidate: QACandidate) -> bool:
+        """Whether the criterion is run for this candidate (its fields are there, label fits)."""
+        if effective_label(candidate) in self.skip_labels:
+            return False
+        return all(_field(candidate, f) for f in self.needs)
+
+    def input_for(self, candidate: QACandidate) -> BaseModel:
+        """The prompt input built from the candidate's fields."""
+        return self.prompt.input_model(**{f: _field(candidate, f) for f in self.needs})
+
+    def default_threshold(self, label: str) -> int:
+        return int(self.label_thresholds.get(label, self.threshold))
+
+
+def _field(candidate: QACandidate, name: str) -> str:
+    return candidate.context.text if name == "context" else str(getattr(candidate, name))
+
+
+def effective_label(candidate: QACandidate) -> str:
+    """The label thresholds are chosen by: the observed one if labelled, else the requested one."""
+    return candidate.observed_label or candidate.requested_label
+
+
+_NOT_GROUNDED = frozenset({"unanswerable"})
+
+CRITERIA: dict[str, Criterion] = {
+    "q_to_c_groundedness": Criterion(
+        "q_to_c_groundedness",
+        CRITIQUE_PROMPTS["q_to_c_groundedness"],
+        ("context", "question"),
+        # Summary and reasoning questions legitimately rate lower here (METHODS §3).
+        label_thresholds={"summary": 2, "reasoning": 2},
+        skip_labels=_NOT_GROUNDED,
+    ),
+    "a_to_c_groundedness": Criterion(
+        "a_to_c_groundedness",
+        CRITIQUE_PROMPTS["a_to_c_groundedness"],
+        ("context", "answer"),
+        skip_labels=_NOT_GROUNDED,
+    ),
+    "q_feasibility": Criterion(
+        "q_feasibility",
+        CRITIQUE_PROMPTS["q_feasibility"],
+        ("context", "question"),
+        skip_labels=_NOT_GROUNDED,
+    ),
+    "stand_alone": Criterion("stand_alone", CRITIQUE_PROMPTS["stand_alone"], ("question",)),
+    "q_usefulness": Criterion("q_usefulness", CRITIQUE_PROMPTS["q_usefulness"], ("question",)),
+    "c_usefulness": Criterion("c_usefulness", CRITIQUE_PROMPTS["c_usefulness"], ("context",)),
+    "c_clarity": Criterion("c_clarity", CRITIQUE_PROMPTS["c_clarity"], ("context",)),
+    "qa_tautology": Criterion(
+        "qa_tautology",
+        CRITIQUE_PROMPTS["qa_tautology"],
+        ("question", "answer"),
+        skip_labels=_NOT_GROUNDED,
+    ),
+}
+"""Criterion name -> :class:`Criterion`, in report order."""
+
+assert tuple(CRITERIA) == CRITIQUE_NAMES
+
+ALL: tuple[str, ...] = tuple(CRITERIA)
+
+
+def _stage(name: str) -> str:
+    return f"critique.{name}"
+
+
+def critique_candidates(
+    client: LLMClient,
+    candidates: Sequence[QACandidate],
+    params: GenerationParams | None = None,
+    criteria: Sequence[str] = ALL,
+    *,
+    budgets: Mapping[str, int] | None = None,
+) -> None:
+    """Rate every pending candidate on each criterion; one batched stage per criterion.
+
+    Only criteria that apply (see :meth:`Criterion.applies_to`) are run, and only where no rating
+    is stored yet (a failed entry is retried). Identical inputs (e.g. one context shared by many
+    candidates for ``c_clarity``) are sent once and the result is shared.
+    """
+    unknown = [n for n in criteria if n not in CRITERIA]
+    if unknown:
+        raise KeyError(f"unknown criteria {unknown}; known: {list(CRITERIA)}")
+    for name in criteria:
+        crit = CRITERIA[name]
+        todo = [
+            c
+            for c in candidates
+            if c.status is CandidateStatus.PENDING
+            and crit.applies_to(c)
+            and c.critiques.get(name, {}).get("rating") is None
+        ]
+        if not todo:
+            continue
+        inputs: dict[str, BaseModel] = {}
+        keys: list[str] = []
+        for cand in todo:
+            inp = crit.input_for(cand)
+            key = inp.model_dump_json()
+            inputs.setdefault(key, inp)
+            keys.append(key)
+        unique = list(inputs)
+        outs = client.run(
+            crit.prompt,
+            [inputs[k] for k in unique],
+            stage=_stage(name),
+            params=params_for(crit.prompt.name, params, budgets),
+        )
+        by_key = dict(zip(unique, outs, strict=True))
+        for cand, key in zip(todo, keys, strict=True):
+            out = by_key[key]
+            if out.ok and out.value is not None:
+                cand.critiques[name] = {
+                    "rating": int(out.value.rating),
+                    "evaluation": out.value.evaluation,
+                }
+            else:
+                fail = failure_from_outcome(out)
+                cand.critiques[name] = {"rating": None, "error": fail.cause, "raw": list(fail.raw)}
+
+
+def resolve_thresholds(thresholds: Mapping[str, int] | None) -> dict[str, int]:
+    """Validate threshold overrides: keys ``"<criterion>"`` or ``"<criterion>:<label>"``, 1-5."""
+    out: dict[str, int] = {}
+    for key, value in (thresholds or {}).items():
+        name = key.split(":", 1)[0]
+        if name not in CRITERIA:
+            raise KeyError(f"threshold for unknown criterion {name!r}; known: {list(CRITERIA)}")
+        if isinstance(value, bool) or not 1 <= int(value) <= 5:
+            raise ValueError(f"threshold {key}={value!r} must be an integer from 1 to 5")
+        out[key] = int(value)
+    return out
+
+
+def threshold_for(name: str, label: str, overrides: Mapping[str, int]) -> int:
+    """The threshold of criterion ``name`` for a candidate of ``label``.
+
+    Precedence: an override for ``name:label``, an override for ``name`` (which replaces the
+    criterion's per-label defaults too), then the criterion's own defaults.
+    """
+    if f"{name}:{label}" in overrides:
+        return overrides[f"{name}:{label}"]
+    if name in overrides:
+        return overrides[name]
+    return CRITERIA[name].default_threshold(label)
+
+
+def apply_thresholds(
+    candidates: Sequence[QACandidate], thresholds: Mapping[str, int] | None = None
+) -> None:
+    """Fail or reject pending candidates on their stored critiques; ratings are kept.
+
+    * any failed critique call -> ``FAILED``, ``failure_cause = "critique_failed:<name>[,...]"``
+      (the raw outputs are appended to ``raw_outputs``);
+    * else any rating below its threshold -> ``REJECTED`` with ``reject_reason`` listing every
+      failing criterion as ``critique:<name>=<rating><<threshold>`` joined by ``"; "``;
+    * else the candidate stays ``PENDING`` for the caller's quota logic.
+
+    ``thresholds`` overrides the defaults (a rating >= 3, and >= 2 for q_to_c_groundedness of
+    summary and reasoning questions): ``{"stand_alone": 4, "q_to_c_groundedness:summary": 3}``.
+    """
+    overrides = resolve_thresholds(thresholds)
+    for cand in candidates:
+        if cand.status is not CandidateStatus.PENDING:
+            continue
+        label = effective_label(cand)
+        failed: list[str] = []
+        below: list[str] = []
+        for name in CRITERIA:
+            entry = cand.critiques.get(name)
+            if entry is None:
+                continue
+            rating = entry.get("rating")
+            if rating is None:
+                failed.append(name)
+                cand.raw_outputs.extend(entry.get("raw", []))
+                continue
+            limit = threshold_for(name, label, overrides)
+            if rating < limit:
+                below.append(f"critique:{name}={rating}<{limit}")
+        if failed:
+            cand.status = CandidateStatus.FAILED
+            cand.failure_cause = "critique_failed:" + ",".join(failed)
+        elif below:
+            cand.status = CandidateStatus.REJECTED
+            cand.reject_reason = "; ".join(below)

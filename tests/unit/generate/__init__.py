@@ -1,0 +1,185 @@
+"""Shared test doubles for the generation tests.
+
+:func:`routed_backend` builds a :class:`ragtrail.llm.testing.ScriptedBackend` (a scripted test
+double, NOT a model) whose replies are chosen by prompt name: it recognises the prompt from the
+rendered system message, reads the input fields back out of the tagged user message, and hands
+them to a per-prompt handler. The default handlers answer every generation prompt with valid,
+deterministic JSON derived from the input, so tests override only the prompt they exercise.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ragtrail.generate.prompts import GENERATION_PROMPTS
+from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
+from ragtrail.llm.testing import ScriptedBackend
+from ragtrail.records import Context, sha256_text
+
+Handler = Callable[[dict[str, Any]], "str | GenerationResult"]
+
+_SYSTEM_TO_NAME = {p.system_message(): p.name for p in GENERATION_PROMPTS}
+_DOC_RE = re.compile(r'<document field="(\w+)"(?: index="\d+")?>\n(.*?)\n</document>', re.S)
+_FIELD_RE = re.compile(r"<(\w+)>(.*?)</\1>", re.S)
+
+
+def prompt_name(request: GenerationRequest) -> str:
+    """The generation prompt a request was rendered from (by its system message)."""
+    return _SYSTEM_TO_NAME[request.messages[0]["content"]]
+
+
+def input_fields(request: GenerationRequest) -> dict[str, Any]:
+    """The input fields of the request's own input (the last ``<input>`` user message)."""
+    user = [m["content"] for m in request.messages if m["role"] == "user"]
+    block = next(u for u in reversed(user) if u.startswith("<input>"))
+    fields: dict[str, Any] = {}
+    for name, value in _DOC_RE.findall(block):
+        fields[name] = html.unescape(value)
+    inner = block.removeprefix("<input>").removesuffix("</input>")
+    for name, value in _FIELD_RE.findall(_DOC_RE.sub("", inner)):
+        value = html.unescape(value)
+        try:
+            fields[name] = json.loads(value) if value[:1] in "[{" else value
+        except ValueError:
+            fields[name] = value
+    return fields
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences of at least three words (a crude splitter, enough for test data)."""
+    parts = re.split(r"(?<=[.!?])\s+", text.strip())
+    return [p.strip() for p in parts if len(p.split()) >= 3]
+
+
+def _facts(f: dict[str, Any]) -> str:
+    theme = (f.get("headings") or "General").split(" > ")[-1]
+    return json.dumps({"theme": theme, "statements": sentences(f["context"])[:5]})
+
+
+def _summaries(f: dict[str, Any]) -> str:
+    facts = f["facts"]
+    pairs = [f"{a.rstrip('.')} and {b[0].lower()}{b[1:]}" for a, b in itertools.pairwise(facts)]
+    return json.dumps({"statements": pairs[:3]})
+
+
+def _conclusions(f: dict[str, Any]) -> str:
+    facts = f["facts"]
+    return json.dumps(
+        {
+            "statements": [
+                f"Together, {a.rstrip('.')} implies {b}" for a, b in itertools.pairwise(facts)
+            ][:3]
+        }
+    )
+
+
+def _question(f: dict[str, Any]) -> str:
+    return json.dumps({"question": f"Is it true that {f['statement'].rstrip('.')}?"})
+
+
+def _label(f: dict[str, Any]) -> str:
+    return json.dumps({"label_name": "fact_single", "reason": "stated once"})
+
+
+def _critique(f: dict[str, Any]) -> str:
+    return json.dumps({"evaluation": "fine", "rating": 4})
+
+
+def _baseline(f: dict[str, Any]) -> str:
+    first = sentences(f["context"])[0]
+    return json.dumps({"question": f"What is said about {first.split()[0]}?", "answer": first})
+
+
+DEFAULT_HANDLERS: dict[str, Handler] = {
+    "facts": _facts,
+    "summaries": _summaries,
+    "conclusions": _conclusions,
+    "question": _question,
+    "label": _label,
+    "single_shot_qa": _baseline,
+    **{p.name: _critique for p in GENERATION_PROMPTS if p.name.startswith("critique_")},
+}
+
+
+def routed_backend(
+    handlers: Mapping[str, Handler] | None = None, *, model_id: str = "routed-test-v1"
+) -> ScriptedBackend:
+    """A scripted backend answering each prompt with ``handlers[name](input_fields)``."""
+    table = {**DEFAULT_HANDLERS, **(handlers or {})}
+
+    def responder(request: GenerationRequest, number: int) -> str | GenerationResult:
+        return table[prompt_name(request)](input_fields(request))
+
+    return ScriptedBackend(responder, model_id=model_id)
+
+
+def calls_by_prompt(backend: ScriptedBackend) -> dict[str, int]:
+    """How many requests the backend received per prompt name."""
+    counts: dict[str, int] = {}
+    for req in backend.calls:
+        name = prompt_name(req)
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def make_context(doc_id: str, ordinal: int, text: str, headings: Sequence[str] = ()) -> Context:
+    """A :class:`Context` with consistent ids and hashes."""
+    return Context(
+        corpus="test",
+        snapshot_id="snap-1",
+        doc_id=doc_id,
+        doc_content_hash=sha256_text(doc_id),
+        chunk_id=f"{doc_id}#{ordinal:04d}",
+        chunk_hash=sha256_text(text),
+        text=text,
+        headings=tuple(headings),
+    )
+
+
+SAMPLE_TEXTS: dict[str, list[tuple[str, str]]] = {
+    "handbook/leave.md": [
+        (
+            "Leave > Annual leave",
+            "Full-time staff receive 27 days of annual leave per year. After five years of "
+            "service the entitlement rises to 30 days. Leave is requested in PeopleHub at least "
+            "two weeks ahead. Managers answer leave requests within three working days.",
+        ),
+        (
+            "Leave > Carry over",
+            "Up to 5 unused days can be carried into the next leave year. Carried days must be "
+            "taken by 30 June. Exceptions are approved by the Head of People Operations.",
+        ),
+    ],
+    "handbook/review.md": [
+        (
+            "Code review > Rules",
+            "Every merge request needs one approval from someone other than the author. "
+            "Security-sensitive changes need two approvals including a code owner. The CI "
+            "pipeline must pass before merging. Authors merge their own requests with squash "
+            "merge.",
+        ),
+        ("Code review > Size", "Keep merge requests under 400 changed lines."),
+    ],
+    "handbook/retention.md": [
+        (
+            "Retention > Principles",
+            "Every record type has an owner accountable for deletion. Deletion is automated "
+            "wherever possible. Retention periods start from the trigger event. Copies count as "
+            "records for retention purposes.",
+        ),
+    ],
+}
+
+
+def sample_contexts() -> list[Context]:
+    """Five contexts from three documents (one of them too short for derived statements)."""
+    return [
+        make_context(doc, i, text, headings.split(" > "))
+        for doc, chunks in SAMPLE_TEXTS.items()
+        for i, (headings, text) in enumerate(chunks)
+    ]
