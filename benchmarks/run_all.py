@@ -7,7 +7,13 @@ import sys
 
 from benchmarks._common import SkipBenchmark, write_section
 
-BENCHMARKS = ["bench_ingest", "bench_retrieval", "llm_throughput"]
+BENCHMARKS = [
+    "bench_ingest",
+    "bench_retrieval",
+    "llm_throughput",
+    "bench_generation",
+    "bench_generator_finetune",
+]
 
 
 def main(names: list[str]) -> int:

@@ -7,6 +7,8 @@
                                    comes from ``RAGTRAIL_LLM_BASE_URL``; the key from
                                    ``RAGTRAIL_LLM_API_KEY`` unless ``api_key=`` is passed
 ``vllm:<model>``                   in-process vLLM (optional extra, CUDA only)
+``generator:<dir or s3:// URI>``   a LoRA-tuned small generator saved by
+                                   :func:`ragtrail.train.generator.finetune_generator`
 =================================  ===========================================================
 
 Backends are imported only when asked for, so e.g. an HTTP-only deployment never imports torch.
@@ -46,6 +48,10 @@ def load_llm_backend(spec: str, **kwargs: Any) -> LLMBackend:
         if base_url:
             kwargs["base_url"] = base_url
         return OpenAICompatBackend.from_env(model, **kwargs)
+    if kind == "generator":
+        from ragtrail.train.backend import FineTunedGeneratorBackend
+
+        return FineTunedGeneratorBackend(rest, **kwargs)
     if kind == "vllm":
         from ragtrail.llm.backends.vllm_inprocess import VLLMBackend
 
@@ -53,7 +59,10 @@ def load_llm_backend(spec: str, **kwargs: Any) -> LLMBackend:
     raise ValueError(f"unknown LLM backend kind {kind!r} in {spec!r} ({_KINDS})")
 
 
-_KINDS = "builtin:smollm2-135m-instruct, hf:<model>, openai:<model>[@<base_url>], vllm:<model>"
+_KINDS = (
+    "builtin:smollm2-135m-instruct, hf:<model>, openai:<model>[@<base_url>], vllm:<model>, "
+    "generator:<dir>"
+)
 
 
 def _split_model_url(rest: str) -> tuple[str, str | None]:

@@ -502,3 +502,12 @@ def test_publish_to_local_artifact_store(t5_run: FinetuneResult, tmp_path: Path)
         [generator_request(*_label_context(sample["input"]), max_new_tokens=32)]
     )
     assert out.text == sample["generated"]
+
+
+def test_factory_builds_the_finetuned_generator_backend(t5_run: FinetuneResult) -> None:
+    from ragtrail.llm import load_llm_backend
+
+    backend = load_llm_backend(f"generator:{t5_run.out_dir}", merge_adapter=False, batch_size=2)
+    assert isinstance(backend, FineTunedGeneratorBackend)
+    [result] = backend.generate([generator_request("fact_single", "Receipts are required.")])
+    assert result.error is None
