@@ -7,7 +7,12 @@ model through :meth:`ragtrail.llm.prompts.Prompt.render_input`, which fences and
 document cannot pose as an instruction.
 
 The instructions are deliberately short and end with a one-line output spec: the default local
-model (SmolLM2-135M-Instruct) follows one tight worked example far better than long prose.
+model (SmolLM2-135M-Instruct) follows one tight worked example far better than long prose. The
+output models reject what such a model typically gets wrong instead of passing it on: statement
+lists are de-duplicated and stripped of non-sentences before their length is checked, a question
+must stand alone (no "according to the passage"), a critique rating must be an integer 1-5, and
+an echo of the worked example's own answer is invalid (the examples themselves are validated
+under :data:`EXAMPLE_CONTEXT`). Invalid output is retried by the client with a corrective message.
 Change a prompt's ``version`` whenever its instruction, example or models change: the version is
 part of every cache key and of every candidate id.
 """
@@ -16,14 +21,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, StringConstraints, field_validator
+from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator
 
 from ragtrail.llm.prompts import PROMPTS, Prompt, PromptRegistry
 
 __all__ = [
     "CRITIQUE_NAMES",
+    "EXAMPLE_CONTEXT",
     "GENERATION_PROMPTS",
     "LABEL_DESCRIPTIONS",
     "TOKEN_BUDGETS",
@@ -43,9 +49,12 @@ __all__ = [
     "QuestionInput",
     "QuestionOnlyInput",
     "QuestionOutput",
+    "copies_example",
     "critique_prompt",
     "prompt_versions",
 ]
+
+OutT = TypeVar("OutT", bound=BaseModel)
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 """A non-empty string (surrounding whitespace removed)."""
@@ -96,6 +105,23 @@ _EX_FACTS = [
     "Elm Street Library loans can be renewed twice online.",
     "The Elm Street Library charges 20 cents per day for late returns.",
 ]
+_EX_SUMMARIES = [
+    "Elm Street Library cards are free for residents and allow borrowing up to ten items at once.",
+    "Elm Street Library books are lent for three weeks and can be renewed twice online.",
+    "The Elm Street Library charges 20 cents per day for late returns, and its cards are free "
+    "for residents.",
+]
+_EX_CONCLUSIONS = [
+    "With two online renewals, an Elm Street Library book can be kept for up to nine weeks.",
+    "A resident can borrow ten items from the Elm Street Library without paying anything if they "
+    "return them on time.",
+    "Returning an Elm Street Library book one week late costs $1.40.",
+]
+_EX_FACT_QUESTION = "How long can I keep a book from the Elm Street Library?"
+_EX_LABEL_QUESTION = "What are the loan period and renewal rules at Elm Street Library?"
+_EX_BASELINE_QUESTION = "How much is the late fee at the Elm Street Library?"
+_EX_QUESTION = "How long is the loan period for books at the Elm Street Library?"
+_EX_ANSWER = "Elm Street Library books are lent for three weeks."
 
 
 # --------------------------------------------------------------------------- input models
@@ -117,11 +143,16 @@ class DerivedInput(BaseModel):
 
 
 class QuestionInput(BaseModel):
-    """A chunk, its theme and the one statement the question must be answered by."""
+    """The one statement the question must be answered by, and the theme of its chunk.
 
-    context: str
-    theme: str
+    The chunk itself is deliberately not part of the input: statements are self-contained by
+    construction and the theme supplies the subject (METHODS §2 uses it to avoid generic
+    questions). Measured on SmolLM2-135M with 8 statements of the sample corpus, adding the chunk
+    made the model echo the worked example's question for 6-7 of 8 inputs; without it, 1 of 8.
+    """
+
     statement: str
+    theme: str
 
 
 class LabelInput(BaseModel):
@@ -185,8 +216,39 @@ def statement_key(text: str) -> str:
     return " ".join(re.findall(r"\w+", text.lower()))
 
 
-def normalise_statements(items: Any) -> Any:
-    """Drop bullet marks, non-sentences and repeats from a list of statements (case-insensitive).
+_EXAMPLE_KEYS = frozenset(
+    statement_key(t)
+    for t in (
+        *_EX_FACTS,
+        *_EX_SUMMARIES,
+        *_EX_CONCLUSIONS,
+        _EX_FACT_QUESTION,
+        _EX_LABEL_QUESTION,
+        _EX_BASELINE_QUESTION,
+        _EX_QUESTION,
+    )
+)
+
+
+def copies_example(text: str) -> bool:
+    """Whether ``text`` repeats a sentence of the prompts' worked examples.
+
+    Small models often echo the few-shot answer instead of answering the real input; such an
+    echo is never about the document, so it is treated as invalid output.
+    """
+    return statement_key(text) in _EXAMPLE_KEYS
+
+
+EXAMPLE_CONTEXT: dict[str, bool] = {"allow_example_copies": True}
+"""Validation context under which the worked examples themselves are built (and may be checked)."""
+
+
+def _copies_allowed(info: ValidationInfo) -> bool:
+    return bool((info.context or {}).get("allow_example_copies"))
+
+
+def normalise_statements(items: Any, *, allow_example_copies: bool = False) -> Any:
+    """Drop bullet marks, non-sentences, repeats and echoes of the worked example from a list.
 
     Lossless for a well-behaved model; for a small one that loops ("X.", "X.", "X.") it keeps the
     distinct sentences instead of failing on the count. Nothing is invented; the count limits of
@@ -202,7 +264,8 @@ def normalise_statements(items: Any) -> Any:
             continue
         text = strip_bullet(item)
         key = statement_key(text)
-        if len(key.split()) < MIN_STATEMENT_WORDS or key in seen:
+        echo = key in _EXAMPLE_KEYS and not allow_example_copies
+        if len(key.split()) < MIN_STATEMENT_WORDS or key in seen or echo:
             continue
         seen.add(key)
         out.append(text)
@@ -217,8 +280,8 @@ class FactsOutput(BaseModel):
 
     @field_validator("statements", mode="before")
     @classmethod
-    def _normalise(cls, value: Any) -> Any:
-        return normalise_statements(value)
+    def _normalise(cls, value: Any, info: ValidationInfo) -> Any:
+        return normalise_statements(value, allow_example_copies=_copies_allowed(info))
 
 
 class DerivedStatements(BaseModel):
@@ -228,8 +291,8 @@ class DerivedStatements(BaseModel):
 
     @field_validator("statements", mode="before")
     @classmethod
-    def _normalise(cls, value: Any) -> Any:
-        return normalise_statements(value)
+    def _normalise(cls, value: Any, info: ValidationInfo) -> Any:
+        return normalise_statements(value, allow_example_copies=_copies_allowed(info))
 
 
 _META_REFERENCE_RE = re.compile(
@@ -251,11 +314,13 @@ class QuestionOutput(BaseModel):
 
     @field_validator("question")
     @classmethod
-    def _stands_alone(cls, value: str) -> str:
+    def _stands_alone(cls, value: str, info: ValidationInfo) -> str:
         if len(re.findall(r"\w+", value)) < MIN_QUESTION_WORDS:
             raise ValueError(f"the question needs at least {MIN_QUESTION_WORDS} words")
         if _META_REFERENCE_RE.search(value):
             raise ValueError("the question must not refer to the passage, text or document")
+        if copies_example(value) and not _copies_allowed(info):
+            raise ValueError("the question repeats the worked example; write one for this input")
         return value
 
 
@@ -265,10 +330,15 @@ class LabelOutput(BaseModel):
 
 
 class CritiqueOutput(BaseModel):
-    """A short rationale and an integer rating 1-5 (out of range is an error, never clamped)."""
+    """An integer rating 1-5 (out of range is an error, never clamped) and a short rationale.
 
-    evaluation: str = ""
+    The rating comes first: measured on SmolLM2-135M, a rationale written first often ran past
+    the token budget and took the rating with it; this way a cut-off rationale still leaves a
+    usable rating (the rationale is optional).
+    """
+
     rating: int = Field(ge=1, le=5)
+    evaluation: str = ""
 
     @field_validator("rating", mode="before")
     @classmethod
@@ -283,8 +353,21 @@ class BaselineOutput(BaseModel):
     question: Text
     answer: Text
 
+    @field_validator("question")
+    @classmethod
+    def _not_the_example(cls, value: str, info: ValidationInfo) -> str:
+        if copies_example(value) and not _copies_allowed(info):
+            raise ValueError("the question repeats the worked example; write one for this input")
+        return value
+
 
 # --------------------------------------------------------------------------- prompts
+
+
+def _example(model: type[OutT], **data: Any) -> OutT:
+    """A worked-example output, validated like model output but allowed to be "the example"."""
+    return model.model_validate(data, context=EXAMPLE_CONTEXT)
+
 
 GENERATION_PROMPTS = PromptRegistry()
 """Every prompt of this module, by (name, version)."""
@@ -312,7 +395,7 @@ FACTS: Prompt[FactsInput, FactsOutput] = _register(
         examples=[
             (
                 FactsInput(context=_EX_CONTEXT, headings=_EX_HEADINGS),
-                FactsOutput(theme=_EX_THEME, statements=_EX_FACTS[1:4]),
+                _example(FactsOutput, theme=_EX_THEME, statements=_EX_FACTS[1:4]),
             )
         ],
         document_fields=frozenset({"context", "headings"}),
@@ -333,16 +416,7 @@ SUMMARIES: Prompt[DerivedInput, DerivedStatements] = _register(
         examples=[
             (
                 DerivedInput(context=_EX_CONTEXT, theme=_EX_THEME, facts=_EX_FACTS),
-                DerivedStatements(
-                    statements=[
-                        "Elm Street Library cards are free for residents and allow borrowing up "
-                        "to ten items at once.",
-                        "Elm Street Library books are lent for three weeks and can be renewed "
-                        "twice online.",
-                        "The Elm Street Library charges 20 cents per day for late returns, and "
-                        "its cards are free for residents.",
-                    ]
-                ),
+                _example(DerivedStatements, statements=_EX_SUMMARIES),
             )
         ],
         document_fields=frozenset({"context"}),
@@ -364,15 +438,7 @@ CONCLUSIONS: Prompt[DerivedInput, DerivedStatements] = _register(
         examples=[
             (
                 DerivedInput(context=_EX_CONTEXT, theme=_EX_THEME, facts=_EX_FACTS),
-                DerivedStatements(
-                    statements=[
-                        "With two online renewals, an Elm Street Library book can be kept for "
-                        "up to nine weeks.",
-                        "A resident can borrow ten items from the Elm Street Library without "
-                        "paying anything if they return them on time.",
-                        "Returning an Elm Street Library book one week late costs $1.40.",
-                    ]
-                ),
+                _example(DerivedStatements, statements=_EX_CONCLUSIONS),
             )
         ],
         document_fields=frozenset({"context"}),
@@ -393,11 +459,10 @@ QUESTION: Prompt[QuestionInput, QuestionOutput] = _register(
         output_model=QuestionOutput,
         examples=[
             (
-                QuestionInput(context=_EX_CONTEXT, theme=_EX_THEME, statement=_EX_FACTS[2]),
-                QuestionOutput(question="How long can I keep a book from the Elm Street Library?"),
+                QuestionInput(statement=_EX_FACTS[2], theme=_EX_THEME),
+                _example(QuestionOutput, question=_EX_FACT_QUESTION),
             )
         ],
-        document_fields=frozenset({"context"}),
     )
 )
 
@@ -416,7 +481,7 @@ LABEL: Prompt[LabelInput, LabelOutput] = _register(
             (
                 LabelInput(
                     context=_EX_CONTEXT,
-                    question="What are the loan period and renewal rules at Elm Street Library?",
+                    question=_EX_LABEL_QUESTION,
                 ),
                 LabelOutput(
                     label_name="summary",
@@ -442,8 +507,9 @@ SINGLE_SHOT_QA: Prompt[BaselineInput, BaselineOutput] = _register(
         examples=[
             (
                 BaselineInput(context=_EX_CONTEXT),
-                BaselineOutput(
-                    question="How much is the late fee at the Elm Street Library?",
+                _example(
+                    BaselineOutput,
+                    question=_EX_BASELINE_QUESTION,
                     answer="20 cents per day.",
                 ),
             )
@@ -456,11 +522,8 @@ SINGLE_SHOT_QA: Prompt[BaselineInput, BaselineOutput] = _register(
 # --------------------------------------------------------------------------- critiques
 
 _CRITIQUE_TAIL = (
-    "Reply in JSON: a one-sentence evaluation first, then the rating as an integer from 1 to 5."
+    "Reply in JSON: the rating as an integer from 1 to 5, then a one-sentence evaluation."
 )
-
-_EX_QUESTION = "How long is the loan period for books at the Elm Street Library?"
-_EX_ANSWER = "Elm Street Library books are lent for three weeks."
 
 
 def _critique(

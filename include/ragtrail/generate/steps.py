@@ -41,7 +41,9 @@ from ragtrail.records import STATEMENT_KINDS, CandidateStatus, Context, QACandid
 __all__ = [
     "DERIVED_KINDS",
     "GENERATED_KINDS",
+    "MIN_SUPPORT",
     "STAGES",
+    "DroppedStatement",
     "PromptFailure",
     "StatementSet",
     "candidate_id",
@@ -49,6 +51,7 @@ __all__ = [
     "extract_statements",
     "failure_from_outcome",
     "jaccard",
+    "lexical_support",
     "make_candidates",
     "make_unanswerable",
     "params_for",
@@ -76,6 +79,14 @@ MIN_FACTS_FOR_DERIVED = 2
 UNANSWERABLE_POOL = 5
 """Foreign contexts are drawn among this many with the highest lexical overlap."""
 
+MIN_SUPPORT: dict[str, float] = {"fact": 0.5, "summary": 0.5, "conclusion": 0.3}
+"""Least share of a statement's content words that must occur in its context, per kind.
+
+A cheap grounding check before any question is written: a small model drifts into its worked
+example or into generic filler ("X is a policy that ..."), and such statements share few words
+with the context. Conclusions may word an inference anew, so they get a lower bar.
+"""
+
 
 @dataclass(frozen=True)
 class PromptFailure:
@@ -84,6 +95,15 @@ class PromptFailure:
     cause: str
     error: str | None
     raw: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DroppedStatement:
+    """A statement the model wrote that was not kept, and why (kept for audit, never silent)."""
+
+    kind: str
+    text: str
+    reason: str
 
 
 @dataclass
@@ -96,6 +116,7 @@ class StatementSet:
     summaries: list[str] = field(default_factory=list)
     conclusions: list[str] = field(default_factory=list)
     failures: dict[str, PromptFailure] = field(default_factory=dict)  # prompt name -> failure
+    dropped: list[DroppedStatement] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -157,6 +178,34 @@ def clean_statements(statements: Iterable[str], exclude: Iterable[str] = ()) -> 
     return out
 
 
+def lexical_support(statement: str, context_tokens: frozenset[str]) -> float:
+    """Share of the statement's content words (see :func:`tokens`) found in the context."""
+    words = tokens(statement)
+    return len(words & context_tokens) / len(words) if words else 0.0
+
+
+def _grounded(
+    sset: StatementSet,
+    kind: str,
+    statements: Sequence[str],
+    min_support: Mapping[str, float],
+) -> list[str]:
+    """The statements with enough lexical support; the others go to ``sset.dropped``."""
+    bar = float(min_support.get(kind, 0.0))
+    if bar <= 0:
+        return list(statements)
+    ctx_tokens = tokens(sset.context.text + " " + " ".join(sset.context.headings))
+    kept: list[str] = []
+    for text in statements:
+        support = lexical_support(text, ctx_tokens)
+        if support >= bar:
+            kept.append(text)
+        else:
+            reason = f"low_support:{support:.2f}<{bar:.2f}"
+            sset.dropped.append(DroppedStatement(kind, text, reason))
+    return kept
+
+
 def _headings(context: Context) -> str:
     return " > ".join(context.headings)
 
@@ -170,15 +219,19 @@ def extract_statements(
     params: GenerationParams | None = None,
     *,
     budgets: Mapping[str, int] | None = None,
+    min_support: Mapping[str, float] | None = None,
 ) -> list[StatementSet]:
     """Theme and facts for every context, then summaries and conclusions where possible.
 
-    Three stages (facts, summaries, conclusions), each one batched call. Summaries and
-    conclusions are asked only for contexts whose facts succeeded with at least
-    :data:`MIN_FACTS_FOR_DERIVED` distinct facts; a context with fewer simply gets none (short
-    contexts cannot support those kinds, METHODS §2). One :class:`StatementSet` per context, in
-    order; failed calls are in ``failures`` with their raw output.
+    Three stages (facts, summaries, conclusions), each one batched call. Statements sharing too
+    few words with their context (``min_support``, default :data:`MIN_SUPPORT`; 0 disables) are
+    moved to ``dropped``; a facts reply left with no statement counts as a failure (cause
+    ``ungrounded``). Summaries and conclusions are asked only for contexts with at least
+    :data:`MIN_FACTS_FOR_DERIVED` facts; a context with fewer simply gets none (short contexts
+    cannot support those kinds, METHODS §2). One :class:`StatementSet` per context, in order;
+    failed calls are in ``failures`` with their raw output.
     """
+    support = MIN_SUPPORT if min_support is None else {**MIN_SUPPORT, **min_support}
     sets = [StatementSet(context=c) for c in contexts]
     fact_outs = client.run(
         FACTS,
@@ -189,7 +242,13 @@ def extract_statements(
     for sset, out in zip(sets, fact_outs, strict=True):
         if out.ok and out.value is not None:
             sset.theme = out.value.theme
-            sset.facts = clean_statements(out.value.statements)
+            sset.facts = _grounded(sset, "fact", clean_statements(out.value.statements), support)
+            if not sset.facts:
+                sset.failures["facts"] = PromptFailure(
+                    cause="ungrounded",
+                    error="no statement shares enough words with the context",
+                    raw=tuple(out.raw_texts),
+                )
         else:
             sset.failures["facts"] = failure_from_outcome(out)
 
@@ -197,7 +256,10 @@ def extract_statements(
     derived_inputs = [
         DerivedInput(context=s.context.text, theme=s.theme, facts=list(s.facts)) for s in eligible
     ]
-    for prompt, attr in ((SUMMARIES, "summaries"), (CONCLUSIONS, "conclusions")):
+    for prompt, attr, kind in (
+        (SUMMARIES, "summaries", "summary"),
+        (CONCLUSIONS, "conclusions", "conclusion"),
+    ):
         if not eligible:
             break
         outs = client.run(
@@ -208,7 +270,8 @@ def extract_statements(
         )
         for sset, out in zip(eligible, outs, strict=True):
             if out.ok and out.value is not None:
-                setattr(sset, attr, clean_statements(out.value.statements, exclude=sset.facts))
+                cleaned = clean_statements(out.value.statements, exclude=sset.facts)
+                setattr(sset, attr, _grounded(sset, kind, cleaned, support))
             else:
                 sset.failures[prompt.name] = failure_from_outcome(out)
     return sets
@@ -340,7 +403,7 @@ def write_questions(
         return
     outs = client.run(
         QUESTION,
-        [QuestionInput(context=c.context.text, theme=c.theme, statement=c.statement) for c in todo],
+        [QuestionInput(statement=c.statement, theme=c.theme) for c in todo],
         stage=STAGES["question"],
         params=params_for(QUESTION.name, params, budgets),
     )

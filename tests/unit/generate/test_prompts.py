@@ -21,6 +21,9 @@ EXPECTED = {
 }
 
 
+ECHO_ALLOWED = {"label", *(f"critique_{n}" for n in P.CRITIQUE_NAMES)}
+
+
 def test_registry_has_all_fourteen_prompts() -> None:
     names = {p.name for p in P.GENERATION_PROMPTS}
     assert names == EXPECTED and len(P.GENERATION_PROMPTS) == 14
@@ -47,9 +50,13 @@ def test_prompt_renders_and_example_validates(prompt: P.Prompt) -> None:  # type
     assert schema["type"] == "object" and schema["properties"]
     assert len(prompt.examples) == 1
     ex_in, ex_out = prompt.examples[0]
-    # The example output, as the model would see it, parses back through the real parser.
-    parsed = parse_output(ex_out.model_dump_json(), prompt.output_model)
-    assert parsed.ok and parsed.value == ex_out
+    # The example output, as the model sees it, is valid output (under the example context) ...
+    shown = ex_out.model_dump_json()
+    assert prompt.output_model.model_validate_json(shown, context=P.EXAMPLE_CONTEXT) == ex_out
+    # ... but a model that merely echoes it back for a real input is refused (or, for the
+    # label and critiques, where the same label or rating may well be right, accepted).
+    parsed = parse_output(shown, prompt.output_model)
+    assert parsed.ok is (prompt.name in ECHO_ALLOWED)
     messages = prompt.render(ex_in)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[-1]["content"].startswith("<input>")
@@ -118,6 +125,17 @@ def test_statements_are_normalised_then_counted() -> None:
     assert len(derived.statements) == 2
     with pytest.raises(ValidationError):
         P.DerivedStatements.model_validate({"statements": [f"S {i} x y z." for i in range(4)]})
+
+
+def test_echoes_of_the_worked_example_are_refused() -> None:
+    example_q = P.QUESTION.examples[0][1].question
+    assert P.copies_example(example_q.upper()) and not P.copies_example("How many days?")
+    with pytest.raises(ValidationError, match="worked example"):
+        P.QuestionOutput.model_validate({"question": example_q})
+    mixed = P.FactsOutput.model_validate(
+        {"theme": "Leave", "statements": [*P.FACTS.examples[0][1].statements, "Staff get 27 days."]}
+    )
+    assert mixed.statements == ["Staff get 27 days."]
 
 
 def test_token_budgets_per_prompt() -> None:

@@ -22,6 +22,7 @@ from ragtrail.generate.steps import (
     candidate_id,
     extract_statements,
     jaccard,
+    lexical_support,
     make_candidates,
     make_unanswerable,
     prompt_chain,
@@ -38,6 +39,7 @@ from tests.unit.generate import (
     make_context,
     routed_backend,
     sample_contexts,
+    sentences,
 )
 
 
@@ -71,9 +73,7 @@ def test_failures_are_recorded_not_dropped() -> None:
     def facts(f: dict[str, Any]) -> str:
         if "approval" in f["context"]:
             return "Sure! Here are the facts: merge requests need approvals."  # no JSON
-        return json.dumps(
-            {"theme": "T", "statements": ["One fact is here.", "Two facts are here."]}
-        )
+        return json.dumps({"theme": "T", "statements": sentences(f["context"])[:2]})
 
     def conclusions(f: dict[str, Any]) -> str:
         return json.dumps({"statements": [{"not": "a string"}]})
@@ -86,17 +86,47 @@ def test_failures_are_recorded_not_dropped() -> None:
     assert fail.cause == "parse_error" and len(fail.raw) == 3  # three attempts, all kept
     assert fail.raw[0].startswith("Sure! Here are the facts")
     good = [s for s in sets if s is not bad]
-    assert all(s.facts and s.summaries for s in good)
-    assert all(s.failures["conclusions"].cause == "validation_error" for s in good)
-    assert calls_by_prompt(backend)["summaries"] == 4  # the failed context got no derived call
+    derived = [s for s in good if len(s.facts) >= 2]
+    assert len(derived) == 3 and all(s.summaries for s in derived)
+    assert all(s.failures["conclusions"].cause == "validation_error" for s in derived)
+    # neither the failed context nor the one-fact context got a derived call
+    assert calls_by_prompt(backend)["summaries"] == 3
 
 
 def test_derived_statements_copying_a_fact_are_dropped() -> None:
     def conclusions(f: dict[str, Any]) -> str:
-        return json.dumps({"statements": [f["facts"][0], "A genuinely new conclusion here."]})
+        return json.dumps({"statements": [f["facts"][0], NEW_CONCLUSION]})
 
     sets, _, _ = extracted(conclusions=conclusions)
-    assert sets[0].conclusions == ["A genuinely new conclusion here."]
+    assert sets[0].conclusions == [NEW_CONCLUSION]
+
+
+NEW_CONCLUSION = "Staff with five years of service get three more annual leave days."
+
+
+def test_statements_without_lexical_support_are_dropped_and_kept_for_audit() -> None:
+    drift = "The Elm Street Library lends books for three weeks."
+
+    def facts(f: dict[str, Any]) -> str:
+        if "approval" in f["context"]:  # only drift: nothing grounded is left
+            return json.dumps({"theme": "Review", "statements": [drift]})
+        return json.dumps({"theme": "T", "statements": [drift, *sentences(f["context"])[:2]]})
+
+    sets, _, _ = extracted(facts=facts)
+    leave = sets[0]
+    assert drift not in leave.facts and len(leave.facts) == 2
+    (dropped,) = [d for d in leave.dropped if d.kind == "fact"]
+    assert dropped.text == drift and dropped.reason.startswith("low_support:")
+    review = sets[2]
+    assert not review.ok and review.failures["facts"].cause == "ungrounded"
+    assert drift in review.failures["facts"].raw[0]
+    lenient = extract_statements(
+        LLMClient(routed_backend({"facts": facts}), MemoryLLMCache()),
+        sample_contexts(),
+        min_support={"fact": 0.0},
+    )
+    assert drift in lenient[0].facts and lenient[2].ok
+    assert lexical_support("Staff get leave.", tokens("staff leave rules")) == pytest.approx(2 / 3)
 
 
 def test_sqlite_cache_replays_extraction_without_model_calls(engine: Engine) -> None:
