@@ -1,7 +1,9 @@
 """LLM throughput of the local transformers backend on the bundled SmolLM2-135M-Instruct.
 
 Measures, on this machine: the one-off GGUF -> safetensors conversion, loading the converted copy,
-and greedy generation throughput (completion tokens per second) unbatched versus in batches.
+greedy free-text throughput (completion tokens per second) unbatched versus in batches, and the
+issue's target quantity: questions per second of the real question prompt (guided JSON decoding,
+copy guard, validation) for the sample corpus' statements, batch size 1 versus batched.
 
     .venv/bin/python -m benchmarks.llm_throughput [--cache-dir DIR | --fresh] [--max-new-tokens 48]
         [--batch-size 8] [--repeats 3] [--write]
@@ -105,7 +107,50 @@ def measure(
         out[f"{mode}_tok_per_s_median"] = statistics.median(rates[mode])
         out[f"{mode}_cpu_per_wall"] = statistics.median(cpu_share[mode])
     out["same_text"] = float(texts["unbatched"] == texts["batched"])
+    out.update(_question_rates(backend, batch_size))
     out["load_avg_1m"] = os.getloadavg()[0]
+    return out
+
+
+def _statements(limit: int = 16) -> list[tuple[str, str]]:
+    """(statement, theme) pairs: sentences of the shipped sample corpus, a few per document."""
+    from ragtrail.generate.prompts import context_sentences
+    from ragtrail.ingest.loaders import parse_document
+    from ragtrail.paths import sample_corpus_dir
+    from ragtrail.records import SourceFile
+
+    root = sample_corpus_dir()
+    pairs: list[tuple[str, str]] = []
+    for path in sorted(root.rglob("*.md")):
+        rel = str(path.relative_to(root))
+        doc = parse_document(SourceFile(rel, str(path), path.read_bytes()), max_bytes=1_000_000)
+        for section in doc.sections[:2]:
+            theme = section.headings[-1] if section.headings else rel
+            pairs += [(s, theme) for s in context_sentences(section.text, limit=1)]
+        if len(pairs) >= limit:
+            break
+    return pairs[:limit]
+
+
+def _question_rates(backend: Any, batch_size: int) -> dict[str, float]:
+    """Questions per second with the question prompt, unbatched vs batched (no cache)."""
+    from ragtrail.generate.prompts import QUESTION, QuestionInput
+    from ragtrail.generate.steps import params_for
+    from ragtrail.llm.client import LLMClient
+
+    inputs = [QuestionInput(statement=s, theme=t) for s, t in _statements()]
+    params = params_for(QUESTION.name, None)
+    out: dict[str, float] = {"qa_inputs": float(len(inputs))}
+    for mode, size in (("qa_unbatched", 1), ("qa_batched", batch_size)):
+        backend.batch_size = size
+        client = LLMClient(backend, max_attempts=1)
+        outcomes, wall, _ = _timed(
+            lambda c=client: c.run(QUESTION, inputs, stage="q", params=params)
+        )
+        out[f"{mode}_per_s"] = len(outcomes) / wall
+        out[f"{mode}_valid"] = float(sum(o.ok for o in outcomes))
+    backend.batch_size = batch_size
+    out["qa_speedup"] = out["qa_batched_per_s"] / out["qa_unbatched_per_s"]
     return out
 
 
@@ -131,6 +176,12 @@ def to_markdown(r: dict[str, float], max_new_tokens: int, batch_size: int, repea
             f"| batch of {batch_size} | {r['batched_tok_per_s_best']:.1f} / "
             f"{r['batched_tok_per_s_median']:.1f} tokens/s |",
             f"| batched text == unbatched text | {'yes' if r['same_text'] else 'no'} |",
+            f"| question prompt (guided JSON), {int(r['qa_inputs'])} statements, batch 1 | "
+            f"{r['qa_unbatched_per_s']:.2f} questions/s ({int(r['qa_unbatched_valid'])} valid) |",
+            f"| question prompt, batch {batch_size} | {r['qa_batched_per_s']:.2f} questions/s "
+            f"({int(r['qa_batched_valid'])} valid) |",
+            f"| **batched / unbatched questions per second** (target >= 3) | "
+            f"**{r['qa_speedup']:.2f}x** |",
         ]
     )
 

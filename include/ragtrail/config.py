@@ -61,6 +61,11 @@ class GenerationSettings(BaseModel):
     llm_batch_size: int = Field(8, ge=1)
     max_attempts: int = Field(2, ge=1, le=5)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
+    extractive_facts: bool = Field(
+        True,
+        description="pick fact statements among the context's sentences (right for small local "
+        "models with guided decoding); false lets a capable model reword them",
+    )
     per_label: int = Field(3, ge=1, description="target accepted items per label")
     max_per_document: int = Field(2, ge=1, description="accepted items per document, all labels")
     contexts_per_round: int = Field(6, ge=1)

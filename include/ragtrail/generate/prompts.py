@@ -105,6 +105,12 @@ _EX_FACTS = [
     "Elm Street Library loans can be renewed twice online.",
     "The Elm Street Library charges 20 cents per day for late returns.",
 ]
+_EX_SENTENCES = [  # verbatim sentences of _EX_CONTEXT
+    "A card lets you borrow up to ten items at once.",
+    "Books are lent for three weeks and can be renewed twice online.",
+    "Late returns are charged 20 cents per day.",
+]
+
 _EX_SUMMARIES = [
     "Elm Street Library cards are free for residents and allow borrowing up to ten items at once.",
     "Elm Street Library books are lent for three weeks and can be renewed twice online.",
@@ -220,6 +226,7 @@ _EXAMPLE_KEYS = frozenset(
     statement_key(t)
     for t in (
         *_EX_FACTS,
+        *_EX_SENTENCES,
         *_EX_SUMMARIES,
         *_EX_CONCLUSIONS,
         _EX_FACT_QUESTION,
@@ -401,6 +408,84 @@ FACTS: Prompt[FactsInput, FactsOutput] = _register(
         document_fields=frozenset({"context", "headings"}),
     )
 )
+
+MIN_EXTRACTIVE_FACTS = 3
+"""Facts a context with enough sentences must yield under extractive guided decoding."""
+
+MAX_SENTENCE_WORDS = 40
+"""Longer "sentences" are usually run-together lists or tables, not one fact."""
+
+_SENTENCE_END_RE = re.compile(
+    r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n\s*\n|\n(?=\s*(?:[-*+>]|\d+[.)])\s)"
+)
+_MARKUP_RE = re.compile(r"\*\*|__|`")
+
+
+def context_sentences(text: str, limit: int = 24) -> list[str]:
+    """The sentences of ``text`` that can stand as fact statements, cleaned, in order, unique.
+
+    Splits at sentence ends, blank lines and list items; removes list marks and bold / code
+    markup and table rows; keeps sentences of :data:`MIN_STATEMENT_WORDS` to
+    :data:`MAX_SENTENCE_WORDS` words holding no quote or backslash (they become JSON enum values).
+    """
+    out: dict[str, str] = {}
+    prose = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("|"))
+    for piece in _SENTENCE_END_RE.split(prose):
+        sentence = " ".join(_MARKUP_RE.sub("", strip_bullet(piece)).split())
+        words = len(re.findall(r"\w+", sentence))
+        if not MIN_STATEMENT_WORDS <= words <= MAX_SENTENCE_WORDS:
+            continue
+        if "|" in sentence or '"' in sentence or "\\" in sentence:
+            continue
+        out.setdefault(statement_key(sentence), sentence)
+        if len(out) >= limit:
+            break
+    return list(out.values())
+
+
+def _extractive_facts_schema(inp: FactsInput) -> dict[str, Any]:
+    """The facts schema with statements restricted to the context's own sentences."""
+    schema = FactsOutput.model_json_schema()
+    sentences = context_sentences(inp.context)
+    if sentences:
+        items = schema["properties"]["statements"]
+        items["items"] = {"type": "string", "enum": sentences}
+        items["maxItems"] = min(int(items.get("maxItems", 5)), len(sentences))
+        # A small model stops after one pick; three facts make summaries possible.
+        items["minItems"] = min(MIN_EXTRACTIVE_FACTS, len(sentences))
+    return schema
+
+
+FACTS_EXTRACTIVE: Prompt[FactsInput, FactsOutput] = _register(
+    Prompt(
+        name="facts_extractive",
+        version="1",
+        instruction=(
+            "Pick the facts a document states. Give its theme in a few words, then choose up to "
+            "five sentences of the document, each stating one fact, and copy them exactly as "
+            "written. Never choose the same sentence twice. Reply in JSON with the keys theme "
+            "and statements."
+        ),
+        input_model=FactsInput,
+        output_model=FactsOutput,
+        examples=[
+            (
+                FactsInput(context=_EX_CONTEXT, headings=_EX_HEADINGS),
+                _example(FactsOutput, theme=_EX_THEME, statements=_EX_SENTENCES),
+            )
+        ],
+        document_fields=frozenset({"context", "headings"}),
+        decoding_schema=_extractive_facts_schema,
+    )
+)
+"""Fact extraction for small models: statements are sentences picked from the context.
+
+Guided decoding restricts each statement to one of :func:`context_sentences`, so every fact is
+grounded by construction. Measured on SmolLM2-135M with 8 sample-corpus contexts, the
+abstractive :data:`FACTS` prompt gave grounded facts for 2 of 8 contexts even with guided JSON
+(the rest were invented or echoed the example).
+"""
+
 
 SUMMARIES: Prompt[DerivedInput, DerivedStatements] = _register(
     Prompt(

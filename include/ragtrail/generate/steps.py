@@ -26,16 +26,19 @@ from typing import Any
 from ragtrail.generate.prompts import (
     CONCLUSIONS,
     FACTS,
+    FACTS_EXTRACTIVE,
     QUESTION,
     SUMMARIES,
     TOKEN_BUDGETS,
     DerivedInput,
     FactsInput,
+    FactsOutput,
     QuestionInput,
     statement_key,
     strip_bullet,
 )
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
+from ragtrail.llm.prompts import Prompt
 from ragtrail.records import STATEMENT_KINDS, CandidateStatus, Context, QACandidate, sha256_text
 
 __all__ = [
@@ -117,6 +120,7 @@ class StatementSet:
     conclusions: list[str] = field(default_factory=list)
     failures: dict[str, PromptFailure] = field(default_factory=dict)  # prompt name -> failure
     dropped: list[DroppedStatement] = field(default_factory=list)
+    facts_prompt: Prompt[FactsInput, FactsOutput] = FACTS  # which facts prompt produced them
 
     @property
     def ok(self) -> bool:
@@ -220,6 +224,7 @@ def extract_statements(
     *,
     budgets: Mapping[str, int] | None = None,
     min_support: Mapping[str, float] | None = None,
+    extractive: bool = False,
 ) -> list[StatementSet]:
     """Theme and facts for every context, then summaries and conclusions where possible.
 
@@ -229,15 +234,17 @@ def extract_statements(
     ``ungrounded``). Summaries and conclusions are asked only for contexts with at least
     :data:`MIN_FACTS_FOR_DERIVED` facts; a context with fewer simply gets none (short contexts
     cannot support those kinds, METHODS §2). One :class:`StatementSet` per context, in order;
-    failed calls are in ``failures`` with their raw output.
+    failed calls are in ``failures`` with their raw output. ``extractive`` picks facts among the
+    context's own sentences (:data:`FACTS_EXTRACTIVE`, for small models) instead of rewording them.
     """
     support = MIN_SUPPORT if min_support is None else {**MIN_SUPPORT, **min_support}
-    sets = [StatementSet(context=c) for c in contexts]
+    facts_prompt = FACTS_EXTRACTIVE if extractive else FACTS
+    sets = [StatementSet(context=c, facts_prompt=facts_prompt) for c in contexts]
     fact_outs = client.run(
-        FACTS,
+        facts_prompt,
         [FactsInput(context=c.text, headings=_headings(c)) for c in contexts],
         stage=STAGES["facts"],
-        params=params_for(FACTS.name, params, budgets),
+        params=params_for("facts", params, budgets),
     )
     for sset, out in zip(sets, fact_outs, strict=True):
         if out.ok and out.value is not None:
@@ -280,9 +287,9 @@ def extract_statements(
 # --------------------------------------------------------------------------- candidates
 
 
-def prompt_chain(kind: str) -> dict[str, str]:
+def prompt_chain(kind: str, facts_prompt: Prompt[Any, Any] = FACTS) -> dict[str, str]:
     """``{prompt name: version}`` of the prompts a candidate of this statement kind went through."""
-    chain = [FACTS]
+    chain: list[Prompt[Any, Any]] = [facts_prompt]
     if kind in DERIVED_KINDS:
         chain.append(SUMMARIES if kind == "summary" else CONCLUSIONS)
     chain.append(QUESTION)
@@ -345,7 +352,7 @@ def make_candidates(
         if want is not None and want <= 0:
             continue
         for sset, statement in _round_robin(usable, kind, want, rng):
-            versions = prompt_chain(kind)
+            versions = prompt_chain(kind, sset.facts_prompt)
             info = {**(generator_info or {}), "prompts": versions}
             candidates.append(
                 QACandidate(

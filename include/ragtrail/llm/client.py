@@ -80,7 +80,9 @@ class GenerationParams:
     ``guided_json`` asks backends that support it to constrain decoding to the output schema.
     ``grow_on_truncation`` doubles ``max_new_tokens`` for the retry of an unusable reply that hit
     the token limit (at most ``max_growth`` times the original), since retrying a cut-off answer
-    with the same budget usually cuts it off again.
+    with the same budget usually cuts it off again. Retries of a greedy call (``temperature``
+    0) sample at ``retry_temperature`` (seeded per attempt): greedy decoding of nearly the same
+    prompt tends to repeat the same unusable reply.
     """
 
     max_new_tokens: int = 512
@@ -91,6 +93,7 @@ class GenerationParams:
     guided_json: bool = True
     grow_on_truncation: bool = True
     max_growth: int = 4
+    retry_temperature: float = 0.7
 
 
 @dataclass
@@ -134,6 +137,7 @@ class CallOutcome(Generic[OutT]):
 class _State:
     index: int
     base_messages: list[Message]
+    schema: dict[str, Any] | None = None
     attempts: list[Attempt] = field(default_factory=list)
     outcome: CallOutcome[Any] | None = None
     max_new_tokens: int = 0
@@ -180,7 +184,14 @@ class LLMClient:
         outcomes: list[CallOutcome[OutT]] = []
         for start in range(0, len(inputs), self.chunk_size):
             chunk = inputs[start : start + self.chunk_size]
-            states = [_State(start + i, prompt.render(inp)) for i, inp in enumerate(chunk)]
+            states = [
+                _State(
+                    start + i,
+                    prompt.render(inp),
+                    prompt.guided_schema(inp) if params.guided_json else None,
+                )
+                for i, inp in enumerate(chunk)
+            ]
             self._run_states(prompt, states, stage, params)
             for s in states:
                 assert s.outcome is not None
@@ -193,12 +204,12 @@ class LLMClient:
         self, prompt: Prompt[Any, Any], states: list[_State], stage: str, params: GenerationParams
     ) -> None:
         backend_name, model_id = self.backend.name, self.backend.model_id
-        schema = prompt.json_schema() if params.guided_json else None
+        avoid = prompt.example_texts()
         for attempt in range(self.max_attempts):
             active = [s for s in states if s.outcome is None]
             if not active:
                 break
-            requests = [self._request(s, attempt, params, schema) for s in active]
+            requests = [self._request(s, attempt, params, avoid) for s in active]
             keys = [
                 cache_key(backend_name, model_id, prompt.name, prompt.version, r) for r in requests
             ]
@@ -249,7 +260,7 @@ class LLMClient:
             )
 
     def _request(
-        self, state: _State, attempt: int, params: GenerationParams, schema: dict[str, Any] | None
+        self, state: _State, attempt: int, params: GenerationParams, avoid: tuple[str, ...]
     ) -> GenerationRequest:
         messages = list(state.base_messages)
         if not state.max_new_tokens:
@@ -275,11 +286,16 @@ class LLMClient:
         return GenerationRequest(
             messages=messages,
             max_new_tokens=state.max_new_tokens,
-            temperature=params.temperature,
+            temperature=(
+                params.retry_temperature
+                if attempt > 0 and params.temperature == 0
+                else params.temperature
+            ),
             top_p=params.top_p,
             seed=params.seed + attempt,
-            json_schema=schema,
+            json_schema=state.schema,
             stop=params.stop,
+            avoid_copying=avoid,
         )
 
     def _call_backend(self, requests: list[GenerationRequest]) -> list[GenerationResult]:

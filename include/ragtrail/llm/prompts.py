@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -69,6 +69,9 @@ class Prompt(Generic[InT, OutT]):
             ``<document>`` blocks (a ``list[str]`` field renders one block per item).
         schema_style: how the system message states the output format: ``"shape"`` (compact,
             default), ``"json_schema"`` (the full schema) or ``"both"``.
+        decoding_schema: optional ``input -> JSON schema`` for guided decoding, narrower than the
+            output model's schema (e.g. statements restricted to the input's own sentences);
+            output is still validated against ``output_model``.
     """
 
     name: str
@@ -79,6 +82,7 @@ class Prompt(Generic[InT, OutT]):
     examples: Sequence[tuple[InT, OutT]] = ()
     document_fields: frozenset[str] = field(default_factory=frozenset)
     schema_style: SchemaStyle = "shape"
+    decoding_schema: Callable[[InT], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -106,6 +110,30 @@ class Prompt(Generic[InT, OutT]):
     def json_schema(self) -> dict[str, Any]:
         """JSON schema of the output model (for guided decoding and for the system message)."""
         return self.output_model.model_json_schema()
+
+    def guided_schema(self, inp: InT) -> dict[str, Any]:
+        """The schema guided decoding enforces for ``inp`` (``decoding_schema`` or the output's)."""
+        if self.decoding_schema is not None:
+            return self.decoding_schema(inp)
+        return self.json_schema()
+
+    def example_texts(self) -> tuple[str, ...]:
+        """Every string value of the worked example outputs (what a reply must not copy)."""
+        texts: list[str] = []
+
+        def collect(value: Any) -> None:
+            if isinstance(value, str) and value.strip():
+                texts.append(value)
+            elif isinstance(value, dict):
+                for item in value.values():
+                    collect(item)
+            elif isinstance(value, list):
+                for item in value:
+                    collect(item)
+
+        for _, ex_out in self.examples:
+            collect(ex_out.model_dump(mode="json"))
+        return tuple(dict.fromkeys(texts))
 
     def system_message(self) -> str:
         schema = self.json_schema()

@@ -275,7 +275,9 @@ def _statement_candidates(
 ) -> list[QACandidate]:
     """Statements -> chosen statements -> questions -> labels -> critiques for some contexts."""
     client, params = rt.llm_client, _params(rt, plan)
-    sets = extract_statements(client, contexts, params)
+    sets = extract_statements(
+        client, contexts, params, extractive=rt.settings.generation.extractive_facts
+    )
     generator = {
         "backend": client.backend.name,
         "model": client.backend.model_id,

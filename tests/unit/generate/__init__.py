@@ -97,6 +97,7 @@ def _baseline(f: dict[str, Any]) -> str:
 
 DEFAULT_HANDLERS: dict[str, Handler] = {
     "facts": _facts,
+    "facts_extractive": _facts,  # picks whole sentences of the context, as guided decoding would
     "summaries": _summaries,
     "conclusions": _conclusions,
     "question": _question,

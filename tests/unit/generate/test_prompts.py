@@ -12,6 +12,7 @@ from ragtrail.llm.structured import parse_output
 
 EXPECTED = {
     "facts",
+    "facts_extractive",
     "summaries",
     "conclusions",
     "question",
@@ -24,9 +25,9 @@ EXPECTED = {
 ECHO_ALLOWED = {"label", *(f"critique_{n}" for n in P.CRITIQUE_NAMES)}
 
 
-def test_registry_has_all_fourteen_prompts() -> None:
+def test_registry_has_all_fifteen_prompts() -> None:
     names = {p.name for p in P.GENERATION_PROMPTS}
-    assert names == EXPECTED and len(P.GENERATION_PROMPTS) == 14
+    assert names == EXPECTED and len(P.GENERATION_PROMPTS) == 15
     assert set(P.CRITIQUE_NAMES) == {
         "q_to_c_groundedness",
         "a_to_c_groundedness",
@@ -147,3 +148,41 @@ def test_token_budgets_per_prompt() -> None:
     tuned = params_for("label", base, {"label": 80})
     assert tuned.max_new_tokens == 80 and tuned.temperature == 0.5 and tuned.seed == 7
     assert params_for("unknown", base) == base
+
+
+def test_context_sentences_split_clean_and_filter() -> None:
+    text = (
+        "# Leave\n\nStaff get 25 days of annual leave. Unused days expire in March!\n"
+        "- **Carry-over** needs the approval of your manager.\n"
+        "- Short item.\n"
+        "| Grade | Days |\n| A | 25 |\n"
+        'Requests go through the "Leave" form in Atlas.\n\n'
+        "Staff get 25 days of annual leave.\n"
+        "1. Book leave at least two weeks ahead,\nexcept for emergencies."
+    )
+    assert P.context_sentences(text) == [
+        "Staff get 25 days of annual leave.",
+        "Unused days expire in March!",
+        "Carry-over needs the approval of your manager.",
+        "Book leave at least two weeks ahead, except for emergencies.",
+    ]
+    assert P.context_sentences(text, limit=2) == [
+        "Staff get 25 days of annual leave.",
+        "Unused days expire in March!",
+    ]
+    assert P.context_sentences("Too short. Also. " + "word " * 50) == []
+
+
+def test_extractive_facts_schema_lists_the_context_sentences() -> None:
+    inp = P.FactsInput(context="Staff get 25 days of leave. Unused days expire in March.")
+    schema = P.FACTS_EXTRACTIVE.guided_schema(inp)
+    statements = schema["properties"]["statements"]
+    assert statements["items"]["enum"] == [
+        "Staff get 25 days of leave.",
+        "Unused days expire in March.",
+    ]
+    assert statements["minItems"] == 2 and statements["maxItems"] == 2
+    # No usable sentence: the plain output schema (the reply then fails grounding, recorded).
+    bare = P.FACTS_EXTRACTIVE.guided_schema(P.FactsInput(context="| a | b |"))
+    assert bare == P.FactsOutput.model_json_schema()
+    assert P.FACTS.guided_schema(inp) == P.FactsOutput.model_json_schema()

@@ -1,8 +1,9 @@
-"""The facts prompt on the real bundled SmolLM2 (slow): outcomes are ok or recorded failures.
+"""The facts prompts on the real bundled SmolLM2 (slow).
 
-The model is tiny, so quality is not asserted; the point is that the prompt renders within the
-model's limits and that every outcome is either a validated value or a failure carrying the raw
-text. The converted model is cached in ``$RAGTRAIL_TEST_MODEL_CACHE`` when set (shared with the
+The model is tiny, so quality is not asserted. The abstractive prompt must render within the
+model's limits and end as a validated value or a failure carrying the raw text; the extractive
+prompt, decoded under its schema, must validate on the first attempt with every statement a
+sentence of the context, and must not echo the worked example. The converted model is cached in ``$RAGTRAIL_TEST_MODEL_CACHE`` when set (shared with the
 LLM-layer slow test), else in a temporary directory.
 """
 
@@ -13,9 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from ragtrail.generate.prompts import FACTS, FactsInput, FactsOutput
+from ragtrail.generate.prompts import (
+    FACTS,
+    FACTS_EXTRACTIVE,
+    FactsInput,
+    FactsOutput,
+    context_sentences,
+    copies_example,
+)
 from ragtrail.generate.steps import params_for
 from ragtrail.ingest.loaders import parse_document
+from ragtrail.llm.backends.base import LLMBackend
 from ragtrail.llm.cache import MemoryLLMCache
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.factory import load_llm_backend
@@ -32,15 +41,33 @@ def code_review_section() -> tuple[str, str]:
     return " > ".join(section.headings), section.text
 
 
-@pytest.mark.slow
-def test_smollm2_facts_outcomes_are_ok_or_recorded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> LLMBackend:
     pytest.importorskip("gguf")
-    monkeypatch.setenv("RAGTRAIL_HOME", str(tmp_path / "home"))
-    cache = Path(os.environ.get("RAGTRAIL_TEST_MODEL_CACHE") or tmp_path / "models")
-    backend = load_llm_backend("builtin:smollm2-135m-instruct", cache_dir=cache)
-    client = LLMClient(backend, MemoryLLMCache(), max_attempts=2)
+    default = tmp_path_factory.mktemp("models")
+    cache = Path(os.environ.get("RAGTRAIL_TEST_MODEL_CACHE") or default)
+    return load_llm_backend("builtin:smollm2-135m-instruct", cache_dir=cache)
+
+
+@pytest.mark.slow
+def test_smollm2_extractive_facts_are_context_sentences(smollm2: LLMBackend) -> None:
+    client = LLMClient(smollm2, MemoryLLMCache(), max_attempts=1)
+    headings, text = code_review_section()
+    (out,) = client.run(
+        FACTS_EXTRACTIVE,
+        [FactsInput(context=text, headings=headings)],
+        stage="test.facts",
+        params=params_for("facts", GenerationParams()),
+    )
+    assert out.ok and out.value is not None, out.error
+    allowed = set(context_sentences(text))
+    assert len(out.value.statements) >= 2 and set(out.value.statements) <= allowed
+    assert not copies_example(out.value.theme)
+
+
+@pytest.mark.slow
+def test_smollm2_facts_outcomes_are_ok_or_recorded(smollm2: LLMBackend) -> None:
+    client = LLMClient(smollm2, MemoryLLMCache(), max_attempts=2)
     headings, text = code_review_section()
     (out,) = client.run(
         FACTS,

@@ -37,6 +37,7 @@ from ragtrail.storage import tables
 from tests.unit.generate import (
     calls_by_prompt,
     make_context,
+    prompt_name,
     routed_backend,
     sample_contexts,
     sentences,
@@ -305,3 +306,17 @@ def test_full_flow_under_injected_faults_loses_nothing() -> None:
             assert c.status is CandidateStatus.PENDING and c.question and c.observed_label
     assert any(c.status is CandidateStatus.FAILED for c in cands)
     assert any(c.status is CandidateStatus.PENDING for c in cands)
+
+
+def test_extractive_facts_send_the_sentence_enum_and_record_the_prompt() -> None:
+    backend = routed_backend()
+    client = LLMClient(backend, MemoryLLMCache())
+    sets = extract_statements(client, sample_contexts(), extractive=True)
+    assert all(s.facts_prompt.name == "facts_extractive" for s in sets)
+    fact_reqs = [r for r in backend.calls if prompt_name(r) == "facts_extractive"]
+    assert len(fact_reqs) == len(sample_contexts())
+    enum = fact_reqs[0].json_schema["properties"]["statements"]["items"]["enum"]
+    assert set(sets[0].facts) <= set(enum)
+    cands = make_candidates(sets, rng=random.Random(0), kinds_wanted={"fact": 2, "summary": 1})
+    assert cands and all("facts_extractive" in c.generator["prompts"] for c in cands)
+    assert all("facts" not in c.generator["prompts"] for c in cands)

@@ -51,8 +51,12 @@ PROMPT: Prompt[Item, Judgement] = Prompt(
 
 
 def item_text(req: GenerationRequest) -> str:
-    """The item text of the request's first rendered input (between the document tags)."""
-    user = next(m["content"] for m in req.messages if m["role"] == "user")
+    """The item text of the request's input: its last user turn holding a document block."""
+    user = next(
+        m["content"]
+        for m in reversed(req.messages)
+        if m["role"] == "user" and "<document" in m["content"]
+    )
     match = re.search(r"<document[^>]*>\n(.*?)\n</document>", user, re.S)
     assert match is not None
     return match.group(1)
@@ -324,3 +328,49 @@ def test_chunked_runs_keep_order() -> None:
 )
 def test_refusal_heuristic(text: str, expected: bool) -> None:
     assert looks_like_refusal(text) is expected
+
+
+def test_per_input_decoding_schema_example_texts_and_retry_temperature() -> None:
+    def narrow(inp: Item) -> dict[str, object]:
+        schema = Judgement.model_json_schema()
+        schema["properties"]["label"] = {"type": "string", "enum": [inp.text.upper()]}
+        return schema
+
+    prompt: Prompt[Item, Judgement] = Prompt(
+        name="test.narrow",
+        version="1",
+        instruction="Judge the item.",
+        input_model=Item,
+        output_model=Judgement,
+        examples=[(Item(text="example"), Judgement(label="EXAMPLE LABEL", score=2))],
+        document_fields=frozenset({"text"}),
+        decoding_schema=narrow,
+    )
+    assert prompt.example_texts() == ("EXAMPLE LABEL",)
+
+    def reply(req: GenerationRequest, number: int) -> str:
+        if item_text(req) == "be" and req.temperature == 0:
+            return "not json"  # the greedy first attempt fails; the sampled retry works
+        return good_reply(req, number)
+
+    backend = ScriptedBackend(reply)
+    client = LLMClient(backend, MemoryLLMCache(), max_attempts=2)
+    outs = client.run(prompt, ITEMS[:2], stage="judge")
+    assert all(o.ok for o in outs)
+    first = [r for r in backend.calls if r.temperature == 0]
+    assert [r.json_schema["properties"]["label"]["enum"] for r in first] == [["ALPHA"], ["BE"]]
+    assert all(r.avoid_copying == ("EXAMPLE LABEL",) for r in backend.calls)
+    (retry,) = [r for r in backend.calls if r.temperature > 0]
+    assert retry.temperature == GenerationParams().retry_temperature and retry.seed == 1
+
+    # guided_json=False sends no schema; the schema is part of the cache key.
+    plain = client.run(prompt, ITEMS[:1], stage="judge", params=GenerationParams(guided_json=False))
+    assert plain[0].ok and backend.calls[-1].json_schema is None
+    assert client.usage.totals("judge").cache_hits == 0
+
+
+def test_avoid_copying_is_part_of_the_cache_key_only_when_set() -> None:
+    base = GenerationRequest(messages=({"role": "user", "content": "hi"},))
+    guarded = GenerationRequest(messages=base.messages, avoid_copying=("an example",))
+    assert "avoid_copying" not in base.generation_params()
+    assert guarded.generation_params()["avoid_copying"] == ["an example"]

@@ -15,19 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedTokenizerFast,
-    T5Config,
-    T5ForConditionalGeneration,
-)
+from transformers import LlamaForCausalLM
 
 from ragtrail.llm.backends import model_store
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.backends.transformers_local import TransformersBackend
 from ragtrail.llm.factory import load_llm_backend
+from tests.tiny_models import build_tiny_llama, build_tiny_t5
 
 CORPUS = [
     "the quick brown fox jumps over the lazy dog",
@@ -37,74 +31,15 @@ CORPUS = [
     "which document mentions the travel policy",
 ] * 4
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<eos>{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
-
-
-def train_tokenizer(out_dir: Path, *, chat_template: str | None) -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=320,
-        special_tokens=["<pad>", "<eos>", "<unk>", "<bos>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(CORPUS, trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        unk_token="<unk>",
-        bos_token="<bos>",
-    )
-    if chat_template:
-        fast.chat_template = chat_template
-    fast.save_pretrained(out_dir)
-    return fast
-
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-llama")
-    tok = train_tokenizer(out, chat_template=CHAT_TEMPLATE)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.bos_token_id,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    return out
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), CORPUS)
 
 
 @pytest.fixture(scope="module")
 def tiny_t5(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-t5")
-    tok = train_tokenizer(out, chat_template=None)
-    torch.manual_seed(0)
-    cfg = T5Config(
-        vocab_size=len(tok),
-        d_model=32,
-        d_ff=64,
-        d_kv=16,
-        num_layers=2,
-        num_heads=2,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        decoder_start_token_id=tok.pad_token_id,
-    )
-    T5ForConditionalGeneration(cfg).save_pretrained(out)
-    return out
+    return build_tiny_t5(tmp_path_factory.mktemp("tiny-t5"), CORPUS)
 
 
 def requests(n: int = 6, **kw: object) -> list[GenerationRequest]:
@@ -156,7 +91,9 @@ def test_causal_uses_left_padding_and_chat_template(tiny_llama: Path) -> None:
     assert backend.tokenizer.padding_side == "left" and not backend.is_encoder_decoder
     rendered = backend.render_prompt([{"role": "user", "content": "hi"}])
     assert rendered == "<|user|>hi<eos><|assistant|>"
-    assert backend.model_id == str(tiny_llama) and backend.name == "transformers"
+    # Guided decoding changes outputs, so it is part of the id that cache keys use.
+    assert backend.model_id == f"{tiny_llama}+guided:200" and backend.name == "transformers"
+    assert TransformersBackend(str(tiny_llama), guided_json=False).model_id == str(tiny_llama)
 
 
 def test_seq2seq_is_detected(tiny_t5: Path) -> None:
@@ -222,7 +159,7 @@ def test_model_from_s3_is_downloaded_once(
         local, digest = model_store.fetch_s3_dir(uri, tmp_path)
         assert (local / "config.json").is_file()
         assert (local / model_store.COMPLETE_MARKER).is_file()
-        assert backend.model_id == f"{uri}@{digest[:12]}"
+        assert backend.model_id == f"{uri}@{digest[:12]}+guided:200"
         mtime = (local / "config.json").stat().st_mtime_ns
         model_store.fetch_s3_dir(uri, tmp_path)  # unchanged listing: no new download
         assert (local / "config.json").stat().st_mtime_ns == mtime

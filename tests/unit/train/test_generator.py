@@ -16,14 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     AutoTokenizer,
     LlamaConfig,
     LlamaForCausalLM,
-    PreTrainedTokenizerFast,
-    T5Config,
-    T5ForConditionalGeneration,
 )
 
 from ragtrail.llm.backends.base import LLMBackend
@@ -49,6 +45,7 @@ from ragtrail.train import (
 )
 from ragtrail.train.encoding import IGNORE_INDEX, PromptFormat, add_answer_token, collate
 from ragtrail.train.generator import init_token_rows
+from tests.tiny_models import build_tiny_llama, build_tiny_t5
 
 # --------------------------------------------------------------------------- tiny data
 
@@ -81,73 +78,29 @@ def _examples() -> list[TrainingExample]:
 
 EXAMPLES = _examples()
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<eos>{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 
-
-def _train_tokenizer(out_dir: Path, *, chat_template: str | None) -> PreTrainedTokenizerFast:
-    corpus = [t for ex in EXAMPLES for t in (ex.input, ex.target)] * 3
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<pad>", "<eos>", "<unk>", "<bos>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
-    if chat_template:
-        fast.chat_template = chat_template
-    fast.save_pretrained(out_dir)
-    return fast
+def _corpus() -> list[str]:
+    return [t for ex in EXAMPLES for t in (ex.input, ex.target)] * 3
 
 
 @pytest.fixture(scope="module")
 def tiny_t5(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-t5")
-    tok = _train_tokenizer(out, chat_template=None)
-    torch.manual_seed(0)
-    cfg = T5Config(
-        vocab_size=len(tok),
-        d_model=32,
-        d_ff=64,
-        d_kv=16,
-        num_layers=2,
-        num_heads=2,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        decoder_start_token_id=tok.pad_token_id,
-        dropout_rate=0.0,
+    return build_tiny_t5(
+        tmp_path_factory.mktemp("tiny-t5"), _corpus(), vocab_size=400, dropout_rate=0.0
     )
-    T5ForConditionalGeneration(cfg).save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-llama")
-    tok = _train_tokenizer(out, chat_template=CHAT_TEMPLATE)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        # The default 0.02 gives near-uniform logits that frozen layers + LoRA cannot sharpen.
+    # The default initializer_range 0.02 gives near-uniform logits that frozen layers + LoRA
+    # cannot sharpen.
+    return build_tiny_llama(
+        tmp_path_factory.mktemp("tiny-llama"),
+        _corpus(),
+        vocab_size=400,
+        max_positions=256,
         initializer_range=0.2,
     )
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module", autouse=True)

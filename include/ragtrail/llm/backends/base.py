@@ -41,7 +41,10 @@ class GenerationRequest:
     ``temperature == 0`` means greedy decoding. ``seed`` makes sampling reproducible on backends
     that support it. ``json_schema`` asks for guided JSON decoding where the backend can do it
     (other backends ignore it; the prompt itself carries the schema too). ``stop`` strings end the
-    completion early and are not included in the text.
+    completion early and are not included in the text. ``avoid_copying`` lists texts (the
+    few-shot example answers) whose spans the output must not reproduce, on backends that can
+    enforce it while decoding (the local transformers backend); small models otherwise echo the
+    worked example instead of answering the input.
     """
 
     messages: tuple[Message, ...]
@@ -51,10 +54,12 @@ class GenerationRequest:
     seed: int | None = None
     json_schema: dict[str, Any] | None = None
     stop: tuple[str, ...] = ()
+    avoid_copying: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", _freeze_messages(self.messages))
         object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "avoid_copying", tuple(self.avoid_copying))
         if self.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
         if self.temperature < 0:
@@ -64,7 +69,7 @@ class GenerationRequest:
 
     def generation_params(self) -> dict[str, Any]:
         """The decoding parameters as plain JSON-able data (used in cache keys and logs)."""
-        return {
+        params: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "temperature": float(self.temperature),
             "top_p": float(self.top_p),
@@ -72,6 +77,9 @@ class GenerationRequest:
             "stop": list(self.stop),
             "json_schema": self.json_schema,
         }
+        if self.avoid_copying:
+            params["avoid_copying"] = list(self.avoid_copying)
+        return params
 
     def effective_seed(self) -> int:
         """The request's seed, or a stable one derived from its content when none was given.

@@ -9,8 +9,12 @@ Determinism: every request is decoded with its own sampler seeded from the reque
 text does not depend on which other requests share its batch, and ``temperature == 0`` is plain
 greedy decoding. Batches group requests of equal ``max_new_tokens`` and similar prompt length
 (sorted) to keep padding small; causal models are padded on the left. Stop strings cut the
-decoded text (decoding itself runs to EOS or ``max_new_tokens``). ``json_schema`` is not enforced
-here (no guided decoding in plain transformers); the prompt carries the schema instead.
+decoded text (decoding itself runs to EOS or ``max_new_tokens``).
+
+Constraints (:mod:`ragtrail.llm.backends.constrained_decoding`): a request carrying
+``json_schema`` is decoded under that schema (guided JSON, no repeated spans), and a request's
+``avoid_copying`` texts cannot be reproduced. ``guided_json=False`` turns schema guidance off
+(the prompt still describes the shape).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ragtrail.llm.backends.base import (
     Message,
     apply_stop_strings,
 )
+from ragtrail.llm.backends.constrained_decoding import DEFAULT_MAX_STRING_CHARS, DecodingConstraints
 from ragtrail.llm.backends.model_store import (
     BUILTIN_SMOLLM2,
     default_model_cache,
@@ -94,10 +99,11 @@ class TransformersBackend:
         s3_endpoint_url: S3 endpoint for ``s3://`` models (else ``AWS_ENDPOINT_URL``).
         model_id: override the id recorded in cache keys (default: derived from the spec and,
             for s3 models and adapters, a digest of their files).
+        guided_json: decode requests that carry ``json_schema`` under that schema.
+        max_string_chars: ``maxLength`` given to schema strings that have none (guided only).
     """
 
     name = "transformers"
-    supports_json_schema = False
 
     def __init__(
         self,
@@ -112,6 +118,8 @@ class TransformersBackend:
         s3_endpoint_url: str | None = None,
         merge_adapter: bool = True,
         model_id: str | None = None,
+        guided_json: bool = True,
+        max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
     ) -> None:
         from transformers import (
             AutoConfig,
@@ -160,6 +168,12 @@ class TransformersBackend:
         self.max_positions = self._max_positions(config, max_input_tokens)
         self._explicit_max_input = max_input_tokens
         self.model_id = model_id or derived_id
+        if guided_json:
+            # The guide changes outputs, so it is part of the identity used by cache keys.
+            self.model_id += f"+guided:{max_string_chars}"
+        self.supports_json_schema = guided_json
+        self.max_string_chars = max_string_chars
+        self._constraints: DecodingConstraints | None = None
         self.load_seconds = time.perf_counter() - started
         log.info("loaded %s (%s) in %.1f s", self.model_id, type(net).__name__, self.load_seconds)
 
@@ -293,12 +307,15 @@ class TransformersBackend:
             [r.top_p for r in reqs],
             [r.effective_seed() for r in reqs],
         )
-        gen_config = self._generation_config(max_new)
+        processors = LogitsProcessorList([sampler])
+        constrained = self._constrained_rows(reqs, input_ids.shape[1])
+        if constrained is not None:
+            processors.insert(0, constrained)  # mask first, then sample among the allowed tokens
         output = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention,
-            generation_config=gen_config,
-            logits_processor=LogitsProcessorList([sampler]),
+            generation_config=self._generation_config(max_new),
+            logits_processor=processors,
         )
         # Causal outputs repeat the (padded) prompt; seq2seq outputs start with the decoder start.
         new_tokens = (
@@ -325,6 +342,22 @@ class TransformersBackend:
                 )
             )
         return results
+
+    def _constrained_rows(
+        self, reqs: Sequence[GenerationRequest], prompt_length: int
+    ) -> LogitsProcessor | None:
+        schemas = [r.json_schema if self.supports_json_schema else None for r in reqs]
+        avoid = [r.avoid_copying for r in reqs]
+        if all(s is None for s in schemas) and not any(avoid):
+            return None
+        if self.is_encoder_decoder:
+            prompt_length = 1  # the decoder starts from its start token, not the prompt
+        if self._constraints is None:
+            vocab = int(self.model.get_output_embeddings().weight.shape[0])
+            self._constraints = DecodingConstraints(
+                self.tokenizer, sorted(self.eos_ids), vocab, max_string_chars=self.max_string_chars
+            )
+        return self._constraints.processor(schemas, avoid, prompt_length)
 
     def _generation_config(self, max_new_tokens: int) -> Any:
         import copy

@@ -1,0 +1,274 @@
+"""Decoding-time constraints for local transformers models: schema-guided JSON and copy guards.
+
+:class:`DecodingConstraints` builds, per batch, one logits processor applying three rules to each
+row independently (a batch may mix schemas and unconstrained rows, so a request's output never
+depends on its batch mates):
+
+* **guided JSON** (lm-format-enforcer underneath): a row with a JSON schema may only pick tokens
+  that keep its text a valid prefix of a schema-conforming value, and may stop (EOS) only once
+  that value is complete. Strings without a ``maxLength`` get one, so a rambling value is closed
+  instead of running into the token budget.
+* **no repeated spans**: a guided row may not repeat a span of ``no_repeat_ngram`` generated
+  tokens. Greedy decoding of a small model falls into loops ("This policy is to be implemented
+  by ... This policy is to be implemented by ..."); the short structural runs of JSON stay legal.
+* **copy guard**: a row may not reproduce ``copy_span`` consecutive tokens of its request's
+  ``avoid_copying`` texts (the few-shot example answers). Measured on SmolLM2-135M, 6 of 8
+  question requests echoed the worked example's question word for word without it.
+
+Bans never override the schema: when every token the schema allows is banned, the schema's
+tokens stay allowed (a forced ``}`` never becomes a dead end).
+
+The tokenizer side of guided JSON (every token's text, arranged as a prefix tree) is costly to
+build for a 50k-token vocabulary, so it is built on first use and reused for every call.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor
+
+DEFAULT_MAX_STRING_CHARS = 200
+"""``maxLength`` given to schema strings that have none (about one long sentence)."""
+
+DEFAULT_NO_REPEAT_NGRAM = 6
+"""Length of generated token spans a guided row may not repeat (0 disables)."""
+
+DEFAULT_COPY_SPAN = 5
+"""Consecutive tokens of an ``avoid_copying`` text a row may not reproduce (0 disables)."""
+
+
+MAX_INTEGER_ENUM = 100
+"""Integer ranges up to this size are enforced by listing their values."""
+
+
+def tighten_schema(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
+    """A copy of ``schema`` that lm-format-enforcer can enforce completely.
+
+    Strings without ``maxLength`` get ``maxLength=max_chars`` (enums and constants keep their
+    fixed length). Integers with a small ``minimum``..``maximum`` range become an enum of the
+    range, because the parser checks an integer's digits but not its bounds (a rating field
+    would otherwise accept 6555555).
+    """
+
+    def visit(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: visit(v) for k, v in node.items()}
+            fixed = "enum" in out or "const" in out
+            if out.get("type") == "string" and "maxLength" not in out and not fixed:
+                out["maxLength"] = max_chars
+            low, high = out.get("minimum"), out.get("maximum")
+            if (
+                out.get("type") == "integer"
+                and not fixed
+                and isinstance(low, int)
+                and isinstance(high, int)
+                and 0 <= high - low < MAX_INTEGER_ENUM
+            ):
+                out["enum"] = list(range(low, high + 1))
+            return out
+        if isinstance(node, list):
+            return [visit(v) for v in node]
+        return node
+
+    return visit(copy.deepcopy(schema))
+
+
+def span_bans(generated: Sequence[int], table: dict[tuple[int, ...], set[int]], n: int) -> set[int]:
+    """Tokens that would complete an ``n``-token span listed in ``table`` (prefix -> next tokens)."""
+    if n <= 0 or len(generated) < n - 1:
+        return set()
+    return table.get(tuple(generated[len(generated) - n + 1 :]), set())
+
+
+def span_table(sequences: Sequence[Sequence[int]], n: int) -> dict[tuple[int, ...], set[int]]:
+    """Every ``n``-token span of ``sequences`` as ``{first n-1 tokens: {last tokens}}``."""
+    table: dict[tuple[int, ...], set[int]] = {}
+    if n <= 0:
+        return table
+    for seq in sequences:
+        for i in range(len(seq) - n + 1):
+            table.setdefault(tuple(seq[i : i + n - 1]), set()).add(int(seq[i + n - 1]))
+    return table
+
+
+_UNUSABLE_RE = re.compile("[\x00-\x1f\ufffd]")
+
+
+def _token_texts(tokenizer: Any) -> list[tuple[int, str, bool]]:
+    """(id, text, starts_a_word) for every usable token, as lm-format-enforcer expects.
+
+    A token's text is decoded after a fixed "0" token so leading spaces survive (SentencePiece
+    and byte-level BPE tokenizers drop them when a token is decoded alone). Left out: special
+    tokens; tokens holding control characters, newlines and tabs included (lm-format-enforcer
+    would let them into strings, which strict JSON forbids; spaces still separate the JSON
+    tokens); and byte fragments that decode to U+FFFD (their text cannot be tracked
+    character by character).
+    """
+    anchor = tokenizer.encode("0", add_special_tokens=False)[-1]
+    special = set(tokenizer.all_special_ids)
+    out = []
+    for idx in range(len(tokenizer)):
+        if idx in special:
+            continue
+        after_anchor = tokenizer.decode([anchor, idx])[1:]
+        if _UNUSABLE_RE.search(after_anchor):
+            continue
+        alone = tokenizer.decode([idx])
+        out.append((idx, after_anchor, len(after_anchor) > len(alone)))
+    return out
+
+
+def _decode_without_partial_char(tokenizer: Any, tokens: list[int]) -> str:
+    # A trailing U+FFFD is half a multi-byte character that the next token completes.
+    return str(tokenizer.decode(tokens)).rstrip("\ufffd")
+
+
+@dataclass
+class RowRules:
+    """What constrains one row: a schema enforcer and/or a copy-guard table (either may be None)."""
+
+    enforcer: Any | None = None
+    copy_table: dict[tuple[int, ...], set[int]] | None = None
+
+
+class DecodingConstraints:
+    """Builds per-batch logits processors for one tokenizer.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        eos_ids: token ids that end a sequence (allowed once the JSON value is complete).
+        vocab_size: number of logits the model emits (may exceed ``len(tokenizer)``).
+        max_string_chars: ``maxLength`` given to unbounded schema strings.
+        no_repeat_ngram: generated spans a guided row may not repeat (0: no ban).
+        copy_span: tokens of an ``avoid_copying`` text a row may not reproduce (0: no guard).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        eos_ids: Sequence[int],
+        vocab_size: int,
+        *,
+        max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
+        no_repeat_ngram: int = DEFAULT_NO_REPEAT_NGRAM,
+        copy_span: int = DEFAULT_COPY_SPAN,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.eos_ids = sorted(set(eos_ids))
+        self.vocab_size = vocab_size
+        self.max_string_chars = max_string_chars
+        self.no_repeat_ngram = no_repeat_ngram
+        self.copy_span = copy_span
+        self._tokenizer_data: Any | None = None
+
+    def _json_data(self) -> Any:
+        if self._tokenizer_data is None:
+            from lmformatenforcer.tokenenforcer import TokenEnforcerTokenizerData
+
+            self._tokenizer_data = TokenEnforcerTokenizerData(
+                _token_texts(self.tokenizer),
+                functools.partial(_decode_without_partial_char, self.tokenizer),
+                self.eos_ids if len(self.eos_ids) > 1 else self.eos_ids[0],
+                False,
+                self.vocab_size,
+            )
+        return self._tokenizer_data
+
+    def _copy_table(self, texts: Sequence[str]) -> dict[tuple[int, ...], set[int]] | None:
+        if not texts or self.copy_span <= 0:
+            return None
+        seqs = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        return span_table(seqs, self.copy_span) or None
+
+    def processor(
+        self,
+        schemas: Sequence[dict[str, Any] | None],
+        avoid: Sequence[Sequence[str]],
+        prompt_length: int,
+    ) -> LogitsProcessor | None:
+        """A logits processor for one batch, or ``None`` when no row is constrained.
+
+        ``schemas[i]`` and ``avoid[i]`` are row ``i``'s JSON schema (or None) and texts not to
+        copy; ``prompt_length`` is where generated tokens start in ``input_ids``.
+        """
+        rows: list[RowRules] = []
+        enforcers: dict[str, Any] = {}
+        tables: dict[tuple[str, ...], Any] = {}
+        for schema, texts in zip(schemas, avoid, strict=True):
+            rule = RowRules()
+            if schema is not None:
+                key = json.dumps(schema, sort_keys=True)
+                if key not in enforcers:
+                    from lmformatenforcer import JsonSchemaParser
+                    from lmformatenforcer.tokenenforcer import TokenEnforcer
+
+                    parser = JsonSchemaParser(tighten_schema(schema, self.max_string_chars))
+                    enforcers[key] = TokenEnforcer(self._json_data(), parser)
+                rule.enforcer = enforcers[key]
+            texts_key = tuple(texts)
+            if texts_key not in tables:
+                tables[texts_key] = self._copy_table(texts_key)
+            rule.copy_table = tables[texts_key]
+            rows.append(rule)
+        if all(r.enforcer is None and r.copy_table is None for r in rows):
+            return None
+        return _ConstrainedRows(
+            rows, prompt_length, set(self.eos_ids), self.no_repeat_ngram, self.copy_span
+        )
+
+
+class _ConstrainedRows(LogitsProcessor):
+    """Applies each row's :class:`RowRules` to its logits (see the module docstring)."""
+
+    def __init__(
+        self,
+        rows: list[RowRules],
+        prompt_length: int,
+        eos_ids: set[int],
+        no_repeat_ngram: int,
+        copy_span: int,
+    ) -> None:
+        self.rows = rows
+        self.prompt_length = prompt_length
+        self.eos_ids = eos_ids
+        self.no_repeat_ngram = no_repeat_ngram
+        self.copy_span = copy_span
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        vocab = scores.shape[-1]
+        for row, rule in enumerate(self.rows):
+            if rule.enforcer is None and rule.copy_table is None:
+                continue
+            tokens = input_ids[row].tolist()
+            generated = tokens[self.prompt_length :]
+            if any(t in self.eos_ids for t in generated):
+                continue  # finished row: generate() pads it regardless of the scores
+            banned: set[int] = set()
+            if rule.copy_table is not None:
+                banned |= span_bans(generated, rule.copy_table, self.copy_span)
+            if rule.enforcer is None:
+                if banned:
+                    scores[row, [t for t in banned if t < vocab]] = float("-inf")
+                continue
+            if self.no_repeat_ngram > 0:
+                banned |= span_bans(
+                    generated, span_table([generated], self.no_repeat_ngram), self.no_repeat_ngram
+                )
+            allowed = [
+                t for t in rule.enforcer.get_allowed_tokens(tokens).allowed_tokens if t < vocab
+            ]
+            if not allowed:
+                continue
+            allowed = [t for t in allowed if t not in banned] or allowed
+            mask = torch.full_like(scores[row], float("-inf"))
+            mask[allowed] = 0.0
+            scores[row] = scores[row] + mask
+        return scores

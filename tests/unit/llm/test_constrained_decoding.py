@@ -1,0 +1,185 @@
+"""Guided JSON, the repeated-span ban and the copy guard of the local transformers backend.
+
+The tiny model has random weights, so unguided it emits gibberish; under a schema every output
+must still parse and validate — which is the point of guided decoding.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import BaseModel, Field
+
+from ragtrail.llm.backends.base import GenerationRequest
+from ragtrail.llm.backends.constrained_decoding import (
+    DecodingConstraints,
+    span_bans,
+    span_table,
+    tighten_schema,
+)
+from ragtrail.llm.backends.transformers_local import TransformersBackend
+from tests.tiny_models import build_tiny_llama, build_tiny_t5
+
+CORPUS = [
+    '{"label": "summary", "rating": 4, "items": ["a b c", "d e"]}',
+    "the quick brown fox jumps over the lazy dog",
+    "employees are reimbursed for reasonable travel costs",
+    "how long can i keep a book from the library",
+] * 4
+
+
+class Out(BaseModel):
+    label: str = Field(pattern="^(fact_single|summary|reasoning)$")
+    rating: int = Field(ge=1, le=5)
+    items: list[str] = Field(min_length=1, max_length=3)
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "label": {"type": "string", "enum": ["fact_single", "summary", "reasoning"]},
+        "rating": {"type": "integer", "minimum": 1, "maximum": 5},
+        "items": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
+    },
+    "required": ["label", "rating", "items"],
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("llama"), CORPUS, max_positions=512)
+
+
+@pytest.fixture(scope="module")
+def tiny_t5(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_t5(tmp_path_factory.mktemp("t5"), CORPUS)
+
+
+def _requests(n: int, **kw: object) -> list[GenerationRequest]:
+    return [
+        GenerationRequest(
+            messages=({"role": "user", "content": f"rate item {i}: {CORPUS[i % 4]}"},),
+            max_new_tokens=100,
+            **kw,  # type: ignore[arg-type]
+        )
+        for i in range(n)
+    ]
+
+
+def test_tighten_schema_caps_free_strings_and_lists_small_integer_ranges() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string"},
+            "b": {"type": "string", "maxLength": 10},
+            "c": {"type": "string", "enum": ["x"]},
+            "d": {"type": "array", "items": {"type": "string"}},
+            "r": {"type": "integer", "minimum": 1, "maximum": 5},
+            "n": {"type": "integer", "minimum": 0},
+        },
+    }
+    out = tighten_schema(schema, 50)
+    props = out["properties"]
+    assert props["a"]["maxLength"] == 50 and props["b"]["maxLength"] == 10
+    assert "maxLength" not in props["c"] and props["d"]["items"]["maxLength"] == 50
+    assert props["r"]["enum"] == [1, 2, 3, 4, 5] and "enum" not in props["n"]
+    assert "maxLength" not in schema["properties"]["a"]  # the input is not modified
+
+
+def test_span_bans_by_hand() -> None:
+    table = span_table([[1, 2, 3, 4], [2, 3, 9]], 3)
+    assert table == {(1, 2): {3}, (2, 3): {4, 9}}
+    assert span_bans([7, 2, 3], table, 3) == {4, 9}
+    assert span_bans([7, 1, 2], table, 3) == {3}
+    assert span_bans([2], table, 3) == set()
+    assert span_bans([1, 2], table, 0) == set()
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_llama", "tiny_t5"])
+def test_random_model_output_validates_under_the_schema(
+    model_fixture: str, request: pytest.FixtureRequest
+) -> None:
+    path = request.getfixturevalue(model_fixture)
+    unguided = TransformersBackend(str(path), batch_size=4, guided_json=False)
+    guided = TransformersBackend(str(path), batch_size=4, max_string_chars=20)
+    assert guided.supports_json_schema and not unguided.supports_json_schema
+    assert guided.model_id != unguided.model_id  # guided outputs never share a cache entry
+
+    reqs = _requests(4, json_schema=SCHEMA)
+    raw = unguided.generate(reqs)
+    assert not any(_valid(r.text) for r in raw)  # gibberish without guidance
+
+    results = guided.generate(reqs)
+    assert all(r.error is None for r in results)
+    for r in results:
+        Out.model_validate(json.loads(r.text))
+        assert r.finish_reason == "stop"
+    # Rows are guided independently: batch composition does not change a row's output.
+    alone = [guided.generate([q])[0].text for q in reqs[:3]]
+    assert alone == [r.text for r in results[:3]]
+
+
+def test_guided_and_unguided_rows_share_a_batch(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=4, max_string_chars=20)
+    plain = _requests(2)
+    schema_reqs = _requests(2, json_schema=SCHEMA)
+    mixed = backend.generate([plain[0], schema_reqs[0], plain[1], schema_reqs[1]])
+    assert [m.text for m in (mixed[0], mixed[2])] == [r.text for r in backend.generate(plain)]
+    for r in (mixed[1], mixed[3]):
+        Out.model_validate(json.loads(r.text))
+
+
+def test_sampled_guided_output_is_seeded_and_valid(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=4, max_string_chars=20)
+    reqs = _requests(3, json_schema=SCHEMA, temperature=1.0, seed=3)
+    first = backend.generate(reqs)
+    assert [r.text for r in first] == [r.text for r in backend.generate(reqs)]
+    for r in first:
+        Out.model_validate(json.loads(r.text))
+
+
+def test_copy_guard_bans_the_token_that_would_complete_a_copied_span(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=2)
+    tok = backend.tokenizer
+    text = "the quick brown fox jumps over the lazy dog"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert len(ids) >= 6
+    constraints = DecodingConstraints(tok, [tok.eos_token_id], len(tok), copy_span=5)
+    proc = constraints.processor([None, None], [(text,), ()], prompt_length=2)
+    assert proc is not None
+    prompt = [tok.pad_token_id, tok.pad_token_id]
+    # Both rows have written the first four tokens of the text; the model wants the fifth.
+    input_ids = torch.tensor([prompt + ids[:4], prompt + ids[:4]])
+    scores = torch.zeros(2, len(tok))
+    scores[:, ids[4]] = 10.0
+    out = proc(input_ids, scores.clone())
+    assert out[0, ids[4]] == float("-inf")  # row 0 avoids the text: the copy is cut
+    assert out[1, ids[4]] == 10.0  # row 1 has nothing to avoid
+    assert torch.isfinite(out[0]).sum() == len(tok) - 1  # nothing else is banned
+    # Writing the fourth token (one short of a span) is still allowed: nothing is banned.
+    out3 = proc(torch.tensor([prompt + ids[:3], prompt + ids[:3]]), scores.clone())
+    assert torch.isfinite(out3).all()
+
+
+def test_repeated_spans_are_banned_in_guided_strings(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=2)
+    schema = {
+        "type": "object",
+        "properties": {"text": {"type": "string", "maxLength": 120}},
+        "required": ["text"],
+    }
+    (res,) = backend.generate(_requests(1, json_schema=schema))
+    ids = backend.tokenizer.encode(json.loads(res.text)["text"], add_special_tokens=False)
+    grams = [tuple(ids[i : i + 6]) for i in range(len(ids) - 5)]
+    assert len(grams) == len(set(grams))
+
+
+def _valid(text: str) -> bool:
+    try:
+        Out.model_validate(json.loads(text))
+    except Exception:
+        return False
+    return True
