@@ -138,6 +138,7 @@ class _State:
     index: int
     base_messages: list[Message]
     schema: dict[str, Any] | None = None
+    avoid_words: tuple[str, ...] = ()
     attempts: list[Attempt] = field(default_factory=list)
     outcome: CallOutcome[Any] | None = None
     max_new_tokens: int = 0
@@ -189,6 +190,7 @@ class LLMClient:
                     start + i,
                     prompt.render(inp),
                     prompt.guided_schema(inp) if params.guided_json else None,
+                    prompt.foreign_example_words(inp),
                 )
                 for i, inp in enumerate(chunk)
             ]
@@ -296,6 +298,7 @@ class LLMClient:
             json_schema=state.schema,
             stop=params.stop,
             avoid_copying=avoid,
+            avoid_words=state.avoid_words,
         )
 
     def _call_backend(self, requests: list[GenerationRequest]) -> list[GenerationResult]:

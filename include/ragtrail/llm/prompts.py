@@ -34,6 +34,15 @@ InT = TypeVar("InT", bound=BaseModel)
 OutT = TypeVar("OutT", bound=BaseModel)
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,127}$")
+_WORD_RE = re.compile(r"[A-Za-z][A-Za-z'-]+")
+_FUNCTION_WORD_TEXT = """
+a an the and or but if of to in on at by for with from as is are was were be been it its
+this that these those what which who whom whose when where why how do does did can could
+should would will may might must not no yes there than then so such any all each per into
+about over under you your we our they their he she his her i me my us them one two three
+"""
+_FUNCTION_WORDS = frozenset(_FUNCTION_WORD_TEXT.split())
+"""Words never treated as an example's subject (a reply may always use them)."""
 DOCUMENT_TAG = "document"
 
 DATA_RULES = (
@@ -118,11 +127,15 @@ class Prompt(Generic[InT, OutT]):
         return self.json_schema()
 
     def example_texts(self) -> tuple[str, ...]:
-        """Every string value of the worked example outputs (what a reply must not copy)."""
+        """The free-text values (three words or more) of the worked example outputs.
+
+        These are what a reply must not copy; single words (labels, enum values) are left out,
+        since a reply may legitimately repeat them.
+        """
         texts: list[str] = []
 
         def collect(value: Any) -> None:
-            if isinstance(value, str) and value.strip():
+            if isinstance(value, str) and len(value.split()) >= 3:
                 texts.append(value)
             elif isinstance(value, dict):
                 for item in value.values():
@@ -134,6 +147,21 @@ class Prompt(Generic[InT, OutT]):
         for _, ex_out in self.examples:
             collect(ex_out.model_dump(mode="json"))
         return tuple(dict.fromkeys(texts))
+
+    def foreign_example_words(self, inp: InT) -> tuple[str, ...]:
+        """Content words of :meth:`example_texts` that ``inp`` never uses, sorted.
+
+        They belong to the worked example's subject ("Elm Street Library"), so a reply about
+        ``inp`` has no reason to use them; backends that can ban words while decoding do.
+        """
+        present = {w.lower() for w in _WORD_RE.findall(self.render_input(inp))}
+        words = {
+            w.lower()
+            for text in self.example_texts()
+            for w in _WORD_RE.findall(text)
+            if len(w) >= 3 and w.lower() not in _FUNCTION_WORDS
+        }
+        return tuple(sorted(words - present))
 
     def system_message(self) -> str:
         schema = self.json_schema()

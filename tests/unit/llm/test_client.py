@@ -342,11 +342,20 @@ def test_per_input_decoding_schema_example_texts_and_retry_temperature() -> None
         instruction="Judge the item.",
         input_model=Item,
         output_model=Judgement,
-        examples=[(Item(text="example"), Judgement(label="EXAMPLE LABEL", score=2))],
+        examples=[(Item(text="example"), Judgement(label="AN EXAMPLE LABEL", score=2))],
         document_fields=frozenset({"text"}),
         decoding_schema=narrow,
     )
-    assert prompt.example_texts() == ("EXAMPLE LABEL",)
+    assert prompt.example_texts() == ("AN EXAMPLE LABEL",)
+    short = Prompt(
+        name="test.short",
+        version="1",
+        instruction="Judge.",
+        input_model=Item,
+        output_model=Judgement,
+        examples=[(Item(text="x"), Judgement(label="summary", score=2))],
+    )
+    assert short.example_texts() == ()  # single words (labels) may be repeated
 
     def reply(req: GenerationRequest, number: int) -> str:
         if item_text(req) == "be" and req.temperature == 0:
@@ -359,7 +368,10 @@ def test_per_input_decoding_schema_example_texts_and_retry_temperature() -> None
     assert all(o.ok for o in outs)
     first = [r for r in backend.calls if r.temperature == 0]
     assert [r.json_schema["properties"]["label"]["enum"] for r in first] == [["ALPHA"], ["BE"]]
-    assert all(r.avoid_copying == ("EXAMPLE LABEL",) for r in backend.calls)
+    assert all(r.avoid_copying == ("AN EXAMPLE LABEL",) for r in backend.calls)
+    # "example" and "label" are words of the example answer that these inputs never use.
+    assert all(r.avoid_words == ("example", "label") for r in backend.calls)
+    assert prompt.foreign_example_words(Item(text="the label")) == ("example",)
     (retry,) = [r for r in backend.calls if r.temperature > 0]
     assert retry.temperature == GenerationParams().retry_temperature and retry.seed == 1
 
@@ -373,4 +385,7 @@ def test_avoid_copying_is_part_of_the_cache_key_only_when_set() -> None:
     base = GenerationRequest(messages=({"role": "user", "content": "hi"},))
     guarded = GenerationRequest(messages=base.messages, avoid_copying=("an example",))
     assert "avoid_copying" not in base.generation_params()
+    assert "avoid_words" not in base.generation_params()
     assert guarded.generation_params()["avoid_copying"] == ["an example"]
+    worded = GenerationRequest(messages=base.messages, avoid_words=("elm",))
+    assert worded.generation_params()["avoid_words"] == ["elm"]

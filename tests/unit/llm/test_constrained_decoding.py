@@ -164,6 +164,31 @@ def test_copy_guard_bans_the_token_that_would_complete_a_copied_span(tiny_llama:
     assert torch.isfinite(out3).all()
 
 
+def test_avoided_words_are_banned_as_whole_tokens(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=2)
+    tok = backend.tokenizer
+    constraints = DecodingConstraints(tok, [tok.eos_token_id], len(tok))
+    # Only spellings that are one token are banned; "the" is one token in this vocabulary.
+    ids = constraints.word_tokens(["the", "zzqxj"])
+    one_token = {
+        t[0]
+        for v in ("the", " the", "The", " The")
+        if len(t := tok.encode(v, add_special_tokens=False)) == 1
+    }
+    assert ids == one_token and ids
+    proc = constraints.processor([None, SCHEMA], [(), ()], 1, [("the",), ("the",)])
+    assert proc is not None
+    scores = torch.zeros(2, len(tok))
+    out = proc(torch.tensor([[tok.pad_token_id], [tok.pad_token_id]]), scores)
+    assert all(out[0, t] == float("-inf") for t in ids)  # unguided row: banned outright
+    assert torch.isfinite(out[0]).sum() == len(tok) - len(ids)
+    # The guided row may only open the JSON object anyway; the words stay banned after it.
+    assert all(out[1, t] == float("-inf") for t in ids)
+    # End to end: no banned token in the output of a request that avoids them.
+    (res,) = backend.generate(_requests(1, avoid_words=("the",)))
+    assert res.text and not set(tok.encode(res.text, add_special_tokens=False)) & ids
+
+
 def test_repeated_spans_are_banned_in_guided_strings(tiny_llama: Path) -> None:
     backend = TransformersBackend(str(tiny_llama), batch_size=2)
     schema = {

@@ -44,7 +44,8 @@ class GenerationRequest:
     completion early and are not included in the text. ``avoid_copying`` lists texts (the
     few-shot example answers) whose spans the output must not reproduce, on backends that can
     enforce it while decoding (the local transformers backend); small models otherwise echo the
-    worked example instead of answering the input.
+    worked example instead of answering the input. ``avoid_words`` are words the output must
+    not use (the example's subject words that the input never mentions), on the same backends.
     """
 
     messages: tuple[Message, ...]
@@ -55,11 +56,13 @@ class GenerationRequest:
     json_schema: dict[str, Any] | None = None
     stop: tuple[str, ...] = ()
     avoid_copying: tuple[str, ...] = ()
+    avoid_words: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", _freeze_messages(self.messages))
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "avoid_copying", tuple(self.avoid_copying))
+        object.__setattr__(self, "avoid_words", tuple(self.avoid_words))
         if self.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
         if self.temperature < 0:
@@ -79,6 +82,8 @@ class GenerationRequest:
         }
         if self.avoid_copying:
             params["avoid_copying"] = list(self.avoid_copying)
+        if self.avoid_words:
+            params["avoid_words"] = list(self.avoid_words)
         return params
 
     def effective_seed(self) -> int:

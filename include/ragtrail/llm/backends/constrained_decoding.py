@@ -13,7 +13,10 @@ depends on its batch mates):
   by ... This policy is to be implemented by ..."); the short structural runs of JSON stay legal.
 * **copy guard**: a row may not reproduce ``copy_span`` consecutive tokens of its request's
   ``avoid_copying`` texts (the few-shot example answers). Measured on SmolLM2-135M, 6 of 8
-  question requests echoed the worked example's question word for word without it.
+  question requests echoed the worked example's question word for word without it. The request's
+  ``avoid_words`` (the example's subject words its own input never uses: "Elm Street Library",
+  "book") are banned as whole tokens too: without that, the 135M model wrote questions
+  such as "How long can I hold a book from the Code of Conduct?" about a code-of-conduct text.
 
 Bans never override the schema: when every token the schema allows is banned, the schema's
 tokens stay allowed (a forced ``}`` never becomes a dead end).
@@ -137,6 +140,11 @@ class RowRules:
 
     enforcer: Any | None = None
     copy_table: dict[tuple[int, ...], set[int]] | None = None
+    foreign_tokens: frozenset[int] = frozenset()
+
+    @property
+    def active(self) -> bool:
+        return self.enforcer is not None or self.copy_table is not None or bool(self.foreign_tokens)
 
 
 class DecodingConstraints:
@@ -182,6 +190,20 @@ class DecodingConstraints:
             )
         return self._tokenizer_data
 
+    def word_tokens(self, words: Sequence[str]) -> frozenset[int]:
+        """The single-token spellings of ``words`` (as is, lower case, capitalised; with and
+        without a leading space). Words that split into several tokens are skipped rather than
+        banning a fragment other words share."""
+        ids: set[int] = set()
+        for word in words:
+            low = word.lower()
+            for form in {word, low, low.capitalize()}:
+                for variant in (form, " " + form):
+                    enc = self.tokenizer.encode(variant, add_special_tokens=False)
+                    if len(enc) == 1:
+                        ids.add(int(enc[0]))
+        return frozenset(ids)
+
     def _copy_table(self, texts: Sequence[str]) -> dict[tuple[int, ...], set[int]] | None:
         if not texts or self.copy_span <= 0:
             return None
@@ -193,16 +215,19 @@ class DecodingConstraints:
         schemas: Sequence[dict[str, Any] | None],
         avoid: Sequence[Sequence[str]],
         prompt_length: int,
+        avoid_words: Sequence[Sequence[str]] | None = None,
     ) -> LogitsProcessor | None:
         """A logits processor for one batch, or ``None`` when no row is constrained.
 
-        ``schemas[i]`` and ``avoid[i]`` are row ``i``'s JSON schema (or None) and texts not to
-        copy; ``prompt_length`` is where generated tokens start in ``input_ids``.
+        ``schemas[i]``, ``avoid[i]`` and ``avoid_words[i]`` are row ``i``'s JSON schema (or
+        None), texts not to copy and words not to use; ``prompt_length`` is where generated
+        tokens start in ``input_ids``.
         """
+        row_words = list(avoid_words) if avoid_words is not None else [()] * len(schemas)
         rows: list[RowRules] = []
         enforcers: dict[str, Any] = {}
         tables: dict[tuple[str, ...], Any] = {}
-        for schema, texts in zip(schemas, avoid, strict=True):
+        for schema, texts, words in zip(schemas, avoid, row_words, strict=True):
             rule = RowRules()
             if schema is not None:
                 key = json.dumps(schema, sort_keys=True)
@@ -217,8 +242,9 @@ class DecodingConstraints:
             if texts_key not in tables:
                 tables[texts_key] = self._copy_table(texts_key)
             rule.copy_table = tables[texts_key]
+            rule.foreign_tokens = self.word_tokens(words)
             rows.append(rule)
-        if all(r.enforcer is None and r.copy_table is None for r in rows):
+        if not any(r.active for r in rows):
             return None
         return _ConstrainedRows(
             rows, prompt_length, set(self.eos_ids), self.no_repeat_ngram, self.copy_span
@@ -245,13 +271,13 @@ class _ConstrainedRows(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         vocab = scores.shape[-1]
         for row, rule in enumerate(self.rows):
-            if rule.enforcer is None and rule.copy_table is None:
+            if not rule.active:
                 continue
             tokens = input_ids[row].tolist()
             generated = tokens[self.prompt_length :]
             if any(t in self.eos_ids for t in generated):
                 continue  # finished row: generate() pads it regardless of the scores
-            banned: set[int] = set()
+            banned: set[int] = set(rule.foreign_tokens)
             if rule.copy_table is not None:
                 banned |= span_bans(generated, rule.copy_table, self.copy_span)
             if rule.enforcer is None:

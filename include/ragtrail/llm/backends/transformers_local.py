@@ -348,7 +348,11 @@ class TransformersBackend:
     ) -> LogitsProcessor | None:
         schemas = [r.json_schema if self.supports_json_schema else None for r in reqs]
         avoid = [r.avoid_copying for r in reqs]
-        if all(s is None for s in schemas) and not any(avoid):
+        if (
+            all(s is None for s in schemas)
+            and not any(avoid)
+            and not any(r.avoid_words for r in reqs)
+        ):
             return None
         if self.is_encoder_decoder:
             prompt_length = 1  # the decoder starts from its start token, not the prompt
@@ -357,7 +361,8 @@ class TransformersBackend:
             self._constraints = DecodingConstraints(
                 self.tokenizer, sorted(self.eos_ids), vocab, max_string_chars=self.max_string_chars
             )
-        return self._constraints.processor(schemas, avoid, prompt_length)
+        words = [r.avoid_words for r in reqs]
+        return self._constraints.processor(schemas, avoid, prompt_length, words)
 
     def _generation_config(self, max_new_tokens: int) -> Any:
         import copy
