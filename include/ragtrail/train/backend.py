@@ -234,6 +234,8 @@ class FineTunedGeneratorBackend(TransformersBackend):
         self.supports_json_schema = False
         self.max_string_chars = DEFAULT_MAX_STRING_CHARS
         self._constraints = None
+        self.prefix_caching = False  # generator inputs share no long prefix
+        self._prefixes = {}
 
     # ------------------------------------------------------------------ prompting
 

@@ -71,6 +71,42 @@ def test_batched_equals_unbatched_greedy(
     assert backend.generate(reqs)[0].text == batched[0].text  # repeatable
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_shared_prompt_prefix_is_computed_once_and_changes_nothing(
+    tiny_llama: Path, temperature: float
+) -> None:
+    system = {"role": "system", "content": " ".join(CORPUS[:2])}  # a long shared system turn
+    reqs = [
+        GenerationRequest(
+            messages=(system, {"role": "user", "content": q}),
+            max_new_tokens=10,
+            temperature=temperature,
+            seed=5,
+        )
+        for q in ("which document", "the travel policy answer", "one json object")
+    ]
+    cached = TransformersBackend(str(tiny_llama), batch_size=2)
+    plain = TransformersBackend(str(tiny_llama), batch_size=2, prefix_caching=False)
+    calls: list[int] = []
+    forward = cached.model.forward
+
+    def counting(*args: object, **kwargs: object) -> object:
+        ids = kwargs.get("input_ids")
+        calls.append(int(ids.shape[1]) if isinstance(ids, torch.Tensor) else -1)
+        return forward(*args, **kwargs)
+
+    cached.model.forward = counting  # type: ignore[method-assign]
+    results = cached.generate(reqs)
+    assert all(r.ok and r.text for r in results)
+    with_prefix = [r.text for r in results]
+    prefix = cached._shared_prefix([cached._encode(r.messages) for r in reqs])
+    assert len(prefix) >= 32
+    assert calls[0] == len(prefix)  # the prefix is run once, on its own ...
+    assert calls.count(len(prefix)) == 1  # ... and reused by both batches
+    assert with_prefix == [r.text for r in plain.generate(reqs)]
+    assert with_prefix == [plain.generate([r])[0].text for r in reqs]
+
+
 @pytest.mark.parametrize("model_fixture", ["tiny_llama", "tiny_t5"])
 def test_seeded_sampling_is_deterministic_and_batch_invariant(
     model_fixture: str, request: pytest.FixtureRequest

@@ -136,15 +136,15 @@ def _decode_without_partial_char(tokenizer: Any, tokens: list[int]) -> str:
 
 @dataclass
 class RowRules:
-    """What constrains one row: a schema enforcer and/or a copy-guard table (either may be None)."""
+    """What constrains one row: a schema enforcer, a copy-guard table, banned word tokens."""
 
     enforcer: Any | None = None
     copy_table: dict[tuple[int, ...], set[int]] | None = None
-    foreign_tokens: frozenset[int] = frozenset()
+    word_bans: frozenset[int] = frozenset()
 
     @property
     def active(self) -> bool:
-        return self.enforcer is not None or self.copy_table is not None or bool(self.foreign_tokens)
+        return self.enforcer is not None or self.copy_table is not None or bool(self.word_bans)
 
 
 class DecodingConstraints:
@@ -185,7 +185,7 @@ class DecodingConstraints:
                 _token_texts(self.tokenizer),
                 functools.partial(_decode_without_partial_char, self.tokenizer),
                 self.eos_ids if len(self.eos_ids) > 1 else self.eos_ids[0],
-                False,
+                True,  # allowed tokens as a bitmask tensor: far cheaper than id lists
                 self.vocab_size,
             )
         return self._tokenizer_data
@@ -242,7 +242,7 @@ class DecodingConstraints:
             if texts_key not in tables:
                 tables[texts_key] = self._copy_table(texts_key)
             rule.copy_table = tables[texts_key]
-            rule.foreign_tokens = self.word_tokens(words)
+            rule.word_bans = self.word_tokens(words)
             rows.append(rule)
         if not any(r.active for r in rows):
             return None
@@ -267,6 +267,13 @@ class _ConstrainedRows(LogitsProcessor):
         self.eos_ids = eos_ids
         self.no_repeat_ngram = no_repeat_ngram
         self.copy_span = copy_span
+        self._bits = torch.arange(32, dtype=torch.int32)
+
+    def _allowed_mask(self, bitmask: torch.Tensor, vocab: int) -> torch.Tensor | None:
+        """lm-format-enforcer's packed bitmask (32 tokens per int32) as a boolean vocabulary
+        mask, or None when nothing is allowed."""
+        mask = ((bitmask.unsqueeze(1) >> self._bits) & 1).flatten()[:vocab].bool()
+        return mask if mask.any() else None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         vocab = scores.shape[-1]
@@ -277,7 +284,7 @@ class _ConstrainedRows(LogitsProcessor):
             generated = tokens[self.prompt_length :]
             if any(t in self.eos_ids for t in generated):
                 continue  # finished row: generate() pads it regardless of the scores
-            banned: set[int] = set(rule.foreign_tokens)
+            banned: set[int] = set(rule.word_bans)
             if rule.copy_table is not None:
                 banned |= span_bans(generated, rule.copy_table, self.copy_span)
             if rule.enforcer is None:
@@ -288,13 +295,15 @@ class _ConstrainedRows(LogitsProcessor):
                 banned |= span_bans(
                     generated, span_table([generated], self.no_repeat_ngram), self.no_repeat_ngram
                 )
-            allowed = [
-                t for t in rule.enforcer.get_allowed_tokens(tokens).allowed_tokens if t < vocab
-            ]
-            if not allowed:
+            allowed = self._allowed_mask(
+                rule.enforcer.get_allowed_tokens(tokens).allowed_tokens, vocab
+            )
+            if allowed is None:
                 continue
-            allowed = [t for t in allowed if t not in banned] or allowed
-            mask = torch.full_like(scores[row], float("-inf"))
-            mask[allowed] = 0.0
-            scores[row] = scores[row] + mask
+            if banned:
+                narrowed = allowed.clone()
+                narrowed[[t for t in banned if t < vocab]] = False
+                if narrowed.any():
+                    allowed = narrowed
+            scores[row] = scores[row].masked_fill(~allowed, float("-inf"))
         return scores

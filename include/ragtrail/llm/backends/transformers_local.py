@@ -19,6 +19,7 @@ Constraints (:mod:`ragtrail.llm.backends.constrained_decoding`): a request carry
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Sequence
@@ -44,6 +45,10 @@ from ragtrail.llm.backends.model_store import (
 )
 
 log = logging.getLogger(__name__)
+
+MIN_SHARED_PREFIX = 32
+"""Shorter shared prompt prefixes are not worth a KV cache of their own."""
+_MAX_CACHED_PREFIXES = 8
 
 
 class _PerRowSampler(LogitsProcessor):
@@ -100,6 +105,8 @@ class TransformersBackend:
         model_id: override the id recorded in cache keys (default: derived from the spec and,
             for s3 models and adapters, a digest of their files).
         guided_json: decode requests that carry ``json_schema`` under that schema.
+        prefix_caching: run the prompt prefix shared by a batch's rows once and reuse its KV
+            cache (causal models; outputs are unchanged).
         max_string_chars: ``maxLength`` given to schema strings that have none (guided only).
     """
 
@@ -120,6 +127,7 @@ class TransformersBackend:
         model_id: str | None = None,
         guided_json: bool = True,
         max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
+        prefix_caching: bool = True,
     ) -> None:
         from transformers import (
             AutoConfig,
@@ -174,6 +182,8 @@ class TransformersBackend:
         self.supports_json_schema = guided_json
         self.max_string_chars = max_string_chars
         self._constraints: DecodingConstraints | None = None
+        self.prefix_caching = prefix_caching
+        self._prefixes: dict[tuple[int, ...], Any] = {}
         self.load_seconds = time.perf_counter() - started
         log.info("loaded %s (%s) in %.1f s", self.model_id, type(net).__name__, self.load_seconds)
 
@@ -257,12 +267,13 @@ class TransformersBackend:
                 continue
             encoded[i] = ids
 
+        prefix = self._shared_prefix(list(encoded.values())) if len(encoded) > 1 else []
         order = sorted(encoded, key=lambda i: (requests[i].max_new_tokens, -len(encoded[i]), i))
         for batch in self._batches(order, requests):
             started = time.perf_counter()
             try:
                 outs = self._generate_batch(
-                    [requests[i] for i in batch], [encoded[i] for i in batch]
+                    [requests[i] for i in batch], [encoded[i] for i in batch], prefix
                 )
             except Exception as exc:  # isolate the failing request(s)
                 if len(batch) == 1:
@@ -272,7 +283,7 @@ class TransformersBackend:
                 outs = []
                 for i in batch:
                     try:
-                        outs.extend(self._generate_batch([requests[i]], [encoded[i]]))
+                        outs.extend(self._generate_batch([requests[i]], [encoded[i]], prefix))
                     except Exception as inner:
                         outs.append(GenerationResult.failure(f"generation failed: {inner}"))
             elapsed = time.perf_counter() - started
@@ -296,11 +307,23 @@ class TransformersBackend:
 
     @torch.inference_mode()
     def _generate_batch(
-        self, reqs: Sequence[GenerationRequest], ids: Sequence[list[int]]
+        self, reqs: Sequence[GenerationRequest], ids: Sequence[list[int]], prefix: list[int]
     ) -> list[GenerationResult]:
-        padded = self.tokenizer.pad({"input_ids": list(ids)}, padding=True, return_tensors="pt")
+        """Generate one batch; ``prefix`` (shared by every row of the call, maybe empty) is
+        served from the prefix KV cache."""
+        padded = self.tokenizer.pad(
+            {"input_ids": [row[len(prefix) :] for row in ids]}, padding=True, return_tensors="pt"
+        )
         input_ids = padded["input_ids"].to(self.device)
         attention = padded["attention_mask"].to(self.device)
+        past = None
+        if prefix:
+            # [shared prefix][left-padded rest]: positions follow the attention mask, so every
+            # row sees the same positions as it would alone; the prefix is computed once.
+            head = torch.tensor([prefix] * len(ids), device=self.device)
+            input_ids = torch.cat([head, input_ids], dim=1)
+            attention = torch.cat([torch.ones_like(head), attention], dim=1)
+            past = self._prefix_cache(prefix, len(ids))
         max_new = reqs[0].max_new_tokens
         sampler = _PerRowSampler(
             [r.temperature for r in reqs],
@@ -316,6 +339,7 @@ class TransformersBackend:
             attention_mask=attention,
             generation_config=self._generation_config(max_new),
             logits_processor=processors,
+            past_key_values=past,
         )
         # Causal outputs repeat the (padded) prompt; seq2seq outputs start with the decoder start.
         new_tokens = (
@@ -364,9 +388,38 @@ class TransformersBackend:
         words = [r.avoid_words for r in reqs]
         return self._constraints.processor(schemas, avoid, prompt_length, words)
 
-    def _generation_config(self, max_new_tokens: int) -> Any:
-        import copy
+    def _shared_prefix(self, ids: Sequence[list[int]]) -> list[int]:
+        """The token prefix all prompts share, if long enough to be worth caching (causal only).
 
+        At least one token of every row is left out of it, since generation needs an uncached
+        input token to start from.
+        """
+        if not self.prefix_caching or self.is_encoder_decoder:
+            return []
+        first, limit = ids[0], min(len(row) for row in ids) - 1
+        n = 0
+        while n < limit and all(row[n] == first[n] for row in ids):
+            n += 1
+        return list(first[:n]) if n >= MIN_SHARED_PREFIX else []
+
+    def _prefix_cache(self, prefix: list[int], rows: int) -> Any:
+        """A fresh KV cache holding ``prefix`` for ``rows`` rows (the prefix is run once).
+
+        Prompts of one prompt template share their system message and worked example, often
+        most of the prompt; the few most recent prefixes are kept.
+        """
+        key = tuple(prefix)
+        if key not in self._prefixes:
+            out = self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
+            self._prefixes[key] = out.past_key_values
+            while len(self._prefixes) > _MAX_CACHED_PREFIXES:
+                self._prefixes.pop(next(iter(self._prefixes)))
+        cache = copy.deepcopy(self._prefixes[key])
+        if rows > 1:
+            cache.batch_repeat_interleave(rows)
+        return cache
+
+    def _generation_config(self, max_new_tokens: int) -> Any:
         cfg = copy.deepcopy(self.model.generation_config)
         cfg.max_new_tokens = max_new_tokens
         cfg.max_length = None
