@@ -66,7 +66,10 @@ Label distribution, ours (accepted) vs the single-prompt baseline (labelled by t
 {rows}
 
 The 135M model is a weak labeller and critic: these numbers exercise every step for real, they do not
-measure what a production LLM would achieve.
+measure what a production LLM would achieve. Both columns are labelled by the same 135M labeller,
+whose choice follows the worked example's position more than the question (at chance on 47 sample
+pairs), so the baseline column does not reproduce the ~95% fact_single of METHODS §2; what it does
+show is that quotas and the label-match filter shape our set while the baseline takes what comes.
 """
 
 

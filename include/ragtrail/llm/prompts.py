@@ -8,8 +8,9 @@ The output format is described, by default, as a compact *shape* derived from th
 JSON schema (``{"rating": <integer 1 to 5>, ...}``) plus notes from field descriptions: measured
 on the bundled SmolLM2-135M, the shape gave 4/4 parseable answers where pasting the raw JSON schema
 gave 0/4 (the small model copies the schema's own keys). ``schema_style="json_schema"`` or
-``"both"`` put the full schema in the prompt for larger models; :meth:`Prompt.json_schema` is what
-guided decoding uses in every case. Every input field is
+``"both"`` put the full schema in the prompt for larger models; guided decoding uses
+:meth:`Prompt.guided_schema` (the output schema, or a narrower per-input one) in every case.
+Every input field is
 wrapped in a tag (string fields that hold corpus text in ``<document>`` tags); any tag-like text
 inside the values that could close or open one of those tags is escaped, so a document cannot
 "end" its own block and pose as an instruction. The system message says that tagged text is data.
