@@ -12,9 +12,12 @@ greedy decoding. Batches group requests of equal ``max_new_tokens`` and similar 
 decoded text (decoding itself runs to EOS or ``max_new_tokens``).
 
 Constraints (:mod:`ragtrail.llm.backends.constrained_decoding`): a request carrying
-``json_schema`` is decoded under that schema (guided JSON, no repeated spans), and a request's
-``avoid_copying`` texts cannot be reproduced. ``guided_json=False`` turns schema guidance off
-(the prompt still describes the shape).
+``json_schema`` is decoded under that schema (guided JSON, no repeated spans), its
+``avoid_copying`` texts cannot be reproduced and its ``avoid_words`` are not used.
+``guided_json=False`` turns schema guidance off (the prompt still describes the shape).
+
+Prefix cache: the prompts of one call usually share a long prefix (system message and worked
+example); it is run through the model once and its KV cache reused by every batch of the call.
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ class TransformersBackend:
         model_id: override the id recorded in cache keys (default: derived from the spec and,
             for s3 models and adapters, a digest of their files).
         guided_json: decode requests that carry ``json_schema`` under that schema.
-        prefix_caching: run the prompt prefix shared by a batch's rows once and reuse its KV
+        prefix_caching: run the prompt prefix shared by a call's requests once and reuse its KV
             cache (causal models; outputs are unchanged).
         max_string_chars: ``maxLength`` given to schema strings that have none (guided only).
     """
