@@ -113,6 +113,13 @@ class Settings(BaseSettings):
         None, description="downloaded/converted models; default $RAGTRAIL_HOME/models"
     )
     device: str = "cpu"
+    torch_threads: int | None = Field(
+        None,
+        ge=1,
+        description="cap on torch's intra-op threads in this process (default: one per core); "
+        "set it when several workers share the cores — oversubscribed OpenMP threads slow "
+        "every model several times",
+    )
 
     max_file_bytes: int = Field(20 * 1024 * 1024, ge=1)
     chunking: ChunkingSettings = ChunkingSettings()

@@ -50,10 +50,18 @@ class Runtime:
             self.settings.resolved_artifact_uri, s3_endpoint_url=self.settings.s3_endpoint_url
         )
 
+    def limit_torch_threads(self) -> None:
+        """Apply ``settings.torch_threads`` (before any model runs; no-op when unset)."""
+        if self.settings.torch_threads is not None:
+            import torch
+
+            torch.set_num_threads(self.settings.torch_threads)
+
     @cached_property
     def embedder(self) -> Embedder:
         from ragtrail.embed.embedder import load_embedder
 
+        self.limit_torch_threads()
         return load_embedder(self.settings)
 
     @cached_property
@@ -67,6 +75,7 @@ class Runtime:
         """The generation/judging LLM with the shared content-addressed cache and usage meter."""
         from ragtrail.llm import LLMClient, SqlLLMCache, UsageMeter, load_llm_backend
 
+        self.limit_torch_threads()
         gen = self.settings.generation
         kwargs: dict[str, object] = {}
         if gen.llm.startswith(("builtin:", "hf:")):

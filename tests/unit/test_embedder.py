@@ -244,3 +244,29 @@ def test_model_downloaded_from_s3_matches_builtin(
         SentenceTransformerEmbedder(
             f"s3://{bucket}/missing", cache_dir=cache, s3_endpoint_url=endpoint
         )
+
+
+def test_torch_threads_setting_caps_torch_before_models_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from ragtrail.config import load_settings
+    from ragtrail.runtime import Runtime
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv("RAGTRAIL_TORCH_THREADS", "1")
+    rt = Runtime(load_settings(home=tmp_path))
+    assert rt.settings.torch_threads == 1
+    try:
+        assert rt.embedder.model_id  # loading a model applies the cap first
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+        rt.close()
+    monkeypatch.delenv("RAGTRAIL_TORCH_THREADS")
+    unset = Runtime(Settings(home=tmp_path))
+    unset.limit_torch_threads()
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError):
+        Settings(home=tmp_path, torch_threads=0)
