@@ -18,36 +18,32 @@ On asset-triggered runs the corpus and snapshot always come from the asset event
 
 from __future__ import annotations
 
-import re
 from collections.abc import Generator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import Metadata, Param, dag, task
 from assets import RETRIEVAL_METRICS_ASSET, TESTSET_ASSET
+from dag_defaults import START_DATE, default_args
+
+from ragtrail.paths import safe_name
 
 DEFAULT_TEXT_WEIGHTS = [0.0, 0.05, 0.1, 0.2, 0.5, 1.0]
 
 
 def evaluation_run_id(airflow_run_id: str) -> str:
     """A path- and key-safe evaluation run id, stable across retries of one DAG run."""
-    return "retrieval-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", airflow_run_id).strip("_")
+    return "retrieval-" + safe_name(airflow_run_id)
 
 
 @dag(
     dag_id="evaluate_retrieval",
     schedule=TESTSET_ASSET,
-    start_date=datetime(2025, 1, 1, tzinfo=UTC),
+    start_date=START_DATE,
     catchup=False,
     max_active_runs=1,
     tags=["ragtrail", "evaluation"],
     doc_md=__doc__,
-    default_args={
-        "owner": "ragtrail",
-        "retries": 2,
-        "retry_delay": timedelta(minutes=5),
-        "retry_exponential_backoff": 2.0,
-    },
+    default_args=default_args(),
     params={
         "corpus": Param(
             "handbook",

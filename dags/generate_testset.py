@@ -19,42 +19,37 @@ and `seed` override the configured quota and seed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Generator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import Metadata, Param, TriggerRule, dag, task
 from assets import CORPUS_ASSET, TESTSET_ASSET
+from dag_defaults import START_DATE, default_args
 
-LABELS = ["fact_single", "summary", "reasoning", "unanswerable"]
+from ragtrail.paths import safe_name
+from ragtrail.records import LABELS
 
 
 def generation_run_id(airflow_run_id: str) -> str:
     """A path- and key-safe generation run id, stable across retries of one DAG run."""
-    return "generate-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", airflow_run_id).strip("_")
+    return "generate-" + safe_name(airflow_run_id)
 
 
 @dag(
     dag_id="generate_testset",
     schedule=CORPUS_ASSET,
-    start_date=datetime(2025, 1, 1, tzinfo=UTC),
+    start_date=START_DATE,
     catchup=False,
     max_active_runs=1,
     tags=["ragtrail", "generation"],
     doc_md=__doc__,
-    default_args={
-        "owner": "ragtrail",
-        "retries": 2,
-        "retry_delay": timedelta(minutes=5),
-        "retry_exponential_backoff": 2.0,
-    },
+    default_args=default_args(),
     params={
         "corpus": Param("handbook", type="string", pattern=r"^[a-z0-9_-]+$", maxLength=64),
         "snapshot_id": Param(None, type=["null", "string"]),
         "per_label": Param(None, type=["null", "integer"], minimum=1, maximum=100000),
         "seed": Param(None, type=["null", "integer"]),
-        "labels": Param([], type="array", items={"type": "string", "enum": LABELS}),
+        "labels": Param([], type="array", items={"type": "string", "enum": list(LABELS)}),
         "doc_ids": Param([], type="array", items={"type": "string", "minLength": 1}),
     },
 )

@@ -21,11 +21,11 @@ idempotent, so clearing and rerunning a run does not duplicate documents or chun
 from __future__ import annotations
 
 from collections.abc import Generator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import Metadata, Param, TriggerRule, dag, task
 from assets import CORPUS_ASSET
+from dag_defaults import START_DATE, default_args
 
 from ragtrail.paths import sample_corpus_dir
 
@@ -44,17 +44,12 @@ COUNT_KEYS = (
 @dag(
     dag_id="ingest_corpus",
     schedule="0 1 * * *",
-    start_date=datetime(2025, 1, 1, tzinfo=UTC),
+    start_date=START_DATE,
     catchup=False,
     max_active_runs=1,
     tags=["ragtrail", "ingest"],
     doc_md=__doc__,
-    default_args={
-        "owner": "ragtrail",
-        "retries": 2,
-        "retry_delay": timedelta(minutes=5),
-        "retry_exponential_backoff": 2.0,
-    },
+    default_args=default_args(),
     params={
         "source": Param(
             str(sample_corpus_dir()),

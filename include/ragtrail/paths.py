@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parents[1]
@@ -24,3 +27,9 @@ def shared_dir() -> Path | None:
     explicit = os.environ.get("RAGTRAIL_SHARED_DIR")
     candidate = Path(explicit) if explicit else REPO_ROOT.parent / "shared"
     return candidate if candidate.is_dir() else None
+
+
+def safe_name(text: str) -> str:
+    """``text`` usable as a path segment or key: runs of other characters than letters, digits,
+    ``_ . -`` become one ``_``, and outer ``_`` are dropped (may be empty)."""
+    return _UNSAFE_CHARS.sub("_", text).strip("_")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from great_expectations.data_context.types.base import (
     ProgressBarsConfig,
 )
 
+from ragtrail.paths import safe_name
 from ragtrail.quality.suites import FAIL, WARN, severity_of
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,6 @@ DATA_DOCS_DIR: Final = "data_docs"
 DATASOURCE_NAME: Final = "ragtrail_frames"
 _MAX_SAMPLE: Final = 5
 _MAX_REPR: Final = 80
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 class QualityGateError(Exception):
@@ -121,7 +120,7 @@ class QualityRunner:
 
     def _unique_name(self, name: str) -> str:
         """A GX-safe name not used before in this runner: ``name``, ``name__2``, ``name__3``..."""
-        base = _UNSAFE_NAME.sub("_", name).strip("_") or "validation"
+        base = safe_name(name) or "validation"
         candidate, count = base, 1
         while candidate in self._used_names:
             count += 1

@@ -13,19 +13,10 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from ragtrail.generate.prompts import CRITIQUE_NAMES
 from ragtrail.records import LABELS
 from ragtrail.report.html import ReportSection, render_section
 
-CRITERIA_ORDER = (
-    "q_to_c_groundedness",
-    "a_to_c_groundedness",
-    "q_feasibility",
-    "stand_alone",
-    "q_usefulness",
-    "c_usefulness",
-    "c_clarity",
-    "qa_tautology",
-)
 LABEL_CHART = "label_distribution.png"
 
 
@@ -104,7 +95,7 @@ def critique_section(summary: dict[str, Any]) -> ReportSection:
         if not scores:
             continue
         cells = []
-        for criterion in CRITERIA_ORDER:
+        for criterion in CRITIQUE_NAMES:
             cell = scores.get(criterion)
             cells.append(
                 "–" if not cell or not cell["n"] else f"{cell['mean']:.2f} ({cell['hist']})"
@@ -112,7 +103,7 @@ def critique_section(summary: dict[str, Any]) -> ReportSection:
         rows.append([label, *cells])
     return _table(
         "Test set: critique ratings per label (mean, histogram of 1..5)",
-        ["label", *CRITERIA_ORDER],
+        ["label", *CRITIQUE_NAMES],
         rows,
         note="Ratings of every labelled candidate, accepted or not (reasoning and summary "
         "questions legitimately score lower on q_to_c_groundedness).",
