@@ -227,3 +227,8 @@ class QACandidate:
     failure_cause: str | None = None
     raw_outputs: list[str] = field(default_factory=list)
     generator: dict[str, Any] = field(default_factory=dict)  # backend, model, prompt versions, seed
+
+    @property
+    def effective_label(self) -> str:
+        """The label the item stands for: the observed one once labelled, else the requested one."""
+        return self.observed_label or self.requested_label

@@ -32,7 +32,6 @@ __all__ = [
     "Criterion",
     "apply_thresholds",
     "critique_candidates",
-    "effective_label",
     "resolve_thresholds",
 ]
 
@@ -66,7 +65,7 @@ class Criterion:
 
     def applies_to(self, candidate: QACandidate) -> bool:
         """Whether the criterion is run for this candidate (its fields are there, label fits)."""
-        if effective_label(candidate) in self.skip_labels:
+        if candidate.effective_label in self.skip_labels:
             return False
         return all(_field(candidate, f) for f in self.needs)
 
@@ -80,11 +79,6 @@ class Criterion:
 
 def _field(candidate: QACandidate, name: str) -> str:
     return candidate.context.text if name == "context" else str(getattr(candidate, name))
-
-
-def effective_label(candidate: QACandidate) -> str:
-    """The label thresholds are chosen by: the observed one if labelled, else the requested one."""
-    return candidate.observed_label or candidate.requested_label
 
 
 _NOT_GROUNDED = frozenset({"unanswerable"})
@@ -231,7 +225,7 @@ def apply_thresholds(
     for cand in candidates:
         if cand.status is not CandidateStatus.PENDING:
             continue
-        label = effective_label(cand)
+        label = cand.effective_label  # thresholds follow the label the item stands for
         failed: list[str] = []
         below: list[str] = []
         for name in CRITERIA:

@@ -136,7 +136,7 @@ def load_items(rt: Runtime, qa_set: str | Path | None) -> tuple[list[QAItem], st
             QAItem(
                 qid=qids[c.candidate_id],
                 question=c.question,
-                label=c.observed_label or c.requested_label,
+                label=c.effective_label,
                 answer=c.answer,
                 ground_doc_ids=(c.context.doc_id,),
                 ground_chunk_ids=(c.context.chunk_id,),

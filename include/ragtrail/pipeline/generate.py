@@ -52,7 +52,7 @@ from ragtrail.records import (
 from ragtrail.runtime import Runtime
 from ragtrail.testset.dedup import find_duplicates
 from ragtrail.testset.export import to_frame, write_jsonl
-from ragtrail.testset.quotas import select_with_quotas
+from ragtrail.testset.quotas import QuotaResult, select_with_quotas
 from ragtrail.testset.store import TestSetStore
 
 KIND_FOR_LABEL = {label: kind for kind, label in STATEMENT_KINDS.items()}
@@ -241,7 +241,8 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
     quotas_met = all(have[lb] >= per_label for lb in LABELS)
     # The first round draws only from changed documents; later rounds top up from the rest.
     first_round = [] if quotas_met else (first_pool or rest_pool)[: gen.contexts_per_round]
-    pool = first_round + [c for c in first_pool + rest_pool if c not in set(first_round)]
+    in_first = set(first_round)
+    pool = first_round + [c for c in first_pool + rest_pool if c not in in_first]
     shard_size = max(1, gen.llm_batch_size)
     plan = GenerationPlan(
         corpus=corpus,
@@ -380,21 +381,26 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
     gen = rt.settings.generation
     plan = load_plan(rt, corpus, run_id)
     testsets = TestSetStore(rt.engine)
+    existing_ids = set(plan.existing_ids)
     existing = testsets.get_candidates(corpus, status=CandidateStatus.ACCEPTED)
-    existing = [c for c in existing if c.candidate_id in set(plan.existing_ids)]
+    existing = [c for c in existing if c.candidate_id in existing_ids]
     sharded = [cid for shard in plan.shards for cid in shard]
+    sharded_ids = set(sharded)
     candidates = [
         _undo_finalize(c)
         for c in testsets.get_candidates(corpus, run_id=run_id)
-        if c.context.chunk_id in set(sharded) and c.statement_kind != "foreign"
+        if c.context.chunk_id in sharded_ids and c.statement_kind != "foreign"
     ]
     contexts_used = _contexts_by_id(rt, plan, sharded)
     remaining = plan.pool[len(sharded) :]
 
+    def select(pool: Sequence[QACandidate]) -> QuotaResult:
+        return select_with_quotas(
+            pool, plan.targets, max_per_document=gen.max_per_document, existing=existing
+        )
+
     selected: list[QACandidate] = list(existing)
-    quota = select_with_quotas(
-        [], plan.targets, max_per_document=gen.max_per_document, existing=existing
-    )
+    quota = select([])
     for round_no in range(gen.max_rounds):
         deficit = {lb: max(0, n - quota.achieved.get(lb, 0)) for lb, n in plan.targets.items()}
         if round_no > 0:
@@ -409,12 +415,7 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
             candidates += _statement_candidates(rt, plan, new_contexts, deficit, f"round{round_no}")
         fresh = [c for c in _pending(candidates) if c.candidate_id not in _ids(selected)]
         _dedup(rt, selected, fresh, plan.previous_questions)
-        quota = select_with_quotas(
-            _pending(candidates),
-            plan.targets,
-            max_per_document=gen.max_per_document,
-            existing=existing,
-        )
+        quota = select(_pending(candidates))
         selected = list(quota.selected)
         missing = plan.targets["unanswerable"] - quota.achieved.get("unanswerable", 0)
         if missing > 0:
@@ -437,12 +438,7 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
             _label_and_critique(rt, plan, foreign)
             candidates += foreign
             _dedup(rt, selected, _pending(foreign), plan.previous_questions)
-            quota = select_with_quotas(
-                _pending(candidates),
-                plan.targets,
-                max_per_document=gen.max_per_document,
-                existing=existing,
-            )
+            quota = select(_pending(candidates))
             selected = list(quota.selected)
 
     chosen = {c.candidate_id for c in selected}

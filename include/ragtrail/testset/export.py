@@ -60,7 +60,7 @@ def _row(cand: QACandidate, qid: str) -> dict[str, Any]:
     return {
         "qid": qid,
         "question": cand.question,
-        "label": cand.observed_label or cand.requested_label,
+        "label": cand.effective_label,
         "answer": cand.answer,
         "ground_doc_ids": [ctx.doc_id],
         "ground_chunk_ids": [ctx.chunk_id],
