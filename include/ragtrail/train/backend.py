@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 from ragtrail.llm.backends.base import GenerationRequest, Message
-from ragtrail.llm.backends.constrained_decoding import DEFAULT_MAX_STRING_CHARS
 from ragtrail.llm.backends.model_store import default_model_cache, directory_digest, fetch_s3_dir
 from ragtrail.llm.backends.transformers_local import TransformersBackend
 from ragtrail.train.data import format_input
@@ -230,12 +229,9 @@ class FineTunedGeneratorBackend(TransformersBackend):
         self.max_positions = self._max_positions(config, None)
         self._explicit_max_input = None
         self.model_id = model_id
-        # The generator writes "<<label>> question <a> answer", not JSON: no schema guidance.
-        self.supports_json_schema = False
-        self.max_string_chars = DEFAULT_MAX_STRING_CHARS
-        self._constraints = None
-        self.prefix_caching = False  # generator inputs share no long prefix
-        self._prefixes = {}
+        # The generator writes "<<label>> question <a> answer", not JSON, and its inputs share no
+        # long prefix: neither schema guidance nor the prefix cache applies.
+        self._init_decoding(guided_json=False, prefix_caching=False)
 
     # ------------------------------------------------------------------ prompting
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.backends.constrained_decoding import (
     DecodingConstraints,
+    repeat_bans,
     span_bans,
     span_table,
     tighten_schema,
@@ -96,6 +97,10 @@ def test_span_bans_by_hand() -> None:
     assert span_bans([7, 1, 2], table, 3) == {3}
     assert span_bans([2], table, 3) == set()
     assert span_bans([1, 2], table, 0) == set()
+    # Own output: after 5 6 7 ... 5 6 the token 7 would repeat the span 5 6 7.
+    assert repeat_bans([5, 6, 7, 8, 5, 6], 3) == {7}
+    assert repeat_bans([5, 6, 5, 6], 3) == {5}
+    assert repeat_bans([5, 6], 3) == set() and repeat_bans([5, 6, 5, 6], 0) == set()
 
 
 @pytest.mark.parametrize("model_fixture", ["tiny_llama", "tiny_t5"])

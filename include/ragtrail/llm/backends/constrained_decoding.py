@@ -91,6 +91,18 @@ def span_bans(generated: Sequence[int], table: dict[tuple[int, ...], set[int]], 
     return table.get(tuple(generated[len(generated) - n + 1 :]), set())
 
 
+def repeat_bans(generated: Sequence[int], n: int) -> set[int]:
+    """Tokens that would repeat an ``n``-token span already present in ``generated``."""
+    if n <= 0 or len(generated) < n:
+        return set()
+    tail = list(generated[len(generated) - n + 1 :])
+    return {
+        generated[i + n - 1]
+        for i in range(len(generated) - n + 1)
+        if list(generated[i : i + n - 1]) == tail
+    }
+
+
 def span_table(sequences: Sequence[Sequence[int]], n: int) -> dict[tuple[int, ...], set[int]]:
     """Every ``n``-token span of ``sequences`` as ``{first n-1 tokens: {last tokens}}``."""
     table: dict[tuple[int, ...], set[int]] = {}
@@ -176,6 +188,9 @@ class DecodingConstraints:
         self.no_repeat_ngram = no_repeat_ngram
         self.copy_span = copy_span
         self._tokenizer_data: Any | None = None
+        # Example texts and words come from a few prompts: their token ids are worked out once.
+        self._copy_tables: dict[tuple[str, ...], dict[tuple[int, ...], set[int]] | None] = {}
+        self._word_ids: dict[str, frozenset[int]] = {}
 
     def _json_data(self) -> Any:
         if self._tokenizer_data is None:
@@ -196,19 +211,25 @@ class DecodingConstraints:
         banning a fragment other words share."""
         ids: set[int] = set()
         for word in words:
-            low = word.lower()
-            for form in {word, low, low.capitalize()}:
-                for variant in (form, " " + form):
-                    enc = self.tokenizer.encode(variant, add_special_tokens=False)
-                    if len(enc) == 1:
-                        ids.add(int(enc[0]))
+            if word not in self._word_ids:
+                low = word.lower()
+                found = set()
+                for form in {word, low, low.capitalize()}:
+                    for variant in (form, " " + form):
+                        enc = self.tokenizer.encode(variant, add_special_tokens=False)
+                        if len(enc) == 1:
+                            found.add(int(enc[0]))
+                self._word_ids[word] = frozenset(found)
+            ids |= self._word_ids[word]
         return frozenset(ids)
 
-    def _copy_table(self, texts: Sequence[str]) -> dict[tuple[int, ...], set[int]] | None:
+    def _copy_table(self, texts: tuple[str, ...]) -> dict[tuple[int, ...], set[int]] | None:
         if not texts or self.copy_span <= 0:
             return None
-        seqs = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
-        return span_table(seqs, self.copy_span) or None
+        if texts not in self._copy_tables:
+            seqs = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+            self._copy_tables[texts] = span_table(seqs, self.copy_span) or None
+        return self._copy_tables[texts]
 
     def processor(
         self,
@@ -226,7 +247,6 @@ class DecodingConstraints:
         row_words = list(avoid_words) if avoid_words is not None else [()] * len(schemas)
         rows: list[RowRules] = []
         enforcers: dict[str, Any] = {}
-        tables: dict[tuple[str, ...], Any] = {}
         for schema, texts, words in zip(schemas, avoid, row_words, strict=True):
             rule = RowRules()
             if schema is not None:
@@ -238,10 +258,7 @@ class DecodingConstraints:
                     parser = JsonSchemaParser(tighten_schema(schema, self.max_string_chars))
                     enforcers[key] = TokenEnforcer(self._json_data(), parser)
                 rule.enforcer = enforcers[key]
-            texts_key = tuple(texts)
-            if texts_key not in tables:
-                tables[texts_key] = self._copy_table(texts_key)
-            rule.copy_table = tables[texts_key]
+            rule.copy_table = self._copy_table(tuple(texts))
             rule.word_bans = self.word_tokens(words)
             rows.append(rule)
         if not any(r.active for r in rows):
@@ -291,10 +308,7 @@ class _ConstrainedRows(LogitsProcessor):
                 if banned:
                     scores[row, [t for t in banned if t < vocab]] = float("-inf")
                 continue
-            if self.no_repeat_ngram > 0:
-                banned |= span_bans(
-                    generated, span_table([generated], self.no_repeat_ngram), self.no_repeat_ngram
-                )
+            banned |= repeat_bans(generated, self.no_repeat_ngram)
             allowed = self._allowed_mask(
                 rule.enforcer.get_allowed_tokens(tokens).allowed_tokens, vocab
             )

@@ -182,13 +182,27 @@ class TransformersBackend:
         if guided_json:
             # The guide changes outputs, so it is part of the identity used by cache keys.
             self.model_id += f"+guided:{max_string_chars}"
-        self.supports_json_schema = guided_json
-        self.max_string_chars = max_string_chars
-        self._constraints: DecodingConstraints | None = None
-        self.prefix_caching = prefix_caching
-        self._prefixes: dict[tuple[int, ...], Any] = {}
+        self._init_decoding(
+            guided_json=guided_json,
+            max_string_chars=max_string_chars,
+            prefix_caching=prefix_caching,
+        )
         self.load_seconds = time.perf_counter() - started
         log.info("loaded %s (%s) in %.1f s", self.model_id, type(net).__name__, self.load_seconds)
+
+    def _init_decoding(
+        self,
+        *,
+        guided_json: bool,
+        prefix_caching: bool,
+        max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
+    ) -> None:
+        """Decoding state: schema guidance and its string cap, the prefix cache (filled lazily)."""
+        self.supports_json_schema = guided_json
+        self.max_string_chars = max_string_chars
+        self.prefix_caching = prefix_caching
+        self._prefixes: dict[tuple[int, ...], Any] = {}
+        self._constraints: DecodingConstraints | None = None
 
     # ------------------------------------------------------------------ loading helpers
 
@@ -373,23 +387,19 @@ class TransformersBackend:
     def _constrained_rows(
         self, reqs: Sequence[GenerationRequest], prompt_length: int
     ) -> LogitsProcessor | None:
-        schemas = [r.json_schema if self.supports_json_schema else None for r in reqs]
-        avoid = [r.avoid_copying for r in reqs]
-        if (
-            all(s is None for s in schemas)
-            and not any(avoid)
-            and not any(r.avoid_words for r in reqs)
-        ):
-            return None
-        if self.is_encoder_decoder:
-            prompt_length = 1  # the decoder starts from its start token, not the prompt
         if self._constraints is None:
             vocab = int(self.model.get_output_embeddings().weight.shape[0])
             self._constraints = DecodingConstraints(
                 self.tokenizer, sorted(self.eos_ids), vocab, max_string_chars=self.max_string_chars
             )
-        words = [r.avoid_words for r in reqs]
-        return self._constraints.processor(schemas, avoid, prompt_length, words)
+        if self.is_encoder_decoder:
+            prompt_length = 1  # the decoder starts from its start token, not the prompt
+        return self._constraints.processor(
+            [r.json_schema if self.supports_json_schema else None for r in reqs],
+            [r.avoid_copying for r in reqs],
+            prompt_length,
+            [r.avoid_words for r in reqs],
+        )
 
     def _shared_prefix(self, ids: Sequence[list[int]]) -> list[int]:
         """The token prefix all prompts share, if long enough to be worth caching (causal only).
