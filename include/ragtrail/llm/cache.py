@@ -12,7 +12,6 @@ same key (two workers, a retried task) never fail: the first write wins and both
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
+from ragtrail.records import sha256_text
 from ragtrail.storage.tables import llm_cache
 
 _SELECT_CHUNK = 500
@@ -59,7 +59,7 @@ def cache_key(
     request: GenerationRequest,
 ) -> str:
     material = cache_key_material(backend_name, model_id, prompt_name, prompt_version, request)
-    return hashlib.sha256(canonical_json(material).encode("utf-8")).hexdigest()
+    return sha256_text(canonical_json(material))
 
 
 @dataclass(frozen=True)

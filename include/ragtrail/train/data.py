@@ -14,7 +14,6 @@ module is pure Python (no torch import) so it is cheap to use at DAG-parse time 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
@@ -22,7 +21,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ragtrail.records import LABELS, STATEMENT_KINDS, CandidateStatus, QACandidate
+from ragtrail.records import (
+    LABELS,
+    STATEMENT_KINDS,
+    CandidateStatus,
+    QACandidate,
+    sha256_bytes,
+)
 
 ANSWER_TOKEN = "<a>"
 """Separator between question and answer in a target; added to the tokenizer as one token."""
@@ -131,7 +136,7 @@ def data_version(examples: Iterable[TrainingExample]) -> str:
 
     The same examples in the same order always give the same version, whatever wrote them.
     """
-    return hashlib.sha256(_jsonl_bytes(examples)).hexdigest()[:16]
+    return sha256_bytes(_jsonl_bytes(examples))[:16]
 
 
 def write_jsonl(examples: Sequence[TrainingExample], path: str | Path) -> str:
@@ -140,7 +145,7 @@ def write_jsonl(examples: Sequence[TrainingExample], path: str | Path) -> str:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
-    return hashlib.sha256(data).hexdigest()[:16]
+    return sha256_bytes(data)[:16]
 
 
 def read_jsonl(path: str | Path) -> list[TrainingExample]:

@@ -22,6 +22,8 @@ from typing import Any
 
 from filelock import FileLock
 
+from ragtrail.records import sha256_text
+
 log = logging.getLogger(__name__)
 
 BUILTIN_SMOLLM2 = "builtin:smollm2-135m-instruct"
@@ -173,7 +175,7 @@ def fetch_s3_dir(
 
     bucket, prefix = parse_s3_uri(uri)
     root = Path(cache_dir) if cache_dir is not None else default_model_cache()
-    safe = hashlib.sha256(uri.encode("utf-8")).hexdigest()[:16]
+    safe = sha256_text(uri)[:16]
     target = root / "s3" / bucket / f"{(prefix or 'root').replace('/', '__')}-{safe}"
     endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
     client = boto3.client("s3", endpoint_url=endpoint)
@@ -187,7 +189,7 @@ def fetch_s3_dir(
         raise
     if not listing:
         raise FileNotFoundError(f"no objects under {uri}")
-    digest = hashlib.sha256(json.dumps(listing, sort_keys=True).encode("utf-8")).hexdigest()
+    digest = sha256_text(json.dumps(listing, sort_keys=True))
     marker = _read_marker(target)
     if marker is not None and marker.get("digest") == digest:
         return target, digest
