@@ -9,14 +9,18 @@ The ``ragtrail://`` scheme is a custom one: Airflow 3 accepts any scheme except 
 verbatim. They name logical datasets; the concrete artifacts (manifests, metrics, reports)
 travel as asset-event extras (see the ``Metadata`` yielded by the producing tasks).
 
-Extras carried by each asset's events (all JSON values):
+The extras each asset's events carry are defined once, in the core:
+``ragtrail.pipeline.night.ASSET_EXTRAS`` (strict JSON; a null value comes with its reason under
+``undefined``). In short:
 
-- ``CORPUS_ASSET``: ``corpus``, ``snapshot_id``, ``manifest_uri`` and the ingest counts
-  (``added``, ``updated``, ``unchanged``, ``removed``, ``quarantined``, ``chunks``).
-- ``TESTSET_ASSET``: ``corpus``, ``snapshot_id``, ``qa_set`` (URI) and ``qa_set_version``.
-- ``RETRIEVAL_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``metrics_uri``,
-  ``report_uri``, ``qa_set_version``.
-- ``DRIFT_ASSET``: ``run_id``, ``metric``, ``baseline``, ``current`` and ``decision``.
+- ``CORPUS_ASSET``: ``corpus``, ``snapshot_id``, ``changed`` (false: the source was unchanged and
+  no new snapshot was made), ``manifest_uri``, ``data_docs_uri`` and the ingest counts (``added``,
+  ``updated``, ``unchanged``, ``removed``, ``quarantined``, ``documents``, ``chunks``, ``embedded``).
+- ``TESTSET_ASSET``: ``corpus``, ``snapshot_id``, ``qa_set`` (``testset:<version>``, what
+  evaluation reads), ``qa_set_version``, ``accepted``, ``regenerated``.
+- ``RETRIEVAL_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``qa_set``,
+  ``qa_set_version``, ``metrics_uri``, ``report_uri``, ``report_path``, ``data_docs_path``.
+- ``DRIFT_ASSET``: reserved for the drift decision that asks for retraining (nothing emits it yet).
 """
 
 from __future__ import annotations
@@ -50,6 +54,13 @@ DRIFT_ASSET = Asset(
     extra={"description": "a metric drift decision that asks for retraining"},
 )
 
+ASSETS_BY_KEY: dict[str, Asset] = {
+    "corpus": CORPUS_ASSET,
+    "testset": TESTSET_ASSET,
+    "retrieval_metrics": RETRIEVAL_METRICS_ASSET,
+}
+"""The Asset of each key of ``ragtrail.pipeline.night.AssetKey``."""
+
 ALL_ASSETS: tuple[Asset, ...] = (
     CORPUS_ASSET,
     TESTSET_ASSET,
@@ -59,6 +70,7 @@ ALL_ASSETS: tuple[Asset, ...] = (
 
 __all__ = [
     "ALL_ASSETS",
+    "ASSETS_BY_KEY",
     "ASSET_GROUP",
     "CORPUS_ASSET",
     "DRIFT_ASSET",

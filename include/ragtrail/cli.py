@@ -65,6 +65,18 @@ def _progress_factory(progress: Progress, label: str) -> Callable[[int], Callabl
     return factory
 
 
+def _step_progress(progress: Progress) -> Callable[[str, int, int], None]:
+    """A bar per mapped step of the night (shards done / shards planned)."""
+    bars: dict[str, Any] = {}
+
+    def advance(step: str, done: int, total: int) -> None:
+        if step not in bars:
+            bars[step] = progress.add_task(f"{step} shards", total=total)
+        progress.update(bars[step], completed=done)
+
+    return advance
+
+
 def _progress() -> Progress:
     return Progress(
         "[progress.description]{task.description}",
@@ -349,7 +361,7 @@ def nightly(
             source=source or str(sample_corpus_dir()),
             corpus=corpus,
             qa_set=qa_set,
-            progress_factory=_progress_factory(progress, "parsing and embedding"),
+            progress=_step_progress(progress),
             log=console.print,
             generate=generate and qa_set is None,
         )

@@ -21,7 +21,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-DEFAULT_TEXT_WEIGHTS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
+from ragtrail.records import DEFAULT_TEXT_WEIGHTS
+
 SECRET_FIELDS = frozenset({"database_url", "es_api_key", "es_password", "llm_api_key"})
 
 

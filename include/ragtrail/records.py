@@ -16,6 +16,8 @@ LABELS: tuple[str, ...] = ("fact_single", "summary", "reasoning", "unanswerable"
 
 ANSWERABLE_LABELS: tuple[str, ...] = LABELS[:3]
 INCLUSIVE = "inclusive"
+DEFAULT_TEXT_WEIGHTS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
+"""The text-weight scan of METHODS §5 (0 = dense only, 1 = BM25 only)."""
 """Pseudo-label for the evaluation over all questions, unanswerable included."""
 
 

@@ -249,15 +249,19 @@ class _Events(dict):
     """Stands in for Airflow's TriggeringAssetEventsAccessor (a Mapping keyed by Asset)."""
 
 
-def test_resolve_target_prefers_newest_asset_event(dagbag: Any) -> None:
+def _event(hour: int, **extra: Any) -> SimpleNamespace:
+    from datetime import UTC, datetime
+
+    return SimpleNamespace(timestamp=datetime(2026, 1, 1, hour, tzinfo=UTC), extra=extra)
+
+
+def test_resolve_prefers_newest_asset_event(dagbag: Any) -> None:
     from assets import TESTSET_ASSET
 
-    resolve = dagbag.dags["evaluate_retrieval"].get_task("resolve_target").python_callable
+    resolve = dagbag.dags["evaluate_retrieval"].get_task("resolve").python_callable
     params = {"corpus": "handbook", "snapshot_id": None}
-    older = SimpleNamespace(timestamp=1, extra={"corpus": "old", "snapshot_id": "s1"})
-    newer = SimpleNamespace(
-        timestamp=2, extra={"corpus": "wiki", "snapshot_id": "s2", "version": "ts-abc"}
-    )
+    older = _event(1, corpus="old", snapshot_id="s1", qa_set="testset:ts-old")
+    newer = _event(2, corpus="wiki", snapshot_id="s2", qa_set="testset:ts-abc")
     target = resolve(
         params=params,
         triggering_asset_events=_Events({TESTSET_ASSET: [newer, older]}),
@@ -270,10 +274,10 @@ def test_resolve_target_prefers_newest_asset_event(dagbag: Any) -> None:
     assert target["run_id"] == "retrieval-asset_triggered__2026-01-01T01_00_00_00_00"
 
 
-def test_resolve_target_falls_back_to_params(dagbag: Any) -> None:
-    resolve = dagbag.dags["evaluate_retrieval"].get_task("resolve_target").python_callable
+def test_resolve_falls_back_to_params(dagbag: Any) -> None:
+    resolve = dagbag.dags["evaluate_retrieval"].get_task("resolve").python_callable
     target = resolve(
-        params={"corpus": "handbook", "snapshot_id": ""},
+        params={"corpus": "handbook", "snapshot_id": "", "text_weights": [0, 1]},
         triggering_asset_events=_Events(),
         run_id="manual__x",
     )
@@ -281,9 +285,39 @@ def test_resolve_target_falls_back_to_params(dagbag: Any) -> None:
         "corpus": "handbook",
         "snapshot_id": None,
         "qa_set": None,
+        "text_weights": [0.0, 1.0],
         "run_id": "retrieval-manual__x",
         "origin": "params",
     }
+
+
+def test_generation_resolve_reads_the_corpus_event(dagbag: Any) -> None:
+    from assets import CORPUS_ASSET
+
+    resolve = dagbag.dags["generate_testset"].get_task("resolve").python_callable
+    event = _event(3, corpus="wiki", snapshot_id="s9", changed=False)
+    state = resolve(
+        params={"corpus": "handbook"},
+        triggering_asset_events=_Events({CORPUS_ASSET: [event]}),
+        run_id="r1",
+    )
+    assert (state["corpus"], state["snapshot_id"], state["changed"]) == ("wiki", "s9", False)
+    assert state["labels"] == [] and state["run_id"] == "generate-r1"
+
+
+def test_every_dag_is_the_core_definition(dagbag: Any) -> None:
+    """Each DAG has exactly the core flow's steps (plus resolve and the list-publishing tasks)."""
+    from ragtrail.pipeline.night import NIGHT
+
+    for flow in NIGHT:
+        dag = dagbag.dags[flow.dag_id]
+        expected = {"resolve", *(s.name for s in flow.steps)} | {
+            f"list_{s.map_over}_for_{s.name}" for s in flow.steps if s.map_over
+        }
+        assert set(dag.task_dict) == expected
+        for step in flow.steps:
+            assert dag.get_task(step.name).pool == (step.pool or "default_pool")
+        assert set(dag.params) == set(flow.params)
 
 
 def test_assets_are_unique() -> None:

@@ -9,6 +9,10 @@
 ``vllm:<model>``                   in-process vLLM (optional extra, CUDA only)
 ``generator:<dir or s3:// URI>``   a LoRA-tuned small generator saved by
                                    :func:`ragtrail.train.generator.finetune_generator`
+``scripted:<module>:<callable>``   a TEST DOUBLE, not a model: ``callable()`` returns a backend
+                                   (e.g. a :class:`ragtrail.llm.testing.ScriptedBackend`), so
+                                   tests can select scripted replies through the environment
+                                   in processes they do not control (Airflow workers)
 =================================  ===========================================================
 
 Backends are imported only when asked for, so e.g. an HTTP-only deployment never imports torch.
@@ -17,6 +21,7 @@ Keyword arguments are passed to the backend's constructor.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from ragtrail.llm.backends.base import LLMBackend
@@ -52,6 +57,13 @@ def load_llm_backend(spec: str, **kwargs: Any) -> LLMBackend:
         from ragtrail.train.backend import FineTunedGeneratorBackend
 
         return FineTunedGeneratorBackend(rest, **kwargs)
+    if kind == "scripted":
+        module, _, attr = rest.partition(":")
+        if not module or not attr:
+            raise ValueError(
+                f"scripted spec {spec!r} must look like 'scripted:<module>:<callable>'"
+            )
+        return importlib.import_module(module).__dict__[attr]()
     if kind == "vllm":
         from ragtrail.llm.backends.vllm_inprocess import VLLMBackend
 
@@ -61,7 +73,7 @@ def load_llm_backend(spec: str, **kwargs: Any) -> LLMBackend:
 
 _KINDS = (
     "builtin:smollm2-135m-instruct, hf:<model>, openai:<model>[@<base_url>], vllm:<model>, "
-    "generator:<dir>"
+    "generator:<dir>, scripted:<module>:<callable> (tests)"
 )
 
 

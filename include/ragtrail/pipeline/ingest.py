@@ -37,6 +37,7 @@ from ragtrail.records import (
     QuarantineRecord,
     SourceFile,
     sha256_bytes,
+    sha256_text,
 )
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
@@ -47,12 +48,20 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class IngestPlan:
+    """The snapshot to fill and the shards of changed files.
+
+    ``changed`` is False when the source is byte-for-byte what the latest complete snapshot was
+    built from (same files, embedding model and index backend): then no snapshot is started,
+    ``snapshot_id`` is that latest snapshot and there are no shards.
+    """
+
     snapshot_id: str
     corpus: str
     source_uri: str
     shards: list[list[str]]
     manifest_uri: str
     counts: dict[str, int]
+    changed: bool = True
 
 
 @dataclass
@@ -70,6 +79,7 @@ class IngestSummary:
     chunks: int = 0
     embedded: int = 0
     manifest_uri: str = ""
+    changed: bool = True
     changed_doc_ids: list[str] = field(default_factory=list)
     removed_doc_ids: list[str] = field(default_factory=list)
 
@@ -79,6 +89,11 @@ class IngestSummary:
 
 def manifest_key(corpus: str, snapshot_id: str) -> str:
     return f"corpora/{corpus}/snapshots/{snapshot_id}/manifest.json"
+
+
+def shard_counts_prefix(corpus: str, snapshot_id: str) -> str:
+    """Where each shard keeps its counts, so finalize can sum them wherever the shards ran."""
+    return f"corpora/{corpus}/snapshots/{snapshot_id}/shards/"
 
 
 def new_snapshot_id() -> str:
@@ -105,18 +120,6 @@ def plan_ingest(
     store.ensure_corpus(corpus)
     previous = store.latest_snapshot(corpus)
     known = store.get_documents(corpus)
-    snapshot_id = snapshot_id or new_snapshot_id()
-    index = rt.index(corpus)
-    index_name = index.begin_snapshot(snapshot_id) or index.name
-    store.start_snapshot(
-        snapshot_id,
-        corpus,
-        source_uri,
-        previous["snapshot_id"] if previous else None,
-        settings.embedding_model,
-        settings.index_backend,
-        index_name,
-    )
 
     files: list[dict[str, Any]] = []
     first_path_by_hash: dict[str, str] = {}
@@ -149,6 +152,30 @@ def plan_ingest(
 
     listed = {f["rel_path"] for f in files if f["planned"] != "quarantined"}
     removed = sorted(set(known) - listed)
+    if previous is not None and _same_as_snapshot(rt, previous, source_uri, files):
+        log.info("source unchanged since snapshot %s: no new snapshot", previous["snapshot_id"])
+        return IngestPlan(
+            snapshot_id=previous["snapshot_id"],
+            corpus=corpus,
+            source_uri=source_uri,
+            shards=[],
+            manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, previous["snapshot_id"])),
+            counts={"unchanged": len(files)},
+            changed=False,
+        )
+
+    snapshot_id = snapshot_id or new_snapshot_id()
+    index = rt.index(corpus)
+    index_name = index.begin_snapshot(snapshot_id) or index.name
+    store.start_snapshot(
+        snapshot_id,
+        corpus,
+        source_uri,
+        previous["snapshot_id"] if previous else None,
+        settings.embedding_model,
+        settings.index_backend,
+        index_name,
+    )
     unchanged_rows = [
         {
             "doc_id": f["rel_path"],
@@ -190,6 +217,26 @@ def plan_ingest(
         manifest_uri=manifest_uri,
         counts=counts,
     )
+
+
+def _same_as_snapshot(
+    rt: Runtime, snapshot: dict[str, Any], source_uri: str, files: list[dict[str, Any]]
+) -> bool:
+    """True when ``files`` are exactly the files (paths and bytes) the snapshot was built from,
+    read from the same source with the same embedding model and index backend."""
+    settings = rt.settings
+    if (snapshot["source_uri"], snapshot["embedding_model"], snapshot["index_backend"]) != (
+        source_uri,
+        settings.embedding_model,
+        settings.index_backend,
+    ):
+        return False
+    key = manifest_key(snapshot["corpus"], snapshot["snapshot_id"])
+    if not rt.artifacts.exists(key):
+        return False
+    manifest = json.loads(rt.artifacts.get_bytes(key))
+    before = sorted((f["rel_path"], f["raw_hash"]) for f in manifest["files"])
+    return before == sorted((f["rel_path"], f["raw_hash"]) for f in files)
 
 
 def _parse(rt: Runtime, src: SourceFile) -> ParsedDocument | QuarantineRecord:
@@ -335,12 +382,24 @@ def ingest_shard(
         )
     store.record_snapshot_documents(snapshot_id, snapshot_rows)
     store.record_quarantine(corpus, snapshot_id, quarantined)
-    return {
+    counts = {
         "documents": len(parsed),
         "chunks": len(all_chunks),
         "quarantined": len(quarantined),
         "embedded": embedder.encoded - encoded_before,
     }
+    # Keyed by the shard's files: a retried shard overwrites its own counts instead of adding.
+    shard_key = sha256_text("\n".join(sorted(rel_paths)))[:16]
+    rt.artifacts.put_bytes(
+        f"{shard_counts_prefix(corpus, snapshot_id)}{shard_key}.json", json.dumps(counts).encode()
+    )
+    return counts
+
+
+def _embedded_in_snapshot(rt: Runtime, corpus: str, snapshot_id: str) -> int:
+    """Chunks embedded by the snapshot's shards (a retried shard counts once, as it last ran)."""
+    keys = rt.artifacts.list(shard_counts_prefix(corpus, snapshot_id))
+    return sum(int(json.loads(rt.artifacts.get_bytes(key))["embedded"]) for key in keys)
 
 
 def _reconcile_index(rt: Runtime, corpus: str) -> dict[str, int]:
@@ -373,12 +432,29 @@ def _reconcile_index(rt: Runtime, corpus: str) -> dict[str, int]:
     return {"removed_from_index": len(extra), "restored_to_index": len(missing)}
 
 
-def finalize_ingest(rt: Runtime, corpus: str, snapshot_id: str) -> IngestSummary:
-    """Apply removals, reconcile index and DB, and close the snapshot with its counts."""
+def finalize_ingest(
+    rt: Runtime, corpus: str, snapshot_id: str, *, changed: bool = True
+) -> IngestSummary:
+    """Apply removals, reconcile index and DB, and close the snapshot with its counts.
+
+    With ``changed=False`` (the plan found the source unchanged and reused ``snapshot_id``) nothing
+    is written: the summary reports every document as unchanged and nothing embedded.
+    """
     store = rt.store
     snapshot = store.get_snapshot(snapshot_id)
     if snapshot is None:
         raise ValueError(f"unknown snapshot {snapshot_id!r}")
+    if not changed:
+        return IngestSummary(
+            snapshot=snapshot_id,
+            corpus=corpus,
+            unchanged=store.count_documents(corpus),
+            quarantined=len(store.list_quarantine(corpus, snapshot_id)),
+            documents=store.count_documents(corpus),
+            chunks=store.count_chunks(corpus),
+            manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, snapshot_id)),
+            changed=False,
+        )
     changes = store.get_snapshot_documents(snapshot_id)
     removed = sorted(r["doc_id"] for r in changes if r["change"] == ChangeKind.REMOVED.value)
     if snapshot["status"] != "complete":  # a retried finalize after success changes nothing
@@ -403,6 +479,7 @@ def finalize_ingest(rt: Runtime, corpus: str, snapshot_id: str) -> IngestSummary
         quarantined=len(quarantined),
         documents=store.count_documents(corpus),
         chunks=store.count_chunks(corpus),
+        embedded=_embedded_in_snapshot(rt, corpus, snapshot_id),
         manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, snapshot_id)),
         changed_doc_ids=sorted(
             r["doc_id"]
@@ -433,9 +510,6 @@ def ingest(
     plan = plan_ingest(rt, source_uri, corpus, shard_size=shard_size)
     total = sum(len(s) for s in plan.shards)
     progress = progress_factory(total) if progress_factory else None
-    embedded = 0
     for shard in plan.shards:
-        embedded += ingest_shard(rt, corpus, plan.snapshot_id, shard, progress=progress)["embedded"]
-    summary = finalize_ingest(rt, corpus, plan.snapshot_id)
-    summary.embedded = embedded
-    return summary
+        ingest_shard(rt, corpus, plan.snapshot_id, shard, progress=progress)
+    return finalize_ingest(rt, corpus, plan.snapshot_id, changed=plan.changed)

@@ -1,4 +1,9 @@
-"""The nightly job in process: the same steps the DAGs run, in DAG order, on one Runtime."""
+"""The nightly job in process: the flows of :data:`ragtrail.pipeline.night.NIGHT` on one Runtime.
+
+Each flow is resolved from its Params and the event the previous flow announced, exactly as the
+scheduler would resolve a DAG run triggered by that Asset event, so the in-process run and the
+Airflow deployment execute the same steps with the same arguments.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragtrail.pipeline.evaluate import evaluate_retrieval, publish_retrieval_report, report_dir
-from ragtrail.pipeline.generate import GenerationRequest, check_testset_quality, generate_testset
-from ragtrail.pipeline.ingest import Progress, ingest
-from ragtrail.pipeline.quality import check_corpus_quality
+from ragtrail.pipeline.night import EVALUATE, GENERATE, INGEST, Flow, FlowRun, Progress, run_flow
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 
@@ -32,44 +34,54 @@ def run_nightly(
     corpus: str,
     qa_set: str | Path | None = None,
     run_id: str | None = None,
-    progress_factory: Callable[[int], Progress] | None = None,
+    progress: Progress | None = None,
     log: Callable[[str], None] = print,
     generate: bool = True,
 ) -> NightlyResult:
     """ingest -> corpus GX -> test-set generation + GX -> retrieval evaluation -> report.
 
-    With ``generate=False`` (or when generation accepts nothing) retrieval is evaluated on the
-    given QA set file, by default the hand-written sample set.
+    With ``generate=False`` evaluation is triggered by the corpus event and uses ``qa_set``
+    (default: the hand-written sample set); so it does when generation accepts nothing.
     """
     run_id = run_id or f"nightly-{utcnow():%Y%m%dT%H%M%S}"
-    log(f"[1/5] ingest {source} into corpus {corpus!r}")
-    summary = ingest(rt, source, corpus, progress_factory=progress_factory)
+    params = {"corpus": corpus, "qa_set": str(qa_set) if qa_set else None}
+
+    def run(flow: Flow, number: int, event: dict[str, Any] | None, **extra: Any) -> FlowRun:
+        log(f"[{number}/3] {flow.dag_id}")
+        events = [{"timestamp": utcnow().isoformat(), "extra": event}] if event else []
+        state = flow.resolve({**params, **extra}, events, run_id)
+        return run_flow(rt, flow, state, progress=progress)
+
+    ingested = run(INGEST, 1, None, source=source)
+    summary = ingested.results["finalize"]
     log(
-        f"      added={summary.added} updated={summary.updated} unchanged={summary.unchanged} "
-        f"removed={summary.removed} quarantined={summary.quarantined} chunks={summary.chunks}"
+        f"      added={summary['added']} updated={summary['updated']} "
+        f"unchanged={summary['unchanged']} removed={summary['removed']} "
+        f"quarantined={summary['quarantined']} chunks={summary['chunks']} "
+        f"embedded={summary['embedded']}"
     )
-    log("[2/5] corpus quality (Great Expectations)")
-    corpus_quality = check_corpus_quality(rt, corpus, summary.snapshot)
-    quality = list(corpus_quality["validations"])
+    event = ingested.event
     generation = None
     if generate:
-        log(f"[3/5] test-set generation with {rt.settings.generation.llm}")
-        generation = generate_testset(
-            rt, GenerationRequest(corpus=corpus, run_id=run_id, snapshot_id=summary.snapshot)
-        )
+        generated = run(GENERATE, 2, event)
+        generation = generated.results["finalize"]
         log(
             f"      version {generation['version']}: accepted {generation['accepted']}, "
             f"model calls {generation['model_calls']}, cache hits {generation['cache_hits']}"
         )
-        if generation["version"]:
-            quality += check_testset_quality(rt, generation, report_dir(rt, run_id))
-            qa_set = f"testset:{generation['version']}"
+        event = generated.event
     else:
-        log("[3/5] test-set generation skipped")
-    log(f"[4/5] retrieval evaluation per label x text weight on {qa_set or 'the sample QA set'}")
-    evaluation = evaluate_retrieval(
-        rt, corpus, run_id=run_id, qa_set=qa_set, snapshot_id=summary.snapshot
+        log("[2/3] generate_testset skipped")
+    evaluated = run(EVALUATE, 3, event)
+    return NightlyResult(
+        run_id=run_id,
+        ingest=summary,
+        corpus_quality=_without_event(ingested.results["quality"]),
+        generation=_without_event(generation),
+        evaluation=evaluated.results["evaluate"],
+        report=_without_event(evaluated.results["publish"]),
     )
-    log("[5/5] report")
-    report = publish_retrieval_report(rt, run_id, extra_quality=quality, generation=generation)
-    return NightlyResult(run_id, summary.as_dict(), corpus_quality, generation, evaluation, report)
+
+
+def _without_event(result: dict[str, Any] | None) -> Any:
+    return None if result is None else {k: v for k, v in result.items() if k != "event"}

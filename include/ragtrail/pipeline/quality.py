@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from ragtrail import jsonsafe
 from ragtrail.runtime import Runtime
 
 
@@ -80,12 +81,15 @@ def check_corpus_quality(
         runner.validate("quarantine", frames["quarantine"], quarantine_suite()),
     ]
     docs_index = runner.build_docs()
+    validations = [r.as_dict() for r in results]
+    # Kept with the snapshot so a report published later (another task, another worker) shows it.
+    (out / "validations.json").write_text(jsonsafe.dumps(validations, "corpus validations"))
     uri = rt.artifacts.put_tree(f"corpora/{corpus}/snapshots/{snapshot_id}/quality", out)
     summary = {
         "success": all(r.success for r in results),
         "data_docs_path": str(docs_index),
         "data_docs_uri": uri,
-        "validations": [r.as_dict() for r in results],
+        "validations": validations,
     }
     enforce(results)
     return summary

@@ -1,103 +1,121 @@
-"""One function per Airflow task: JSON-serialisable arguments in, small JSON dicts (XCom) out.
+"""The nightly's steps: one function per Airflow task and per in-process stage.
 
-Each call builds a :class:`Runtime` from the environment (``RAGTRAIL_*``), so a worker needs no
-state from the DAG file; artifacts live in the artifact store and only their URIs travel in XCom.
+Each step takes the :class:`Runtime` first and JSON values as keyword arguments, and returns a small
+strict-JSON dict (what travels as XCom). Artifacts live in the artifact store and only their URIs
+travel. A step that announces an Asset returns its event extras under ``"event"`` (None: nothing to
+announce). ``ragtrail.pipeline.night`` wires these steps into flows; the DAGs and ``ragtrail nightly``
+both run them from there, so the two can no longer drift apart.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
+from ragtrail import jsonsafe
 from ragtrail.pipeline import evaluate as _evaluate
 from ragtrail.pipeline import ingest as _ingest
 from ragtrail.pipeline import quality as _quality
+from ragtrail.pipeline.night import COUNT_KEYS
 from ragtrail.runtime import Runtime
 
-
-def _runtime() -> Runtime:
-    return Runtime()
+log = logging.getLogger(__name__)
 
 
-def plan_ingest(source: str, corpus: str, shard_size: int = 25) -> dict[str, Any]:
-    rt = _runtime()
-    try:
-        plan = _ingest.plan_ingest(rt, source, corpus, shard_size=shard_size)
-    finally:
-        rt.close()
+def _corpus_quality_key(corpus: str, snapshot_id: str) -> str:
+    return f"corpora/{corpus}/snapshots/{snapshot_id}/quality/validations.json"
+
+
+def _testset_quality_key(corpus: str, version: str) -> str:
+    return f"testsets/{corpus}/{version}/quality.json"
+
+
+# ------------------------------------------------------------------------------------ ingest
+
+
+def plan_ingest(rt: Runtime, *, source: str, corpus: str, shard_size: int = 25) -> dict[str, Any]:
+    """Diff the source against the corpus; shards of changed files (none when unchanged)."""
+    plan = _ingest.plan_ingest(rt, source, corpus, shard_size=shard_size)
     return {
         "snapshot_id": plan.snapshot_id,
         "corpus": plan.corpus,
         "shards": plan.shards,
         "manifest_uri": plan.manifest_uri,
         "counts": plan.counts,
+        "changed": plan.changed,
     }
 
 
-def ingest_shard(corpus: str, snapshot_id: str, rel_paths: list[str]) -> dict[str, Any]:
-    rt = _runtime()
-    try:
-        return _ingest.ingest_shard(rt, corpus, snapshot_id, rel_paths)
-    finally:
-        rt.close()
-
-
-def finalize_ingest(corpus: str, snapshot_id: str) -> dict[str, Any]:
-    rt = _runtime()
-    try:
-        summary = _ingest.finalize_ingest(rt, corpus, snapshot_id).as_dict()
-    finally:
-        rt.close()
-    return summary
-
-
-def check_corpus_quality(corpus: str, snapshot_id: str) -> dict[str, Any]:
-    rt = _runtime()
-    try:
-        return _quality.check_corpus_quality(rt, corpus, snapshot_id)
-    finally:
-        rt.close()
-
-
-def evaluate_retrieval(
-    corpus: str,
-    qa_set: str | None,
-    text_weights: list[float] | None,
-    run_id: str,
-    snapshot_id: str | None = None,
+def ingest_shard(
+    rt: Runtime, *, corpus: str, snapshot_id: str, rel_paths: list[str]
 ) -> dict[str, Any]:
-    rt = _runtime()
-    try:
-        return _evaluate.evaluate_retrieval(
-            rt,
-            corpus,
-            run_id=run_id,
-            qa_set=qa_set,
-            text_weights=text_weights,
-            snapshot_id=snapshot_id,
-        )
-    finally:
-        rt.close()
+    """Parse, chunk, embed and index one shard; its counts are kept with the snapshot."""
+    counts = _ingest.ingest_shard(rt, corpus, snapshot_id, rel_paths)
+    log.info(
+        "shard of %d files: %d documents, %d chunks, %d embedded, %d quarantined",
+        len(rel_paths),
+        counts["documents"],
+        counts["chunks"],
+        counts["embedded"],
+        counts["quarantined"],
+    )
+    return counts
 
 
-def publish_retrieval_report(run_id: str) -> dict[str, Any]:
-    rt = _runtime()
-    try:
-        return _evaluate.publish_retrieval_report(rt, run_id)
-    finally:
-        rt.close()
+def finalize_ingest(
+    rt: Runtime, *, corpus: str, snapshot_id: str, changed: bool = True
+) -> dict[str, Any]:
+    """Apply removals, reconcile the index, close the snapshot; counts summed over its shards."""
+    return _ingest.finalize_ingest(rt, corpus, snapshot_id, changed=changed).as_dict()
+
+
+def check_corpus(
+    rt: Runtime, *, corpus: str, snapshot_id: str, summary: dict[str, Any]
+) -> dict[str, Any]:
+    """GX on the snapshot (raises on a failed fail-severity check); announces the corpus."""
+    result = _quality.check_corpus_quality(rt, corpus, snapshot_id)
+    event = {
+        "corpus": corpus,
+        "snapshot_id": snapshot_id,
+        "changed": bool(summary.get("changed", True)),
+        "manifest_uri": summary.get("manifest_uri"),
+        "data_docs_uri": result["data_docs_uri"],
+        **{key: summary[key] for key in COUNT_KEYS if key in summary},
+    }
+    return {**result, "event": event}
+
+
+# -------------------------------------------------------------------------------- generation
 
 
 def plan_generation(
+    rt: Runtime,
+    *,
     corpus: str,
     run_id: str,
     snapshot_id: str | None = None,
+    changed: bool = True,
     per_label: int | None = None,
     seed: int | None = None,
     labels: list[str] | None = None,
     doc_ids: list[str] | None = None,
 ) -> dict[str, Any]:
-    from ragtrail.pipeline.generate import GenerationRequest, plan_generation
+    """Plan and shard a generation run, or reuse the version already built on this snapshot.
 
+    An unchanged corpus does not churn test-set versions: when the corpus event says nothing
+    changed and no labels/documents were asked for by hand, the latest version generated from the
+    same snapshot is announced again and no model is called.
+    """
+    from ragtrail.pipeline.generate import GenerationRequest
+    from ragtrail.pipeline.generate import plan_generation as plan_run
+
+    manual = bool(labels or doc_ids)
+    if not changed and not manual:
+        reuse = _version_on_snapshot(rt, corpus, snapshot_id)
+        if reuse is not None:
+            log.info("corpus unchanged: reusing test-set version %s", reuse)
+            return {"corpus": corpus, "run_id": run_id, "shards": [], "retired": 0, "reuse": reuse}
     request = GenerationRequest(
         corpus=corpus,
         run_id=run_id,
@@ -107,38 +125,132 @@ def plan_generation(
         doc_ids=tuple(doc_ids or ()),
         snapshot_id=snapshot_id,
     )
-    rt = _runtime()
-    try:
-        plan = plan_generation(rt, request)
-    finally:
-        rt.close()
-    return {"corpus": corpus, "run_id": run_id, "shards": plan.shards, "retired": plan.retired}
+    plan = plan_run(rt, request)
+    return {
+        "corpus": corpus,
+        "run_id": run_id,
+        "shards": plan.shards,
+        "retired": plan.retired,
+        "reuse": None,
+    }
 
 
-def generate_shard(corpus: str, run_id: str, chunk_ids: list[str]) -> dict[str, Any]:
+def _version_on_snapshot(rt: Runtime, corpus: str, snapshot_id: str | None) -> str | None:
+    from ragtrail.testset.store import TestSetStore
+
+    latest = TestSetStore(rt.engine).latest_version(corpus)
+    if latest is None or (snapshot_id is not None and latest["snapshot_id"] != snapshot_id):
+        return None
+    return str(latest["version"])
+
+
+def generate_shard(
+    rt: Runtime, *, corpus: str, run_id: str, chunk_ids: list[str]
+) -> dict[str, Any]:
+    """Candidates for one shard of contexts (LLM-heavy; every call cached by content)."""
     from ragtrail.pipeline.generate import generate_shard as run_shard
 
-    rt = _runtime()
-    try:
-        return run_shard(rt, corpus, run_id, chunk_ids)
-    finally:
-        rt.close()
+    result = run_shard(rt, corpus, run_id, chunk_ids)
+    log.info("shard of %d contexts: %s", len(chunk_ids), result)
+    return result
 
 
-def finalize_generation(corpus: str, run_id: str) -> dict[str, Any]:
-    """Version the test set, validate it with GX; returns a small summary for XCom."""
-    from ragtrail.pipeline.generate import check_testset_quality
+def finalize_generation(
+    rt: Runtime, *, corpus: str, run_id: str, reuse: str | None = None
+) -> dict[str, Any]:
+    """Version the set and validate it with GX; announces the test set to evaluation.
+
+    The event always goes out, so evaluation runs every night; when nothing was accepted its
+    ``qa_set`` is null with the reason, and evaluation falls back to its configured QA set.
+    """
+    from ragtrail.pipeline.generate import check_testset_quality, load_generation_summary
     from ragtrail.pipeline.generate import finalize_generation as run_finalize
 
-    rt = _runtime()
-    try:
+    if reuse:
+        summary = load_generation_summary(rt, corpus, reuse)
+        regenerated = False
+    else:
         summary = run_finalize(rt, corpus, run_id)
-        quality = (
-            check_testset_quality(rt, summary, rt.settings.home / "reports" / run_id)
-            if summary["version"]
-            else []
-        )
-    finally:
-        rt.close()
+        regenerated = True
+        if summary["version"]:
+            out = rt.settings.home / "reports" / "testsets" / corpus / summary["version"]
+            quality = check_testset_quality(rt, summary, out)
+            rt.artifacts.put_bytes(
+                _testset_quality_key(corpus, summary["version"]),
+                jsonsafe.dumps(quality, "test-set quality").encode(),
+            )
+    version = summary["version"]
     keys = ("version", "corpus", "snapshot_id", "accepted", "targets", "model_calls", "cache_hits")
-    return {k: summary[k] for k in keys} | {"quality": [q["success"] for q in quality]}
+    event: dict[str, Any] = {
+        "corpus": corpus,
+        "snapshot_id": summary["snapshot_id"],
+        "qa_set": f"{_evaluate.TESTSET_PREFIX}{version}" if version else None,
+        "qa_set_version": version,
+        "accepted": summary["accepted"],
+        "regenerated": regenerated,
+    }
+    if not version:
+        jsonsafe.mark_undefined(event, "qa_set", "generation accepted no item")
+        jsonsafe.mark_undefined(event, "qa_set_version", "generation accepted no item")
+    return {**{k: summary.get(k) for k in keys}, "regenerated": regenerated, "event": event}
+
+
+# -------------------------------------------------------------------------------- evaluation
+
+
+def evaluate_retrieval(
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    qa_set: str | None = None,
+    text_weights: list[float] | None = None,
+    snapshot_id: str | None = None,
+) -> dict[str, Any]:
+    """Scan the text weights on the QA set and store the metrics (embeds the queries)."""
+    return _evaluate.evaluate_retrieval(
+        rt,
+        corpus,
+        run_id=run_id,
+        qa_set=qa_set,
+        text_weights=[float(w) for w in text_weights] if text_weights else None,
+        snapshot_id=snapshot_id,
+    )
+
+
+def publish_report(rt: Runtime, *, corpus: str, run_id: str) -> dict[str, Any]:
+    """GX on the metrics, the HTML report with the corpus and test-set sections; announces it.
+
+    Everything the report shows is read back from the stores (the snapshot's corpus checks, the
+    test-set version's generation summary and checks), so a report published by Airflow has the
+    same sections as one from ``ragtrail nightly``.
+    """
+    summary = _evaluate.load_run_summary(rt, run_id)
+    snapshot_id, version = summary["snapshot_id"], summary.get("qa_set_version")
+    quality = _stored_json(rt, _corpus_quality_key(corpus, snapshot_id)) or []
+    generation = None
+    if summary.get("qa_set", "").startswith(_evaluate.TESTSET_PREFIX) and version:
+        from ragtrail.pipeline.generate import load_generation_summary
+
+        generation = load_generation_summary(rt, corpus, version)
+        quality += _stored_json(rt, _testset_quality_key(corpus, version)) or []
+    report = _evaluate.publish_retrieval_report(
+        rt, run_id, extra_quality=quality, generation=generation
+    )
+    event = {
+        "run_id": run_id,
+        "corpus": corpus,
+        "snapshot_id": snapshot_id,
+        "qa_set": summary.get("qa_set"),
+        "qa_set_version": version,
+        "metrics_uri": summary.get("metrics_uri"),
+        "report_uri": report.get("report_uri"),
+        "report_path": report.get("report_path"),
+        "data_docs_path": report.get("data_docs_path"),
+    }
+    log.info("report: %s (uploaded to %s)", report.get("report_path"), report.get("report_uri"))
+    return {**report, "run_id": run_id, "event": event}
+
+
+def _stored_json(rt: Runtime, key: str) -> Any:
+    return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None

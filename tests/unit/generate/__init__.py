@@ -95,6 +95,25 @@ def _baseline(f: dict[str, Any]) -> str:
     return json.dumps({"question": f"What is said about {first.split()[0]}?", "answer": first})
 
 
+def statement_kind(question: str) -> tuple[str, str]:
+    """The kind and a fragment of the statement a routed-backend question was written from."""
+    body = question.removeprefix("Is it true that ").rstrip("?")
+    if body.startswith("Together, "):
+        return "reasoning", body.removeprefix("Together, ").split(" implies ")[0]
+    if " and " in body:
+        return "summary", body.split(" and ")[0]
+    return "fact_single", body
+
+
+def label_by_kind(fields: dict[str, Any]) -> str:
+    """A labeller handler that reads the kind back from the question (unanswerable when the
+    statement is not in the context): gives balanced sets from the routed backend."""
+    kind, fragment = statement_kind(fields["question"])
+    if fragment[:25] not in fields["context"]:
+        kind = "unanswerable"
+    return json.dumps({"label_name": kind, "reason": "routed test double"})
+
+
 DEFAULT_HANDLERS: dict[str, Handler] = {
     "facts": _facts,
     "facts_extractive": _facts,  # picks whole sentences of the context, as guided decoding would

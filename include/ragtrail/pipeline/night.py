@@ -1,0 +1,485 @@
+"""One definition of the night, as data: flows of steps, their inputs, outputs, pools and Assets.
+
+Both ways of running the night are built from :data:`NIGHT` and nothing else:
+
+- ``ragtrail nightly`` runs the flows in process with :func:`run_flow` (mapped steps as loops, each
+  flow's announcement handed to the next flow as its triggering event);
+- the Airflow adapter (``plugins/ragtrail_dags.py``) turns each :class:`Flow` into a DAG: one task
+  per step, mapped steps expanded over their list, pools and outlets from the step, the schedule
+  from the Asset the flow listens to, Params from :attr:`Flow.params`.
+
+This module is light on purpose (stdlib and ragtrail's bottom layer only): DAG files import it at
+parse time, and each step names its function in ``ragtrail.pipeline.tasks``, imported only when
+the step runs. A step reads its keyword arguments from the flow's *state*: the values :meth:`Flow.resolve` made
+from the Params and the triggering event, merged with the outputs of every earlier (unmapped)
+step. Mapped steps keep their results in the stores, not in the state. Adding a step (citations,
+sufficiency, drift) is one :class:`Step` in one flow here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from ragtrail import jsonsafe
+from ragtrail.paths import safe_name, sample_corpus_dir
+from ragtrail.records import DEFAULT_TEXT_WEIGHTS, LABELS
+
+log = logging.getLogger(__name__)
+
+AssetKey = Literal["corpus", "testset", "retrieval_metrics"]
+"""The logical datasets that chain the flows (Airflow Assets in ``plugins/assets.py``)."""
+
+COUNT_KEYS = (
+    "added",
+    "updated",
+    "unchanged",
+    "removed",
+    "quarantined",
+    "documents",
+    "chunks",
+    "embedded",
+)
+"""Ingest counts carried by the corpus event."""
+
+ASSET_EXTRAS: dict[AssetKey, tuple[str, ...]] = {
+    "corpus": (
+        "corpus",
+        "snapshot_id",
+        "changed",
+        "manifest_uri",
+        "data_docs_uri",
+        *COUNT_KEYS,
+    ),
+    "testset": ("corpus", "snapshot_id", "qa_set", "qa_set_version", "accepted", "regenerated"),
+    "retrieval_metrics": (
+        "run_id",
+        "corpus",
+        "snapshot_id",
+        "qa_set",
+        "qa_set_version",
+        "metrics_uri",
+        "report_uri",
+        "report_path",
+        "data_docs_path",
+    ),
+}
+"""The extras every event of each Asset carries (plus ``undefined`` reasons for null values)."""
+
+StepFunction = Callable[..., dict[str, Any]]
+TASKS_MODULE = "ragtrail.pipeline.tasks"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One unit of work: an Airflow task, or one stage of the in-process run.
+
+    ``ragtrail.pipeline.tasks.<task>(rt, **inputs)`` returns a strict-JSON dict; ``outputs`` are the keys of it that later
+    steps may read, or ``output_as`` names the whole result for them. A mapped step runs once per element of the state list ``map_over``, which it
+    receives as the argument ``map_as``. ``emits`` names the Asset the step announces: it returns
+    the event extras under ``"event"`` (None: no event).
+    """
+
+    name: str
+    task: str
+    doc: str
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    output_as: str | None = None
+    pool: str | None = None
+    map_over: str | None = None
+    map_as: str | None = None
+    one_at_a_time: bool = False
+    after_mapped: bool = False
+    emits: AssetKey | None = None
+
+    def function(self) -> StepFunction:
+        """The step's function, imported on first use (never at DAG-parse time)."""
+        return cast(StepFunction, getattr(importlib.import_module(TASKS_MODULE), self.task))
+
+    def run(self, rt: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.function()(rt, **kwargs)
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """A DAG Param as plain data: default, JSON schema keywords, title and description."""
+
+    default: Any
+    schema: Mapping[str, Any]
+    title: str
+    description: str
+
+
+Resolver = Callable[[Mapping[str, Any], Mapping[str, Any] | None, str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A chain of steps run together: one DAG, scheduled by cron or by an Asset."""
+
+    dag_id: str
+    doc: str
+    run_prefix: str
+    steps: tuple[Step, ...]
+    params: Mapping[str, ParamSpec]
+    resolver: Resolver
+    cron: str | None = None
+    listens_to: AssetKey | None = None
+    tags: tuple[str, ...] = ()
+
+    def run_id(self, scheduler_run_id: str) -> str:
+        """A path- and key-safe run id, stable across retries of one scheduler run."""
+        return f"{self.run_prefix}-{safe_name(scheduler_run_id)}"
+
+    def resolve(
+        self, params: Mapping[str, Any], events: Sequence[Mapping[str, Any]], run_id: str
+    ) -> dict[str, Any]:
+        """The flow's initial state from its Params and the events that triggered it.
+
+        ``events`` are ``{"timestamp": ..., "extra": {...}}``; the newest one wins, so a run
+        triggered by several queued events works on the latest corpus or test set.
+        """
+        merged = {name: spec.default for name, spec in self.params.items()} | dict(params)
+        return self.resolver(merged, newest_extra(events), run_id)
+
+    def step(self, name: str) -> Step:
+        return next(s for s in self.steps if s.name == name)
+
+    def emitting_step(self) -> Step | None:
+        return next((s for s in self.steps if s.emits), None)
+
+
+def newest_extra(events: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The extras of the newest event (by timestamp), or None without events."""
+    ordered = sorted(events, key=lambda e: str(e["timestamp"]))
+    return dict(ordered[-1].get("extra") or {}) if ordered else None
+
+
+# --------------------------------------------------------------------------- the three flows
+
+_CORPUS_PARAM = ParamSpec(
+    "handbook",
+    {"type": "string", "pattern": r"^[a-z0-9_-]+$", "maxLength": 64},
+    "Corpus",
+    "Corpus name: lower-case letters, digits, '_' and '-' (asset events override it).",
+)
+_SNAPSHOT_PARAM = ParamSpec(
+    None,
+    {"type": ["null", "string"]},
+    "Snapshot id",
+    "Corpus snapshot to work on for manual runs; empty = the latest complete one.",
+)
+
+
+def _resolve_ingest(
+    params: Mapping[str, Any], _event: Mapping[str, Any] | None, run_id: str
+) -> dict[str, Any]:
+    return {
+        "source": params["source"],
+        "corpus": params["corpus"],
+        "shard_size": int(params["shard_size"]),
+        "run_id": run_id,
+    }
+
+
+def _resolve_generation(
+    params: Mapping[str, Any], event: Mapping[str, Any] | None, run_id: str
+) -> dict[str, Any]:
+    event = event or {}
+    return {
+        "corpus": event.get("corpus") or params["corpus"],
+        "snapshot_id": event.get("snapshot_id") or params.get("snapshot_id") or None,
+        "changed": bool(event.get("changed", True)),
+        "per_label": params.get("per_label"),
+        "seed": params.get("seed"),
+        "labels": list(params.get("labels") or []),
+        "doc_ids": list(params.get("doc_ids") or []),
+        "run_id": run_id,
+        "origin": "asset_event" if event else "params",
+    }
+
+
+def _resolve_evaluation(
+    params: Mapping[str, Any], event: Mapping[str, Any] | None, run_id: str
+) -> dict[str, Any]:
+    event = event or {}
+    weights = params.get("text_weights")
+    return {
+        "corpus": event.get("corpus") or params["corpus"],
+        "snapshot_id": event.get("snapshot_id") or params.get("snapshot_id") or None,
+        # A test-set event names its version; without one (none accepted, or a corpus event)
+        # the QA set from the Params applies (empty = the project's default set).
+        "qa_set": event.get("qa_set") or params.get("qa_set"),
+        "text_weights": [float(w) for w in weights] if weights else None,
+        "run_id": run_id,
+        "origin": "asset_event" if event else "params",
+    }
+
+
+INGEST = Flow(
+    dag_id="ingest_corpus",
+    doc="Nightly incremental ingestion: only added or changed files are parsed, chunked and "
+    "embedded; an unchanged source makes no new snapshot (the corpus event says "
+    "`changed: false`).",
+    run_prefix="ingest",
+    cron="0 1 * * *",
+    tags=("ingest",),
+    params={
+        "source": ParamSpec(
+            str(sample_corpus_dir()),
+            {"type": "string", "minLength": 1},
+            "Source",
+            "Folder path or s3://bucket/prefix holding the documents.",
+        ),
+        "corpus": _CORPUS_PARAM,
+        "shard_size": ParamSpec(
+            25,
+            {"type": "integer", "minimum": 1, "maximum": 1000},
+            "Shard size",
+            "Changed files per mapped ingest_shard task.",
+        ),
+    },
+    resolver=_resolve_ingest,
+    steps=(
+        Step(
+            "plan",
+            "plan_ingest",
+            "hashes every file, diffs it against the corpus, writes the manifest, shards changes",
+            inputs=("source", "corpus", "shard_size"),
+            outputs=("snapshot_id", "shards", "manifest_uri", "changed"),
+        ),
+        Step(
+            "ingest_shard",
+            "ingest_shard",
+            "parses, chunks, embeds and indexes one shard (the index has one writer)",
+            inputs=("corpus", "snapshot_id"),
+            pool="embedding",
+            map_over="shards",
+            map_as="rel_paths",
+            one_at_a_time=True,
+        ),
+        Step(
+            "finalize",
+            "finalize_ingest",
+            "removes deleted documents, reconciles the index, closes the snapshot",
+            inputs=("corpus", "snapshot_id", "changed"),
+            output_as="summary",
+            after_mapped=True,
+        ),
+        Step(
+            "quality",
+            "check_corpus",
+            "Great Expectations on documents, chunks, quarantine; only a passing corpus is "
+            "announced",
+            inputs=("corpus", "snapshot_id", "summary"),
+            emits="corpus",
+        ),
+    ),
+)
+
+GENERATE = Flow(
+    dag_id="generate_testset",
+    doc="Balanced, critiqued test-set generation on each announced corpus (reuses the current "
+    "version when the corpus did not change), or on manual trigger for chosen labels/documents.",
+    run_prefix="generate",
+    listens_to="corpus",
+    tags=("generation",),
+    params={
+        "corpus": _CORPUS_PARAM,
+        "snapshot_id": _SNAPSHOT_PARAM,
+        "per_label": ParamSpec(
+            None,
+            {"type": ["null", "integer"], "minimum": 1, "maximum": 100000},
+            "Items per label",
+            "Target accepted items per label; empty = the configured quota.",
+        ),
+        "seed": ParamSpec(
+            None, {"type": ["null", "integer"]}, "Seed", "Empty = the configured seed."
+        ),
+        "labels": ParamSpec(
+            [],
+            {"type": "array", "items": {"type": "string", "enum": list(LABELS)}},
+            "Labels",
+            "Regenerate only these labels (manual runs).",
+        ),
+        "doc_ids": ParamSpec(
+            [],
+            {"type": "array", "items": {"type": "string", "minLength": 1}},
+            "Documents",
+            "Regenerate only from these documents (manual runs).",
+        ),
+    },
+    resolver=_resolve_generation,
+    steps=(
+        Step(
+            "plan",
+            "plan_generation",
+            "retires items of changed documents, orders and shards contexts (changed first)",
+            inputs=(
+                "corpus",
+                "run_id",
+                "snapshot_id",
+                "changed",
+                "per_label",
+                "seed",
+                "labels",
+                "doc_ids",
+            ),
+            outputs=("shards", "reuse"),
+        ),
+        Step(
+            "generate_shard",
+            "generate_shard",
+            "statements, questions, labels, critiques for one shard of contexts",
+            inputs=("corpus", "run_id"),
+            pool="llm_api",
+            map_over="shards",
+            map_as="chunk_ids",
+        ),
+        Step(
+            "finalize",
+            "finalize_generation",
+            "unanswerable pairs, dedup, quotas, top-up rounds, immutable version, GX",
+            inputs=("corpus", "run_id", "reuse"),
+            pool="llm_api",
+            after_mapped=True,
+            emits="testset",
+        ),
+    ),
+)
+
+EVALUATE = Flow(
+    dag_id="evaluate_retrieval",
+    doc="Recall@k per question label across the text-weight scan, on each announced test set.",
+    run_prefix="retrieval",
+    listens_to="testset",
+    tags=("evaluation",),
+    params={
+        "corpus": _CORPUS_PARAM,
+        "snapshot_id": _SNAPSHOT_PARAM,
+        "qa_set": ParamSpec(
+            None,
+            {"type": ["null", "string"]},
+            "QA set",
+            "A QA set file or testset:<version>; empty = the project's sample set.",
+        ),
+        "text_weights": ParamSpec(
+            list(DEFAULT_TEXT_WEIGHTS),
+            {
+                "type": "array",
+                "items": {"type": "number", "minimum": 0, "maximum": 1},
+                "minItems": 1,
+            },
+            "Text weights",
+            "BM25 weights to scan, each in [0, 1] (0 = dense only, 1 = BM25 only).",
+        ),
+    },
+    resolver=_resolve_evaluation,
+    steps=(
+        Step(
+            "evaluate",
+            "evaluate_retrieval",
+            "hybrid retrieval per text weight with bootstrap CIs (embeds the queries)",
+            inputs=("corpus", "run_id", "qa_set", "text_weights", "snapshot_id"),
+            outputs=("metrics_uri", "qa_set_version", "best"),
+            pool="embedding",
+        ),
+        Step(
+            "publish",
+            "publish_report",
+            "GX on the metrics, HTML report with corpus and test-set sections, upload",
+            inputs=("corpus", "run_id"),
+            emits="retrieval_metrics",
+        ),
+    ),
+)
+
+NIGHT: tuple[Flow, ...] = (INGEST, GENERATE, EVALUATE)
+"""The night in order; each flow after the first listens to an Asset an earlier one emits."""
+
+
+def flow(dag_id: str) -> Flow:
+    return next(f for f in NIGHT if f.dag_id == dag_id)
+
+
+# --------------------------------------------------------------------- running the steps
+
+
+def step_arguments(step: Step, state: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``step`` takes from the state (missing inputs are an error)."""
+    missing = [name for name in step.inputs if name not in state]
+    if missing:
+        raise KeyError(f"step {step.name!r} needs {missing}, which nothing before it provides")
+    return {name: state[name] for name in step.inputs}
+
+
+def step_outputs(step: Step, result: Mapping[str, Any]) -> dict[str, Any]:
+    """What later steps may read of ``step``'s result."""
+    if step.output_as:
+        return {step.output_as: dict(result)}
+    return {key: result[key] for key in step.outputs if key in result}
+
+
+def flow_state(
+    flow_: Flow, state: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The initial state plus the outputs of the steps that ran (``results`` by step name)."""
+    merged = dict(state)
+    for step in flow_.steps:
+        if step.name in results and not step.map_over:
+            merged.update(step_outputs(step, results[step.name]))
+    return merged
+
+
+def checked_result(flow_: Flow, step: Step, result: Mapping[str, Any]) -> dict[str, Any]:
+    """The step's result, refused if it holds NaN/infinity or lacks an emitting step's extras."""
+    jsonsafe.check_finite(result, f"{flow_.dag_id}.{step.name} result")
+    if step.emits and result.get("event") is not None:
+        missing = set(ASSET_EXTRAS[step.emits]) - set(result["event"])
+        if missing:
+            raise ValueError(f"{step.name}'s {step.emits} event lacks {sorted(missing)}")
+    return dict(result)
+
+
+@dataclass
+class FlowRun:
+    """What an in-process flow run produced: each unmapped step's result and the event."""
+
+    flow: Flow
+    state: dict[str, Any]
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    event: dict[str, Any] | None = None
+
+
+Progress = Callable[[str, int, int], None]
+"""``(step name, done, total)`` after each element of a mapped step."""
+
+
+def run_flow(
+    rt: Any,
+    flow_: Flow,
+    state: Mapping[str, Any],
+    *,
+    progress: Progress | None = None,
+) -> FlowRun:
+    """Run every step of ``flow_`` in order on one runtime, exactly as the DAG would."""
+    run = FlowRun(flow_, dict(state))
+    for step in flow_.steps:
+        args = step_arguments(step, flow_state(flow_, run.state, run.results))
+        if step.map_over:
+            assert step.map_as is not None
+            items = list(flow_state(flow_, run.state, run.results)[step.map_over] or [])
+            for done, item in enumerate(items, start=1):
+                checked_result(flow_, step, step.run(rt, **args, **{step.map_as: item}))
+                if progress:
+                    progress(step.name, done, len(items))
+            continue
+        result = checked_result(flow_, step, step.run(rt, **args))
+        if step.emits:
+            run.event = result.get("event")
+        run.results[step.name] = result
+    return run

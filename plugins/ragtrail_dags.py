@@ -1,0 +1,184 @@
+"""Airflow adapter: builds each DAG from the core's one definition of the night.
+
+``ragtrail.pipeline.night`` says what the night is (flows, steps, inputs, outputs, pools, Assets,
+Params); this module only translates it into Airflow objects:
+
+- a ``resolve`` task turns the Params and the triggering Asset events into the flow's state (the
+  newest event wins; the choice itself is core code, shared with ``ragtrail nightly``);
+- one task per step, calling the step's library function with a Runtime built from the worker's
+  ``RAGTRAIL_*`` environment; its result (strict JSON, checked) is the XCom;
+- a mapped step is expanded over the list an earlier step returned (through a small task that
+  publishes that list as a return value: Airflow maps only over those);
+- a step that emits an Asset yields its event extras as ``Metadata`` on its outlet.
+
+Nothing here runs at parse time beyond building the DAG objects: no I/O, no heavy import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Generator, Mapping
+from typing import Any
+
+from airflow.sdk import DAG, Metadata, Param, TriggerRule, dag, task
+from assets import ASSETS_BY_KEY
+from dag_defaults import START_DATE, default_args
+
+from ragtrail.pipeline.night import Flow, Step, checked_result, flow, flow_state, step_arguments
+
+# tqdm reads its settings when first imported: disabled here, before any task imports it, so
+# model loading never draws progress bars into task logs (where stderr reads as errors).
+os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+log = logging.getLogger(__name__)
+
+
+def _events(flow_: Flow, triggering_asset_events: Any) -> list[dict[str, Any]]:
+    """The triggering events of the Asset the flow listens to, as plain data."""
+    if not flow_.listens_to or not triggering_asset_events:
+        return []
+    asset = ASSETS_BY_KEY[flow_.listens_to]
+    return [
+        {"timestamp": event.timestamp.isoformat(), "extra": dict(event.extra or {})}
+        for event in triggering_asset_events.get(asset, [])
+    ]
+
+
+def _call(flow_: Flow, step: Step, state: Mapping[str, Any], extra: Mapping[str, Any]) -> Any:
+    """Run the step's library function on a fresh Runtime and check what it returns."""
+    from ragtrail.runtime import Runtime
+
+    rt = Runtime()
+    try:
+        result = step.run(rt, **step_arguments(step, state), **extra)
+    finally:
+        rt.close()
+    return checked_result(flow_, step, result)
+
+
+def _step_callable(flow_: Flow, step: Step) -> Callable[..., Any]:
+    """A fresh task callable for ``step`` (one per task, so names and docs are the step's)."""
+
+    def state_of(state: dict[str, Any], upstream: dict[str, Any]) -> dict[str, Any]:
+        return flow_state(flow_, state, {name: dict(result) for name, result in upstream.items()})
+
+    if step.emits:
+        asset = ASSETS_BY_KEY[step.emits]
+
+        def run_emitting(
+            state: dict[str, Any], upstream: dict[str, Any]
+        ) -> Generator[Metadata, None, dict[str, Any]]:
+            result = _call(flow_, step, state_of(state, upstream), {})
+            if result.get("event") is not None:
+                yield Metadata(asset, result["event"])
+            return result
+
+        function: Callable[..., Any] = run_emitting
+    elif step.map_over:
+
+        def run_mapped(state: dict[str, Any], upstream: dict[str, Any], item: Any) -> Any:
+            assert step.map_as is not None
+            return _call(flow_, step, state_of(state, upstream), {step.map_as: item})
+
+        function = run_mapped
+    else:
+
+        def run_plain(state: dict[str, Any], upstream: dict[str, Any]) -> Any:
+            return _call(flow_, step, state_of(state, upstream), {})
+
+        function = run_plain
+    function.__name__ = step.name
+    function.__doc__ = step.doc
+    return function
+
+
+def _resolve_callable(flow_: Flow) -> Callable[..., dict[str, Any]]:
+    def resolve(
+        params: dict[str, Any] | None = None,
+        triggering_asset_events: Any = None,
+        run_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The flow's state from the Params and the newest triggering Asset event."""
+        assert params is not None and run_id is not None  # injected by Airflow
+        events = _events(flow_, triggering_asset_events)
+        return flow_.resolve(dict(params), events, flow_.run_id(run_id))
+
+    return resolve
+
+
+def _doc(flow_: Flow) -> str:
+    rows = "\n".join(
+        f"| `{s.name}` | `{s.task}` | {s.doc}"
+        + (f"; mapped over `{s.map_over}`" if s.map_over else "")
+        + (f"; pool `{s.pool}`" if s.pool else "")
+        + (f"; emits the **{s.emits} asset**" if s.emits else "")
+        + " |"
+        for s in flow_.steps
+    )
+    trigger = f"the **{flow_.listens_to} asset**" if flow_.listens_to else f"`{flow_.cron}`"
+    return (
+        f"### {flow_.dag_id}\n\n{flow_.doc}\n\nScheduled on {trigger}; built from "
+        f"`ragtrail.pipeline.night` (the same steps `ragtrail nightly` runs).\n\n"
+        f"| task | library call (`ragtrail.pipeline.tasks`) | notes |\n|---|---|---|\n"
+        f"| `resolve` | `Flow.resolve` | state from the Params and the newest triggering event |\n"
+        f"{rows}\n"
+    )
+
+
+def build_dag(dag_id: str) -> DAG:
+    """The DAG of the night's flow ``dag_id``."""
+    flow_ = flow(dag_id)
+
+    @dag(
+        dag_id=flow_.dag_id,
+        schedule=ASSETS_BY_KEY[flow_.listens_to] if flow_.listens_to else flow_.cron,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        tags=["ragtrail", *flow_.tags],
+        doc_md=_doc(flow_),
+        default_args=default_args(),
+        params={
+            name: Param(spec.default, **spec.schema, title=spec.title, description=spec.description)
+            for name, spec in flow_.params.items()
+        },
+    )
+    def build() -> None:
+        state = task(task_id="resolve")(_resolve_callable(flow_))()
+        upstream: dict[str, Any] = {}
+        previous: Any = state
+        for step in flow_.steps:
+            options: dict[str, Any] = {"task_id": step.name}
+            if step.pool:
+                options["pool"] = step.pool
+            if step.emits:
+                options["outlets"] = [ASSETS_BY_KEY[step.emits]]
+            if step.after_mapped:
+                # A run with nothing to map (no changed files, quotas already met) still ends.
+                options["trigger_rule"] = TriggerRule.NONE_FAILED
+            if step.one_at_a_time:
+                options["max_active_tis_per_dagrun"] = 1
+            operator = task(**options)(_step_callable(flow_, step))
+            if step.map_over:
+                items = task(task_id=f"list_{step.map_over}_for_{step.name}")(
+                    _list_getter(flow_, step.map_over)
+                )(state=state, upstream=dict(upstream))
+                current = operator.partial(state=state, upstream=dict(upstream)).expand(item=items)
+            else:
+                current = operator(state=state, upstream=dict(upstream))
+                upstream[step.name] = current
+            previous >> current
+            previous = current
+
+    return build()
+
+
+def _list_getter(flow_: Flow, key: str) -> Callable[..., list[Any]]:
+    def list_items(state: dict[str, Any], upstream: dict[str, Any]) -> list[Any]:
+        """Re-publish a list from an earlier step as a return value to map over."""
+        results = {name: dict(result) for name, result in upstream.items()}
+        return list(flow_state(flow_, state, results).get(key) or [])
+
+    return list_items
