@@ -197,8 +197,8 @@ def best_strategy(metrics: pd.DataFrame, metric: str = PRIMARY_METRIC) -> pd.Dat
                 "lexical": _value_at(frame, 1.0),
                 "best_recall": float(best["value"]),
                 "best_weight": float(best["text_weight"]),
-                "ci_low": float(best["ci_low"]),
-                "ci_high": float(best["ci_high"]),
+                "ci_low": _float_or_nan(best["ci_low"]),
+                "ci_high": _float_or_nan(best["ci_high"]),
             }
         )
     best = pd.DataFrame(rows)
@@ -207,6 +207,11 @@ def best_strategy(metrics: pd.DataFrame, metric: str = PRIMARY_METRIC) -> pd.Dat
     top = float(best["best_recall"].max())
     best["gap_to_best"] = (top - best["best_recall"]) / top if top > 0 else float("nan")
     return best
+
+
+def _float_or_nan(value: Any) -> float:
+    """Metrics read back from strict JSON carry None where an in-memory frame has NaN."""
+    return math.nan if value is None else float(value)
 
 
 def _value_at(frame: pd.DataFrame, weight: float) -> float:
