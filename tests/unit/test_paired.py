@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
+from ragtrail import jsonsafe
+from ragtrail.evaluate.contract import facet_key
 from ragtrail.evaluate.paired import (
     NO_PAIRS,
     compare_paired,
@@ -12,6 +16,7 @@ from ragtrail.evaluate.paired import (
     paired_bootstrap_ci,
     sign_flip_p_value,
 )
+from ragtrail.evaluate.run_compare import compare_runs
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -132,3 +137,55 @@ def test_holm_by_hand() -> None:
     assert holm([]) == []
     with pytest.raises(ValueError):
         holm([1.5])
+
+
+# -- pairing two runs' per-query values ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Value:
+    qid: str
+    facet_key: str
+    value: float | None
+    metric: str = "recall@5"
+    evaluation: str = "retrieval"
+
+
+def _values(label: str, values: dict[str, float | None]) -> list[Value]:
+    key = facet_key({"label": label, "text_weight": 0.5})
+    return [Value(qid, key, v) for qid, v in values.items()]
+
+
+def test_compare_runs_pairs_by_question_pools_labels_and_applies_holm() -> None:
+    a = _values("summary", {"q1": 0.0, "q2": 1.0, "q3": 1.0}) + _values(
+        "reasoning", {"q4": 0.0, "q5": 0.0, "q6": None}
+    )
+    b = _values("summary", {"q1": 1.0, "q2": 1.0, "q3": 1.0, "q9": 1.0}) + _values(
+        "reasoning", {"q4": 1.0, "q5": 1.0, "q6": 1.0}
+    )
+    rows = {r.facets["label"]: r for r in compare_runs(a, b, n_resamples=1000)}
+    assert set(rows) == {"summary", "reasoning", "inclusive"}
+    summary = rows["summary"]
+    # paired q1..q3 only: d = (1, 0, 0) -> diff 1/3; m = 1 non-zero -> signs +-1 -> p = 2 * 1/2
+    assert summary.stats.n == 3 and summary.only_in_b == 1 and summary.only_in_a == 0
+    assert summary.stats.diff == pytest.approx(1 / 3) and summary.stats.p_value == 1.0
+    reasoning = rows["reasoning"]  # q6 undefined in A: not paired
+    assert reasoning.stats.n == 2 and reasoning.only_in_b == 1
+    assert reasoning.stats.p_value == pytest.approx(0.5)  # d = (1, 1): 2 * 1/4
+    inclusive = rows["inclusive"]  # q1..q5 pooled: d = (1, 0, 0, 1, 1): 2 * 1/8
+    assert inclusive.stats.n == 5 and inclusive.stats.p_value == pytest.approx(0.25)
+    # Holm over the three cells: sorted 0.25, 0.5, 1.0 -> 0.75, 1.0, 1.0
+    assert inclusive.p_holm == pytest.approx(0.75)
+    assert reasoning.p_holm == pytest.approx(1.0) and summary.p_holm == pytest.approx(1.0)
+    jsonsafe.dumps([r.as_record() for r in rows.values()])
+
+
+def test_compare_runs_identical_runs_and_cells_without_pairs() -> None:
+    a = _values("summary", {"q1": 0.2, "q2": 0.9})
+    (same,) = [r for r in compare_runs(a, a, pool_labels=False)]
+    assert (same.stats.diff, same.stats.p_value, same.p_holm) == (0.0, 1.0, 1.0)
+    (lonely,) = compare_runs(a, [], pool_labels=False)
+    assert lonely.stats.n == 0 and lonely.p_holm is None
+    record = lonely.as_record()
+    assert record["p_holm"] is None and record["undefined"]["p_holm"] == NO_PAIRS
+    assert record["diff"] is None and record["undefined"]["diff"] == NO_PAIRS
