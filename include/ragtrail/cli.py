@@ -21,9 +21,11 @@ app = typer.Typer(help="ragtrail: keeps RAG systems honest every night.", no_arg
 eval_app = typer.Typer(help="Evaluate retrieval.", no_args_is_help=True)
 corpus_app = typer.Typer(help="Inspect ingested corpora.", no_args_is_help=True)
 testset_app = typer.Typer(help="Inspect and export test-set versions.", no_args_is_help=True)
+runs_app = typer.Typer(help="List evaluation runs and compare two of them.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
 app.add_typer(corpus_app, name="corpus")
 app.add_typer(testset_app, name="testset")
+app.add_typer(runs_app, name="runs")
 console = Console(stderr=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")]
@@ -195,19 +197,29 @@ def eval_retrieval(
         console.print(f"report: {result['report']['report_path']}")
 
 
+def _num(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
+    """A number, or "undefined" for null (the reason is in the record's ``undefined``)."""
+    return "undefined" if value is None else f"{value:{spec}}{suffix}"
+
+
 def _print_best(best: list[dict[str, Any]]) -> None:
     table = Table("label", "n", "dense", "lexical", "best R@5", "best weight", "gap")
+    reasons: dict[str, str] = {}
     for row in best:
+        gap = row["gap_to_best"]
         table.add_row(
             row["label"],
             str(row["n_questions"]),
-            f"{row['dense']:.3f}",
-            f"{row['lexical']:.3f}",
-            f"{row['best_recall']:.3f}",
-            f"{row['best_weight']:g}",
-            f"{100 * row['gap_to_best']:.1f}%",
+            _num(row["dense"]),
+            _num(row["lexical"]),
+            _num(row["best_recall"]),
+            _num(row["best_weight"], "g"),
+            _num(None if gap is None else 100 * gap, ".1f", "%"),
         )
+        reasons.update(row.get("undefined") or {})
     Console().print(table)
+    for field, reason in reasons.items():
+        console.print(f"{field} undefined: {reason}", highlight=False)
 
 
 @corpus_app.command("quarantine")
@@ -336,6 +348,97 @@ def testset_export(
         else:
             writers[format](items, target, qids=qids)
     console.print(f"wrote {len(items)} items to {target}")
+
+
+@runs_app.command("list")
+def runs_list(
+    corpus: CorpusOpt = "handbook",
+    limit: Annotated[int, typer.Option(min=1, help="At most this many runs.")] = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the corpus's runs, newest first, with their QA-set version and metric count."""
+    from ragtrail.storage.runs_store import RunStore
+
+    with _runtime() as rt:
+        listed = RunStore(rt.engine).list_runs(corpus, limit=limit)
+    if as_json:
+        _emit(
+            [
+                {
+                    "run_id": item.run.run_id,
+                    "kind": item.run.kind,
+                    "status": item.run.status,
+                    "created": item.run.started_at.isoformat(),
+                    "qa_set_version": item.run.qa_set_version,
+                    "snapshot_id": item.run.snapshot_id,
+                    "evaluations": list(item.evaluations),
+                    "n_metrics": item.n_metrics,
+                    "n_query_values": item.n_query_values,
+                }
+                for item in listed
+            ]
+        )
+        return
+    table = Table("run", "kind", "status", "created", "QA set", "snapshot", "metrics")
+    for item in listed:
+        run = item.run
+        table.add_row(
+            run.run_id,
+            run.kind,
+            run.status,
+            f"{run.started_at:%Y-%m-%d %H:%M:%S}",
+            run.qa_set_version or "",
+            run.snapshot_id or "",
+            str(item.n_metrics),
+        )
+    Console().print(table)
+
+
+@runs_app.command("compare")
+def runs_compare(
+    run_a: Annotated[str, typer.Argument(help="The baseline run id (A).")],
+    run_b: Annotated[str, typer.Argument(help="The run compared with it (B).")],
+    resamples: Annotated[
+        int, typer.Option(min=1, help="Bootstrap and permutation resamples.")
+    ] = 9999,
+    seed: Annotated[int, typer.Option(help="Seed of both resampling procedures.")] = 13,
+    as_json: JsonFlag = False,
+) -> None:
+    """Paired per-question comparison of two runs on the same QA-set version.
+
+    Per metric and facet: mean A, mean B, B - A with a paired bootstrap 95% CI, a sign-flip
+    permutation p-value and Holm-corrected p-values across the facets of the metric.
+    """
+    from ragtrail import jsonsafe
+    from ragtrail.pipeline.compare import compare_stored_runs
+
+    with _runtime() as rt:
+        comparison = compare_stored_runs(rt.engine, run_a, run_b, n_resamples=resamples, seed=seed)
+    if as_json:
+        sys.stdout.write(jsonsafe.dumps(comparison.as_dict(), "comparison", indent=2) + "\n")
+        return
+    console.print(
+        f"A = {run_a}, B = {run_b}; QA set {comparison.qa_set_version}; "
+        f"{resamples} resamples, seed {seed}",
+        highlight=False,
+    )
+    for (evaluation, metric), rows in comparison.by_metric().items():
+        table = Table(
+            "facet", "A", "B", "diff [95% CI]", "p", "p_holm", "n", title=f"{evaluation}: {metric}"
+        )
+        for row in rows:
+            s = row.stats
+            ci = "" if s.ci_low is None else f" [{s.ci_low:+.3f}, {s.ci_high:+.3f}]"
+            table.add_row(
+                ", ".join(f"{k}={v}" for k, v in row.facets.items()),
+                _num(s.mean_a),
+                _num(s.mean_b),
+                _num(s.diff, "+.3f") + ci,
+                _num(s.p_value, ".4f"),
+                _num(row.p_holm, ".4f"),
+                str(s.n),
+            )
+        Console().print(table)
 
 
 @app.command()

@@ -340,3 +340,13 @@ def test_data_docs_are_built_into_the_report_dir(runner: QualityRunner, report_d
     assert index.is_file()
     assert "documents" in index.read_text(encoding="utf-8")
     assert any((report_dir / "data_docs" / "validations").rglob("*.html"))
+
+
+def test_null_intervals_with_reasons_from_metrics_json_pass(runner: QualityRunner) -> None:
+    """Records as metrics.json holds them after a scan without bootstrap: null CI + reason."""
+    records = good_metrics().to_dict("records")
+    for record in records:
+        record["ci_low"] = record["ci_high"] = None
+        record["undefined"] = {"ci_low": "no bootstrap", "ci_high": "no bootstrap"}
+    frame = pd.DataFrame(json.loads(json.dumps(records)))
+    assert validate_metrics(runner, frame).success

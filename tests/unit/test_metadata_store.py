@@ -111,22 +111,6 @@ def _start(store: SqlMetadataStore, snapshot_id: str, parent: str | None = None)
     store.start_snapshot(snapshot_id, CORPUS, "file:///src", parent, "mini", "embedded", None)
 
 
-def _metric(metric: str, label: str, value: float, text_weight: float | None = 0.5) -> dict:
-    return {
-        "corpus_snapshot": "s1",
-        "qa_set_version": "qa-1",
-        "backend": "embedded",
-        "model": "mini",
-        "metric": metric,
-        "label": label,
-        "text_weight": text_weight,
-        "value": value,
-        "ci_low": value - 0.1,
-        "ci_high": value + 0.1,
-        "n_questions": 20,
-    }
-
-
 # -- migrations ------------------------------------------------------------------------------
 
 
@@ -473,58 +457,3 @@ def test_embedding_cache_ignores_duplicates_and_converts(store: SqlMetadataStore
     with pytest.raises(ValueError, match="1-D"):
         store.put_cached_embeddings("mini", {"m": np.zeros((2, 2), dtype=np.float32)})
     store.put_cached_embeddings("mini", {})
-
-
-# -- runs and metrics ------------------------------------------------------------------------
-
-
-def test_run_lifecycle(store: SqlMetadataStore) -> None:
-    store.start_run("r1", "nightly", {"seed": 13, "weights": [0.0, 0.5]})
-    run = store.get_run("r1")
-    assert run["status"] == "running" and run["params"] == {"seed": 13, "weights": [0.0, 0.5]}
-    store.finish_run("r1", "complete", "s3://b/reports/r1/index.html")
-    run = store.get_run("r1")
-    assert run["status"] == "complete" and run["report_uri"].endswith("index.html")
-    assert run["finished_at"] >= run["started_at"]
-    store.start_run("r1", "nightly", {"seed": 14})
-    run = store.get_run("r1")
-    assert run["status"] == "running" and run["params"] == {"seed": 14}
-    assert run["finished_at"] is None and run["report_uri"] is None
-    with pytest.raises(KeyError):
-        store.finish_run("nope", "failed")
-    assert store.get_run("nope") is None
-
-
-def test_replace_metrics_is_idempotent(store: SqlMetadataStore) -> None:
-    rows = [
-        _metric("ndcg@10", "summary", 0.7),
-        _metric("ndcg@10", "summary", 0.6, text_weight=0.0),
-        _metric("ndcg@10", "reasoning", 0.5),
-        _metric("citation_f1", "summary", 0.9, text_weight=None),
-    ]
-    store.replace_metrics("r1", rows)
-    store.replace_metrics("r1", rows)
-    assert len(store.metrics_history()) == 4
-    store.replace_metrics("r2", [_metric("ndcg@10", "summary", 0.8)])
-    store.replace_metrics("r1", rows[:2])
-    history = store.metrics_history(metric="ndcg@10", label="summary")
-    # oldest first; r1 was replaced after r2, so its points are now the newest
-    assert [(h["run_id"], h["text_weight"], h["value"]) for h in history] == [
-        ("r2", 0.5, 0.8),
-        ("r1", 0.5, 0.7),
-        ("r1", 0.0, 0.6),
-    ]
-    assert all(h["created_at"].utcoffset() == timedelta(0) for h in history)
-    everything = store.metrics_history()
-    assert len(everything) == 3
-    assert store.metrics_history(limit=2) == everything[-2:]
-    assert store.metrics_history(label="unanswerable") == []
-
-
-def test_replace_metrics_rejects_duplicate_points(store: SqlMetadataStore) -> None:
-    rows = [_metric("f1", "summary", 0.1, None), _metric("f1", "summary", 0.2, None)]
-    with pytest.raises(ValueError, match="duplicate"):
-        store.replace_metrics("r1", rows)
-    with pytest.raises(ValueError, match="id"):
-        store.replace_metrics("r1", [{**_metric("f1", "summary", 0.1), "id": 5}])
-    assert store.metrics_history() == []

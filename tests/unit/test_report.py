@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from markupsafe import escape
 
-from ragtrail.evaluate.retrieval import best_strategy
-from ragtrail.records import INCLUSIVE
+from ragtrail import jsonsafe
+from ragtrail.evaluate.retrieval import UNDEFINED_REASONS, ScanConfig, best_strategy, scan
+from ragtrail.records import INCLUSIVE, Candidates, QAItem, SearchHit
 from ragtrail.report.html import (
     PLOT_FILE,
     ReportSection,
@@ -157,3 +161,25 @@ def test_extra_sections_are_inserted(tmp_path: Path) -> None:
     assert "<th>stage</th>" in html  # trusted section HTML kept
     assert "<p>ok</p>" in html
     assert EVIL not in html  # fragment values and section titles still escaped
+
+
+def test_undefined_values_render_as_undefined_with_their_reason(tmp_path: Path) -> None:
+    """All-zero recall (gap), a scan without weights 0/1 (dense, lexical), no bootstrap (CI)."""
+    items = [QAItem(qid="q", question="?", label="summary", ground_doc_ids=("Z",))]
+    cands = Candidates(
+        lexical=(SearchHit(chunk_id="B#0", doc_id="B", score=1.0),),
+        dense=(SearchHit(chunk_id="C#0", doc_id="C", score=0.5),),
+    )
+    config = ScanConfig(text_weights=(0.5,), metrics=("recall@5",), bootstrap_samples=0)
+    result = scan(items, [cands], config)
+    # as publish_retrieval_report sees them: strict-JSON records read back from metrics.json
+    metrics = pd.DataFrame(json.loads(jsonsafe.dumps(result.metric_records())))
+    best = pd.DataFrame(json.loads(jsonsafe.dumps(result.best_records())))
+    html = render(tmp_path, metrics, best=best)
+    assert not re.search(r"\bnan\b", html, re.IGNORECASE)
+    for field in ("dense", "lexical", "gap_to_best", "ci_low"):
+        assert f"undefined ({escape(UNDEFINED_REASONS[field])})" in html
+    # the bare frames (NaN, no reasons attached) render the same known reasons
+    html = render(tmp_path, result.metrics, best=result.best)
+    assert not re.search(r"\bnan\b", html, re.IGNORECASE)
+    assert f"undefined ({escape(UNDEFINED_REASONS['gap_to_best'])})" in html

@@ -9,22 +9,41 @@ chunk.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
+from ragtrail.evaluate.contract import (
+    Aggregate,
+    BaseEvaluator,
+    EvaluationResult,
+    QueryValue,
+    register_evaluator,
+)
 from ragtrail.evaluate.metrics import bootstrap_ci, per_query_value
 from ragtrail.index.base import HybridIndex, fetch_candidates
 from ragtrail.index.fusion import fuse
+from ragtrail.jsonsafe import mark_undefined
 from ragtrail.records import INCLUSIVE, LABELS, Candidates, QAItem
 
 DEFAULT_METRICS: tuple[str, ...] = ("recall@1", "recall@5", "recall@10", "mrr", "ndcg@10", "P@5")
 PRIMARY_METRIC = "recall@5"
 RANK_DEPTH = 10
 Level = Literal["auto", "chunk", "document"]
+
+NO_BOOTSTRAP = "no bootstrap interval: bootstrap_samples is 0"
+UNDEFINED_REASONS: Mapping[str, str] = {
+    "dense": "the scan has no text weight 0 (dense only)",
+    "lexical": "the scan has no text weight 1 (lexical only)",
+    "gap_to_best": "every label has a best value of 0, so a relative gap has no denominator",
+    "ci_low": NO_BOOTSTRAP,
+    "ci_high": NO_BOOTSTRAP,
+}
+"""Why a field of the scan's tables can be missing; each field has exactly one cause."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,17 @@ class ScanResult:
     best: pd.DataFrame  # label, n_questions, dense, lexical, best_recall, best_weight, ci, gap
     per_query: pd.DataFrame  # qid, label, text_weight, first_relevant_rank, + metric columns
     level: str
+
+    def best_records(self) -> list[dict[str, Any]]:
+        """The best-strategy table as strict-JSON records (undefined values: null + reason)."""
+        return undefined_as_null(self.best)
+
+    def metric_records(self) -> list[dict[str, Any]]:
+        """The long metrics table as strict-JSON records (undefined values: null + reason)."""
+        return undefined_as_null(self.metrics)
+
+    def metric_ids(self) -> list[str]:
+        return list(dict.fromkeys(self.metrics["metric"])) if len(self.metrics) else []
 
 
 def resolve_level(items: Sequence[QAItem], level: Level) -> Literal["chunk", "document"]:
@@ -167,8 +197,8 @@ def best_strategy(metrics: pd.DataFrame, metric: str = PRIMARY_METRIC) -> pd.Dat
                 "lexical": _value_at(frame, 1.0),
                 "best_recall": float(best["value"]),
                 "best_weight": float(best["text_weight"]),
-                "ci_low": float(best["ci_low"]),
-                "ci_high": float(best["ci_high"]),
+                "ci_low": _float_or_nan(best["ci_low"]),
+                "ci_high": _float_or_nan(best["ci_high"]),
             }
         )
     best = pd.DataFrame(rows)
@@ -179,6 +209,89 @@ def best_strategy(metrics: pd.DataFrame, metric: str = PRIMARY_METRIC) -> pd.Dat
     return best
 
 
+def _float_or_nan(value: Any) -> float:
+    """Metrics read back from strict JSON carry None where an in-memory frame has NaN."""
+    return math.nan if value is None else float(value)
+
+
 def _value_at(frame: pd.DataFrame, weight: float) -> float:
     hit = frame[(frame["text_weight"] - weight).abs() < 1e-9]
     return float(hit["value"].iloc[0]) if len(hit) else float("nan")
+
+
+def undefined_as_null(
+    frame: pd.DataFrame, reasons: Mapping[str, str] = UNDEFINED_REASONS
+) -> list[dict[str, Any]]:
+    """Records of ``frame`` with every NaN replaced by None and its reason (jsonsafe convention).
+
+    A NaN in a field without a known cause is a bug upstream, so it raises instead of being
+    papered over.
+    """
+    records = []
+    for row in frame.to_dict("records"):
+        record: dict[str, Any] = {}
+        for key, value in row.items():
+            if isinstance(value, float) and math.isnan(value):
+                if key not in reasons:
+                    raise ValueError(f"unexpected undefined {key!r} in {row}")
+                mark_undefined(record, key, reasons[key])
+            else:
+                record[key] = value.item() if isinstance(value, np.generic) else value
+        records.append(record)
+    return records
+
+
+# --------------------------------------------------------------------------------------------------
+# The retrieval scan as an evaluator (ragtrail.evaluate.contract)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetrievalInputs:
+    """Questions and their candidate lists (one :class:`Candidates` per question, same order)."""
+
+    items: Sequence[QAItem]
+    candidates: Sequence[Candidates]
+
+
+@register_evaluator
+class RetrievalEvaluator(BaseEvaluator[ScanConfig, RetrievalInputs]):
+    """Recall@k, MRR, nDCG and P@k per label and text weight; facets ``label``, ``text_weight``."""
+
+    name = "retrieval"
+    primary_metric = PRIMARY_METRIC
+    greater_is_better = True
+
+    def scan(self, inputs: RetrievalInputs) -> ScanResult:
+        """The full scan with its tables (best strategy, rankings) for reports."""
+        return scan(inputs.items, inputs.candidates, self.config)
+
+    def evaluate(self, inputs: RetrievalInputs) -> EvaluationResult:
+        return self.result_of(self.scan(inputs))
+
+    def result_of(self, scanned: ScanResult) -> EvaluationResult:
+        """The contract's view of a scan: per (qid, label, text_weight, metric) and aggregates."""
+        metric_ids = scanned.metric_ids()
+        queries = [
+            QueryValue(
+                qid=str(row["qid"]),
+                facets={"label": row["label"], "text_weight": float(row["text_weight"])},
+                metric=metric,
+                value=float(row[metric]),
+            )
+            for row in scanned.per_query.to_dict("records")
+            for metric in metric_ids
+        ]
+        aggregates = [
+            Aggregate.of(
+                row["metric"],
+                {"label": row["label"], "text_weight": float(row["text_weight"])},
+                value=row["value"],
+                ci_low=row["ci_low"],
+                ci_high=row["ci_high"],
+                n=int(row["n_questions"]),
+                reasons=UNDEFINED_REASONS,
+            )
+            for row in scanned.metrics.to_dict("records")
+        ]
+        return self.result(queries, aggregates)

@@ -1,25 +1,37 @@
 """Retrieval evaluation as a pipeline step: run the scan, persist, validate and report.
 
-``evaluate_retrieval`` writes the run's metrics (artifact store + metrics-history table) and
-``publish_retrieval_report`` turns them into GX validations, Data Docs and the HTML report. Both are
-idempotent for a given run id: a retry replaces the run's rows and files instead of adding to them.
+``evaluate_retrieval`` writes the run's metrics (artifact store, the metrics-history table and the
+per-query values that ``ragtrail runs compare`` pairs) and ``publish_retrieval_report`` turns them
+into GX validations, Data Docs and the HTML report. Both are idempotent for a given run id: a retry
+replaces the run's rows and files instead of adding to them. Undefined numbers (a gap when every
+label scores 0, dense/lexical when the scan skips weight 0/1, intervals without bootstrap) leave as
+null with a reason (:mod:`ragtrail.jsonsafe`), never as NaN.
 """
 
 from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from ragtrail import jsonsafe
 from ragtrail.evaluate.qaset import load_qa_set
-from ragtrail.evaluate.retrieval import PRIMARY_METRIC, ScanConfig, collect_candidates, scan
+from ragtrail.evaluate.retrieval import (
+    PRIMARY_METRIC,
+    RetrievalEvaluator,
+    RetrievalInputs,
+    ScanConfig,
+    collect_candidates,
+)
 from ragtrail.paths import sample_qa_set
 from ragtrail.records import INCLUSIVE, LABELS, QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
+from ragtrail.storage.runs_store import RunStore
 
 
 def run_prefix(run_id: str) -> str:
@@ -65,33 +77,26 @@ def evaluate_retrieval(
         "qa_set_version": qa_version,
         "text_weights": list(weights),
     }
-    rt.store.start_run(run_id, "evaluate_retrieval", params)
+    runs = RunStore(rt.engine)
+    runs.start_run(run_id, "evaluate_retrieval", params)
 
     candidates = collect_candidates(
         rt.index(corpus), rt.embedder.encode, items, config.candidates_per_modality
     )
-    result = scan(items, candidates, config)
+    evaluator = RetrievalEvaluator(config)
+    result = evaluator.scan(RetrievalInputs(items=items, candidates=candidates))
+    evaluation = evaluator.result_of(result)
 
     backends = rt.backends()
-    history = [
-        {
-            "run_id": run_id,
-            "corpus_snapshot": snapshot["snapshot_id"],
-            "qa_set_version": qa_version,
-            "backend": settings.index_backend,
-            "model": settings.embedding_model,
-            "metric": row.metric,
-            "label": row.label,
-            "text_weight": row.text_weight,
-            "value": row.value,
-            "ci_low": None if pd.isna(row.ci_low) else row.ci_low,
-            "ci_high": None if pd.isna(row.ci_high) else row.ci_high,
-            "n_questions": row.n_questions,
-            "created_at": utcnow(),
-        }
-        for row in result.metrics.itertuples()
-    ]
-    rt.store.replace_metrics(run_id, history)
+    runs.record_evaluation(
+        run_id,
+        evaluation,
+        corpus=corpus,
+        corpus_snapshot=snapshot["snapshot_id"],
+        qa_set_version=qa_version,
+        models=producing_models(settings.index_backend, settings.embedding_model, backends),
+        judges={},
+    )
 
     prefix = run_prefix(run_id)
     _put_parquet(rt, f"{prefix}/retrieval_metrics.parquet", result.metrics)
@@ -107,16 +112,29 @@ def evaluate_retrieval(
         },
         "backends": backends,
         "primary_metric": PRIMARY_METRIC,
-        "best": result.best.to_dict("records"),
-        "metrics": result.metrics.to_dict("records"),
+        "evaluation": {
+            "evaluator": evaluation.evaluator,
+            "config": evaluation.config,
+            "primary_metric": evaluation.primary_metric,
+            "greater_is_better": evaluation.greater_is_better,
+        },
+        "best": result.best_records(),
+        "metrics": result.metric_records(),
     }
     summary["metrics_uri"] = rt.artifacts.put_bytes(
-        f"{prefix}/metrics.json", json.dumps(summary, indent=1, default=str).encode()
+        f"{prefix}/metrics.json", jsonsafe.dumps(summary, "metrics.json", indent=1).encode()
     )
     return {
         k: summary[k]
         for k in ("run_id", "metrics_uri", "snapshot_id", "qa_set_version", "n_questions", "best")
     }
+
+
+def producing_models(
+    index_backend: str, embedding_model: str, backends: Mapping[str, str]
+) -> dict[str, str]:
+    """What produced a retrieval metric, stored with every point (``metrics_history.models``)."""
+    return {**backends, "index_backend": index_backend, "embedding_model": embedding_model}
 
 
 TESTSET_PREFIX = "testset:"
@@ -214,9 +232,11 @@ def publish_retrieval_report(
         context=context,
         quality=quality,
     )
-    (out / "metrics.json").write_text(json.dumps(summary, indent=1, default=str))
+    (out / "metrics.json").write_text(jsonsafe.dumps(summary, "metrics.json", indent=1))
     report_uri = rt.artifacts.put_tree(f"{run_prefix(run_id)}/report", out)
-    rt.store.finish_run(run_id, "success" if result.success else "failed_quality", str(html))
+    RunStore(rt.engine).finish_run(
+        run_id, "success" if result.success else "failed_quality", str(html)
+    )
     enforce([result])
     return {
         "report_path": str(html),

@@ -240,9 +240,11 @@ def prepare_retrieval_results(metrics: pd.DataFrame) -> pd.DataFrame:
     """Copy of a long-format metrics frame with rounded ``text_weight`` and ``ci_contains_value``.
 
     ``ci_contains_value`` is True when ``ci_low <= value <= ci_high`` (within
-    :data:`CI_TOLERANCE`) or when either bound is missing (no interval was computed).
+    :data:`CI_TOLERANCE`) or when either bound is missing (no interval was computed: null with
+    its reason in the records' ``undefined`` mapping, which is dropped here as it is no column
+    GX can check).
     """
-    out = metrics.copy()
+    out = metrics.drop(columns=["undefined"], errors="ignore")
     out["text_weight"] = pd.to_numeric(out["text_weight"]).round(WEIGHT_DECIMALS)
     value = pd.to_numeric(out["value"])
     low = pd.to_numeric(out["ci_low"])

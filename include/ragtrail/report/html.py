@@ -22,10 +22,12 @@ from typing import Any, Final
 
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ragtrail.evaluate.retrieval import UNDEFINED_REASONS
+from ragtrail.jsonsafe import UNDEFINED_KEY
 from ragtrail.records import ANSWERABLE_LABELS, INCLUSIVE, LABELS
 
 TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
@@ -108,6 +110,54 @@ def _pct(value: Any) -> str:
     return text if text == "–" else f"{text}%"
 
 
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def undefined_reason(record: Mapping[str, Any], field: str) -> str:
+    """Why ``record[field]`` has no value: its own ``undefined`` entry, else the known cause."""
+    reasons = record.get(UNDEFINED_KEY)
+    if isinstance(reasons, Mapping) and reasons.get(field):
+        return str(reasons[field])
+    return UNDEFINED_REASONS.get(field, "not computed")
+
+
+def _undefined_html(reason: str) -> Markup:
+    return Markup('<span class="undefined" title="{0}">undefined ({0})</span>').format(reason)
+
+
+def _value(record: Mapping[str, Any] | None, field: str, digits: int = 3) -> Markup:
+    """``record[field]`` formatted, or "undefined (reason)" when it is null/NaN."""
+    if record is None:
+        return Markup("–")
+    value = record.get(field)
+    if _is_missing(value):
+        return _undefined_html(undefined_reason(record, field))
+    return escape(_fmt(value, digits))
+
+
+def _percent(record: Mapping[str, Any], field: str) -> Markup:
+    value = record.get(field)
+    if _is_missing(value):
+        return _undefined_html(undefined_reason(record, field))
+    return escape(_pct(value))
+
+
+def _interval(record: Mapping[str, Any] | None) -> Markup:
+    """``[low, high]``, or one "undefined (reason)" when the interval was not computed."""
+    if record is None:
+        return Markup("–")
+    if _is_missing(record.get("ci_low")) or _is_missing(record.get("ci_high")):
+        field = "ci_low" if _is_missing(record.get("ci_low")) else "ci_high"
+        return _undefined_html(undefined_reason(record, field))
+    return escape(f"[{_fmt(record['ci_low'])}, {_fmt(record['ci_high'])}]")
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(TEMPLATES_DIR),
@@ -118,6 +168,7 @@ def _environment() -> Environment:
     )
     env.filters["fmt"] = _fmt
     env.filters["pct"] = _pct
+    env.globals.update(value=_value, percent=_percent, interval=_interval)
     return env
 
 

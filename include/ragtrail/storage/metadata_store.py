@@ -1,4 +1,6 @@
-"""The metadata store: corpora, snapshots, documents, chunks, quarantine, caches, runs and metrics.
+"""The metadata store: corpora, snapshots, documents, chunks, quarantine and caches.
+
+Runs, metrics history and per-query results live in :mod:`ragtrail.storage.runs_store`.
 
 :class:`SqlMetadataStore` implements :class:`MetadataStore` with SQLAlchemy Core on SQLite or
 PostgreSQL. Every method runs in its own transaction, and the write methods are idempotent so that a
@@ -100,18 +102,6 @@ class MetadataStore(Protocol):
     ) -> dict[str, np.ndarray]: ...
 
     def put_cached_embeddings(self, model_id: str, mapping: Mapping[str, np.ndarray]) -> None: ...
-
-    def start_run(self, run_id: str, kind: str, params: Mapping[str, Any]) -> None: ...
-
-    def finish_run(self, run_id: str, status: str, report_uri: str | None = None) -> None: ...
-
-    def get_run(self, run_id: str) -> Row | None: ...
-
-    def replace_metrics(self, run_id: str, rows: Sequence[Mapping[str, Any]]) -> None: ...
-
-    def metrics_history(
-        self, metric: str | None = None, label: str | None = None, limit: int = 10_000
-    ) -> list[Row]: ...
 
 
 class SqlMetadataStore:
@@ -379,76 +369,6 @@ class SqlMetadataStore:
             )
         with self.engine.begin() as conn:
             _upsert(conn, t.embedding_cache, rows, ["model_id", "content_hash"], [])
-
-    # -- runs and metrics ------------------------------------------------------------------
-
-    def start_run(self, run_id: str, kind: str, params: Mapping[str, Any]) -> None:
-        """Register a running run; starting it again resets it (retries are idempotent)."""
-        row = {
-            "run_id": run_id,
-            "kind": kind,
-            "status": RUNNING,
-            "started_at": utcnow(),
-            "finished_at": None,
-            "params": dict(params),
-            "report_uri": None,
-        }
-        with self.engine.begin() as conn:
-            _upsert(conn, t.runs, [row], ["run_id"])
-
-    def finish_run(self, run_id: str, status: str, report_uri: str | None = None) -> None:
-        """Record a run's final status and report location; KeyError for an unknown run."""
-        r = t.runs
-        values = {"status": status, "finished_at": utcnow(), "report_uri": report_uri}
-        with self.engine.begin() as conn:
-            result = conn.execute(update(r).where(r.c.run_id == run_id).values(values))
-            if result.rowcount == 0:
-                raise KeyError(f"no run {run_id!r}")
-
-    def get_run(self, run_id: str) -> Row | None:
-        r = t.runs
-        with self.engine.connect() as conn:
-            row = conn.execute(select(r).where(r.c.run_id == run_id)).mappings().first()
-        return _as_dict(row) if row is not None else None
-
-    def replace_metrics(self, run_id: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Replace all metric points of ``run_id`` with ``rows`` in one transaction.
-
-        Each row holds the metrics_history columns except ``id`` (``run_id`` is filled in,
-        ``created_at`` defaults to now). (metric, label, text_weight) must be unique per run —
-        checked here too, because the database does not enforce it when text_weight is NULL.
-        """
-        now = utcnow()
-        checked = [_checked_row(t.metrics_history, r, run_id=run_id) for r in rows]
-        seen: set[tuple[Any, ...]] = set()
-        for row in checked:
-            if "id" in row:
-                raise ValueError("metric rows must not set 'id'")
-            row.setdefault("created_at", now)
-            key = (row.get("metric"), row.get("label"), row.get("text_weight"))
-            if key in seen:
-                raise ValueError(f"duplicate metric point {key} in run {run_id!r}")
-            seen.add(key)
-        m = t.metrics_history
-        with self.engine.begin() as conn:
-            conn.execute(delete(m).where(m.c.run_id == run_id))
-            _insert(conn, m, checked)
-
-    def metrics_history(
-        self, metric: str | None = None, label: str | None = None, limit: int = 10_000
-    ) -> list[Row]:
-        """The most recent ``limit`` metric points (optionally one metric / label), oldest first."""
-        m = t.metrics_history
-        query = select(m)
-        if metric is not None:
-            query = query.where(m.c.metric == metric)
-        if label is not None:
-            query = query.where(m.c.label == label)
-        query = query.order_by(m.c.created_at.desc(), m.c.id.desc()).limit(limit)
-        with self.engine.connect() as conn:
-            rows = [_as_dict(r) for r in conn.execute(query).mappings()]
-        rows.reverse()
-        return rows
 
     # -- helpers ---------------------------------------------------------------------------
 

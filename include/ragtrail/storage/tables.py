@@ -140,8 +140,14 @@ runs = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("params", JSON, nullable=False),
     Column("report_uri", Text, nullable=True),
+    # 0003: what the run evaluated, as columns so that runs can be listed and paired cheaply.
+    Column("corpus", String(128), nullable=True, index=True),
+    Column("snapshot_id", String(64), nullable=True),
+    Column("qa_set_version", String(128), nullable=True),
 )
 
+# One row per (run, evaluation, metric, facet set). Columns after created_at were added by 0003
+# (ALTER TABLE appends), hence the order.
 metrics_history = Table(
     "metrics_history",
     metadata,
@@ -149,17 +155,41 @@ metrics_history = Table(
     Column("run_id", String(128), nullable=False, index=True),
     Column("corpus_snapshot", String(64), nullable=False),
     Column("qa_set_version", String(128), nullable=False),
-    Column("backend", String(64), nullable=False),
-    Column("model", String(256), nullable=False),
     Column("metric", String(64), nullable=False),
-    Column("label", String(32), nullable=False),
-    Column("text_weight", Float, nullable=True),
-    Column("value", Float, nullable=False),
+    Column("label", String(32), nullable=True),  # typed copy of facets["label"]
+    Column("text_weight", Float, nullable=True),  # typed copy of facets["text_weight"]
+    Column("value", Float, nullable=True),  # NULL = undefined, reason in undefined["value"]
     Column("ci_low", Float, nullable=True),
     Column("ci_high", Float, nullable=True),
-    Column("n_questions", Integer, nullable=False),
+    Column("n", Integer, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
-    UniqueConstraint("run_id", "metric", "label", "text_weight", name="uq_metrics_history_point"),
+    Column("corpus", String(128), nullable=True, index=True),  # NULL only for pre-0003 points
+    Column("evaluation", String(64), nullable=False),  # the evaluator's name
+    Column("facet_key", String(512), nullable=False),  # canonical JSON of facets
+    Column("facets", JSON, nullable=False),
+    Column("models", JSON, nullable=False),  # backends and models that produced the value
+    Column("judges", JSON, nullable=False),  # judge name -> version (empty when none)
+    Column("undefined", JSON, nullable=False),  # field -> reason for every NULL number
+    UniqueConstraint(
+        "run_id", "evaluation", "metric", "facet_key", name="uq_metrics_history_point"
+    ),
+)
+
+# Per-query values of a run, the input of paired run-to-run comparisons.
+query_results = Table(
+    "query_results",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(128), nullable=False, index=True),
+    Column("evaluation", String(64), nullable=False),
+    Column("qid", String(128), nullable=False),
+    Column("facet_key", String(512), nullable=False),
+    Column("metric", String(64), nullable=False),
+    Column("value", Float, nullable=True),
+    Column("undefined_reason", Text, nullable=True),
+    UniqueConstraint(
+        "run_id", "evaluation", "metric", "facet_key", "qid", name="uq_query_results_point"
+    ),
 )
 
 llm_cache = Table(

@@ -1,0 +1,168 @@
+"""Paired comparison of two runs on the same questions: mean difference, bootstrap CI, p-value.
+
+Two runs evaluated on the same QA-set version give, per question, a value A and a value B of each
+metric. The questions are the unit of resampling, so the statistics work on the per-question
+differences ``d = B - A``:
+
+- mean difference: ``mean(d)`` (equal to ``mean(B) - mean(A)``);
+- confidence interval: percentile bootstrap of ``mean(d)``, resampling questions with replacement
+  (the paired bootstrap; :func:`ragtrail.evaluate.metrics.bootstrap_ci` on ``d``);
+- p-value: two-sided paired permutation test that flips the sign of each difference (under the null
+  hypothesis A and B are exchangeable within a question). Exact over all ``2**m`` sign patterns of
+  the ``m`` non-zero differences when that is at most ``n_resamples``, otherwise Monte Carlo with
+  ``(hits + 1) / (n_resamples + 1)`` so a p-value is never 0. Same definition as
+  ``scipy.stats.permutation_test(..., permutation_type="samples")`` with statistic ``mean(B - A)``;
+- Holm's step-down correction across the facets of one metric (:func:`holm`).
+
+Undefined results are ``None`` with a reason (``PairedStats.undefined``), never NaN: no pair at all
+leaves everything undefined; all differences zero give ``p = 1`` (every sign pattern is as extreme).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ragtrail.evaluate.metrics import bootstrap_ci
+
+DEFAULT_RESAMPLES = 9999
+DEFAULT_SEED = 13
+NO_PAIRS = "no question has a value in both runs"
+_EXACT_LIMIT_BITS = 20  # never enumerate more than 2**20 sign patterns
+
+
+@dataclass(frozen=True)
+class PairedStats:
+    """Paired statistics of one metric and facet; ``undefined`` maps a None field to its reason."""
+
+    n: int
+    mean_a: float | None
+    mean_b: float | None
+    diff: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    exact: bool
+    undefined: dict[str, str] = field(default_factory=dict)
+
+
+def paired_bootstrap_ci(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of ``mean(b - a)``, resampling pairs (questions) with replacement."""
+    return bootstrap_ci(_differences(a, b), n_resamples, confidence=confidence, seed=seed)
+
+
+def sign_flip_p_value(
+    differences: Sequence[float],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, bool]:
+    """Two-sided sign-flip permutation p-value of ``mean(differences)`` and whether it is exact.
+
+    ``p = min(1, 2 * min(P(T <= t), P(T >= t)))`` over the sign-flip distribution of the mean
+    ``T``. Comparisons allow a relative tolerance of 1e-14 so that float noise does not decide
+    ties (as scipy does).
+    """
+    d = np.asarray(differences, dtype=float)
+    if d.size == 0:
+        raise ValueError("no differences to test")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    observed = float(d.mean())
+    nonzero = d[d != 0.0]
+    m = nonzero.size
+    if m == 0:
+        return 1.0, True
+    exact = m <= _EXACT_LIMIT_BITS and 2**m <= n_resamples
+    if exact:
+        signs = np.array(list(itertools.product((1.0, -1.0), repeat=m)))
+    else:
+        rng = np.random.default_rng(seed)
+        signs = rng.choice(np.array([1.0, -1.0]), size=(n_resamples, m))
+    # Zeros contribute nothing to the sum whatever their sign, so flipping only the non-zero
+    # differences gives the same distribution of the mean as flipping all of them.
+    null = (signs * nonzero).sum(axis=1) / d.size
+    eps = 1e-14 * max(1.0, abs(observed))
+    less = int(np.count_nonzero(null <= observed + eps))
+    greater = int(np.count_nonzero(null >= observed - eps))
+    if exact:
+        p_less, p_greater = less / len(null), greater / len(null)
+    else:
+        p_less, p_greater = (less + 1) / (n_resamples + 1), (greater + 1) / (n_resamples + 1)
+    return min(1.0, 2.0 * min(p_less, p_greater)), exact
+
+
+def compare_paired(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = DEFAULT_SEED,
+) -> PairedStats:
+    """Means, mean difference (B - A), its bootstrap CI and the sign-flip p-value of paired data."""
+    d = _differences(a, b)
+    if d.size == 0:
+        fields = ("mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_value")
+        return PairedStats(
+            n=0,
+            mean_a=None,
+            mean_b=None,
+            diff=None,
+            ci_low=None,
+            ci_high=None,
+            p_value=None,
+            exact=False,
+            undefined=dict.fromkeys(fields, NO_PAIRS),
+        )
+    low, high = bootstrap_ci(d, n_resamples, confidence=confidence, seed=seed)
+    p_value, exact = sign_flip_p_value(d, n_resamples=n_resamples, seed=seed)
+    return PairedStats(
+        n=int(d.size),
+        mean_a=math.fsum(a) / d.size,
+        mean_b=math.fsum(b) / d.size,
+        diff=float(d.mean()),
+        ci_low=low,
+        ci_high=high,
+        p_value=p_value,
+        exact=exact,
+    )
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p-values; ``None`` entries stay ``None`` and do not count.
+
+    Sort the m defined p-values ascending, ``p_(i) * (m - i + 1)``, make the sequence
+    non-decreasing (running maximum) and cap at 1; results come back in the input order.
+    """
+    defined = [(p, i) for i, p in enumerate(p_values) if p is not None]
+    m = len(defined)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(sorted(defined)):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p-value {p!r} is not in [0, 1]")
+        running = max(running, min(1.0, p * (m - rank)))
+        adjusted[i] = running
+    return adjusted
+
+
+def _differences(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
+    x = np.asarray(a, dtype=float)
+    y = np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired samples must be flat and of equal length: {x.shape} vs {y.shape}")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("paired samples must be finite (drop undefined values before pairing)")
+    return y - x

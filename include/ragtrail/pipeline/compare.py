@@ -1,0 +1,100 @@
+"""Compare two stored runs question by question (``ragtrail runs compare``).
+
+Loads both runs and their per-query values from the metadata database (:class:`RunStore`), refuses
+pairs that cannot be compared (unknown run, different or unknown QA-set versions, no per-query
+values) and hands the values to :func:`ragtrail.evaluate.run_compare.compare_runs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from ragtrail.evaluate.paired import DEFAULT_RESAMPLES, DEFAULT_SEED
+from ragtrail.evaluate.run_compare import FacetComparison, compare_runs
+from ragtrail.storage.runs_store import RunRecord, RunStore
+
+
+class RunComparisonError(ValueError):
+    """Two runs that cannot be paired."""
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """The comparison of run B against baseline run A."""
+
+    run_a: RunRecord
+    run_b: RunRecord
+    qa_set_version: str
+    n_resamples: int
+    seed: int
+    rows: tuple[FacetComparison, ...]
+
+    def by_metric(self) -> dict[tuple[str, str], list[FacetComparison]]:
+        """Rows grouped per (evaluation, metric), in order."""
+        groups: dict[tuple[str, str], list[FacetComparison]] = {}
+        for row in self.rows:
+            groups.setdefault((row.evaluation, row.metric), []).append(row)
+        return groups
+
+    def as_dict(self) -> dict[str, Any]:
+        """Strict-JSON summary (undefined numbers are null with a reason)."""
+        return {
+            "run_a": self.run_a.run_id,
+            "run_b": self.run_b.run_id,
+            "qa_set_version": self.qa_set_version,
+            "snapshot_a": self.run_a.snapshot_id,
+            "snapshot_b": self.run_b.snapshot_id,
+            "n_resamples": self.n_resamples,
+            "seed": self.seed,
+            "difference": "B - A",
+            "comparisons": [row.as_record() for row in self.rows],
+        }
+
+
+def compare_stored_runs(
+    engine: Engine,
+    run_a: str,
+    run_b: str,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> RunComparison:
+    """Pair the per-query values of two runs evaluated on the same QA-set version."""
+    store = RunStore(engine)
+    runs = []
+    for run_id in (run_a, run_b):
+        run = store.get_run(run_id)
+        if run is None:
+            raise RunComparisonError(f"no run {run_id!r} (see `ragtrail runs list`)")
+        runs.append(run)
+    first, second = runs
+    if first.qa_set_version is None or second.qa_set_version is None:
+        missing = first.run_id if first.qa_set_version is None else second.run_id
+        raise RunComparisonError(f"run {missing!r} records no QA-set version: nothing to pair on")
+    if first.qa_set_version != second.qa_set_version:
+        raise RunComparisonError(
+            f"runs used different QA-set versions ({first.run_id}: {first.qa_set_version}, "
+            f"{second.run_id}: {second.qa_set_version}); a paired comparison needs the same "
+            "questions"
+        )
+    values = []
+    for run in runs:
+        stored = store.query_results(run.run_id)
+        if not stored:
+            raise RunComparisonError(
+                f"run {run.run_id!r} has no per-query results (an older run, or not an "
+                "evaluation): re-run its evaluation to compare it"
+            )
+        values.append(stored)
+    rows = compare_runs(values[0], values[1], n_resamples=n_resamples, seed=seed)
+    return RunComparison(
+        run_a=first,
+        run_b=second,
+        qa_set_version=first.qa_set_version,
+        n_resamples=n_resamples,
+        seed=seed,
+        rows=tuple(rows),
+    )

@@ -1,0 +1,472 @@
+"""Runs, their metrics history and their per-query results (tables ``runs``, ``metrics_history``,
+``query_results``).
+
+:class:`RunStore` returns frozen records, never dicts. Every write is one transaction and
+idempotent per run: starting a run again resets it, recording an evaluation again replaces that
+run's points and per-query values of that evaluation. Per-query values live in the database (not in
+a parquet artifact) so that ``ragtrail runs compare`` can pair any two runs with nothing but the
+metadata database, whether that is a local SQLite file or PostgreSQL beside S3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, and_, delete, func, select, update
+from sqlalchemy.engine import URL, RowMapping
+
+from ragtrail.evaluate.contract import (
+    EvaluationResult,
+    FacetValue,
+    QueryValue,
+    canonical_facets,
+    facet_key,
+    parse_facet_key,
+)
+from ragtrail.jsonsafe import check_finite
+from ragtrail.storage import tables as t
+from ragtrail.storage.db import make_engine, upgrade, utcnow
+
+RUNNING = "running"
+BATCH_SIZE = 2000
+"""Rows per executemany batch."""
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of ``runs``."""
+
+    run_id: str
+    kind: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    params: dict[str, Any]
+    report_uri: str | None
+    corpus: str | None
+    snapshot_id: str | None
+    qa_set_version: str | None
+
+
+@dataclass(frozen=True)
+class RunListing:
+    """A run as ``ragtrail runs list`` shows it: the run plus its evaluations and metric count."""
+
+    run: RunRecord
+    evaluations: tuple[str, ...]
+    n_metrics: int
+    n_query_values: int
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One aggregated metric of one run, evaluation and facet set (a ``metrics_history`` row)."""
+
+    run_id: str
+    evaluation: str
+    metric: str
+    facets: Mapping[str, FacetValue]
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    corpus: str | None
+    corpus_snapshot: str
+    qa_set_version: str
+    models: Mapping[str, Any] = field(default_factory=dict)
+    judges: Mapping[str, Any] = field(default_factory=dict)
+    undefined: Mapping[str, str] = field(default_factory=dict)
+    created_at: datetime | None = None
+
+    @property
+    def facet_key(self) -> str:
+        return facet_key(self.facets)
+
+    @property
+    def label(self) -> str | None:
+        label = self.facets.get("label")
+        return None if label is None else str(label)
+
+    @property
+    def text_weight(self) -> float | None:
+        weight = self.facets.get("text_weight")
+        return None if weight is None else float(weight)
+
+
+@dataclass(frozen=True)
+class StoredQueryValue:
+    """One stored per-query value (a ``query_results`` row)."""
+
+    run_id: str
+    evaluation: str
+    qid: str
+    facet_key: str
+    metric: str
+    value: float | None
+    undefined_reason: str | None
+
+    @property
+    def facets(self) -> dict[str, FacetValue]:
+        return parse_facet_key(self.facet_key)
+
+
+class RunStore:
+    """Runs, metrics history and per-query results on SQLite or PostgreSQL (SQLAlchemy Core)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def from_url(cls, url: str | URL, *, migrate: bool = True) -> RunStore:
+        engine = make_engine(url)
+        if migrate:
+            upgrade(engine)
+        return cls(engine)
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def start_run(
+        self,
+        run_id: str,
+        kind: str,
+        params: Mapping[str, Any],
+        *,
+        corpus: str | None = None,
+        snapshot_id: str | None = None,
+        qa_set_version: str | None = None,
+    ) -> None:
+        """Register a running run; starting it again resets it (retries are idempotent).
+
+        ``corpus``, ``snapshot_id`` and ``qa_set_version`` default to the same keys of ``params``.
+        """
+        row = {
+            "run_id": run_id,
+            "kind": kind,
+            "status": RUNNING,
+            "started_at": utcnow(),
+            "finished_at": None,
+            "params": check_finite(dict(params), "run params"),
+            "report_uri": None,
+            "corpus": corpus if corpus is not None else _str_or_none(params.get("corpus")),
+            "snapshot_id": snapshot_id
+            if snapshot_id is not None
+            else _str_or_none(params.get("snapshot_id")),
+            "qa_set_version": qa_set_version
+            if qa_set_version is not None
+            else _str_or_none(params.get("qa_set_version")),
+        }
+        r = t.runs
+        with self.engine.begin() as conn:
+            conn.execute(delete(r).where(r.c.run_id == run_id))
+            conn.execute(r.insert(), [row])
+
+    def finish_run(self, run_id: str, status: str, report_uri: str | None = None) -> None:
+        """Record a run's final status and report location; KeyError for an unknown run."""
+        r = t.runs
+        values = {"status": status, "finished_at": utcnow(), "report_uri": report_uri}
+        with self.engine.begin() as conn:
+            result = conn.execute(update(r).where(r.c.run_id == run_id).values(values))
+            if result.rowcount == 0:
+                raise KeyError(f"no run {run_id!r}")
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        r = t.runs
+        with self.engine.connect() as conn:
+            row = conn.execute(select(r).where(r.c.run_id == run_id)).mappings().first()
+        return _run(row) if row is not None else None
+
+    def list_runs(self, corpus: str | None = None, limit: int = 100) -> list[RunListing]:
+        """Runs newest first (optionally of one corpus) with their evaluations and counts."""
+        r, m, q = t.runs, t.metrics_history, t.query_results
+        query = select(r)
+        if corpus is not None:
+            query = query.where(r.c.corpus == corpus)
+        query = query.order_by(r.c.started_at.desc(), r.c.run_id.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            runs = [_run(row) for row in conn.execute(query).mappings()]
+            ids = [run.run_id for run in runs]
+            metric_counts: dict[str, int] = {}
+            evaluations: dict[str, set[str]] = {}
+            query_counts: dict[str, int] = {}
+            for batch in _batches(ids, 500):
+                per_eval = (
+                    select(m.c.run_id, m.c.evaluation, func.count())
+                    .where(m.c.run_id.in_(batch))
+                    .group_by(m.c.run_id, m.c.evaluation)
+                )
+                for run_id, evaluation, count in conn.execute(per_eval):
+                    metric_counts[run_id] = metric_counts.get(run_id, 0) + int(count)
+                    evaluations.setdefault(run_id, set()).add(evaluation)
+                per_query = (
+                    select(q.c.run_id, func.count())
+                    .where(q.c.run_id.in_(batch))
+                    .group_by(q.c.run_id)
+                )
+                query_counts.update({rid: int(n) for rid, n in conn.execute(per_query)})
+        return [
+            RunListing(
+                run=run,
+                evaluations=tuple(sorted(evaluations.get(run.run_id, ()))),
+                n_metrics=metric_counts.get(run.run_id, 0),
+                n_query_values=query_counts.get(run.run_id, 0),
+            )
+            for run in runs
+        ]
+
+    # -- metrics history ---------------------------------------------------------------------
+
+    def replace_metrics(
+        self, run_id: str, points: Sequence[MetricPoint], *, evaluation: str | None = None
+    ) -> None:
+        """Replace the metric points of ``run_id`` (of one ``evaluation``, or all) with ``points``.
+
+        (evaluation, metric, facets) must be unique per run; the database enforces it too.
+        """
+        rows = _metric_rows(run_id, points, evaluation)
+        m = t.metrics_history
+        with self.engine.begin() as conn:
+            _delete_run_rows(conn, m, run_id, evaluation)
+            _insert(conn, m, rows)
+
+    def metrics_history(
+        self,
+        metric: str | None = None,
+        label: str | None = None,
+        limit: int = 10_000,
+        *,
+        corpus: str | None = None,
+        evaluation: str | None = None,
+        facets: Mapping[str, FacetValue] | None = None,
+    ) -> list[MetricPoint]:
+        """The most recent ``limit`` points matching the filters, oldest first.
+
+        ``facets`` selects points with exactly that facet set (via the canonical facet key).
+        """
+        m = t.metrics_history
+        conditions = []
+        if metric is not None:
+            conditions.append(m.c.metric == metric)
+        if label is not None:
+            conditions.append(m.c.label == label)
+        if corpus is not None:
+            conditions.append(m.c.corpus == corpus)
+        if evaluation is not None:
+            conditions.append(m.c.evaluation == evaluation)
+        if facets is not None:
+            conditions.append(m.c.facet_key == facet_key(facets))
+        query = select(m).where(and_(True, *conditions))
+        query = query.order_by(m.c.created_at.desc(), m.c.id.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            points = [_point(row) for row in conn.execute(query).mappings()]
+        points.reverse()
+        return points
+
+    # -- per-query results -------------------------------------------------------------------
+
+    def replace_query_results(
+        self, run_id: str, evaluation: str, values: Sequence[QueryValue]
+    ) -> None:
+        """Replace the per-query values of one run and evaluation."""
+        rows = _query_rows(run_id, evaluation, values)
+        q = t.query_results
+        with self.engine.begin() as conn:
+            _delete_run_rows(conn, q, run_id, evaluation)
+            _insert(conn, q, rows)
+
+    def query_results(self, run_id: str, evaluation: str | None = None) -> list[StoredQueryValue]:
+        """Per-query values of a run (optionally one evaluation), in a stable order."""
+        q = t.query_results
+        query = select(q).where(q.c.run_id == run_id)
+        if evaluation is not None:
+            query = query.where(q.c.evaluation == evaluation)
+        query = query.order_by(q.c.evaluation, q.c.metric, q.c.facet_key, q.c.qid)
+        with self.engine.connect() as conn:
+            return [
+                StoredQueryValue(
+                    run_id=row["run_id"],
+                    evaluation=row["evaluation"],
+                    qid=row["qid"],
+                    facet_key=row["facet_key"],
+                    metric=row["metric"],
+                    value=row["value"],
+                    undefined_reason=row["undefined_reason"],
+                )
+                for row in conn.execute(query).mappings()
+            ]
+
+    # -- both at once ------------------------------------------------------------------------
+
+    def record_evaluation(
+        self,
+        run_id: str,
+        result: EvaluationResult,
+        *,
+        corpus: str | None,
+        corpus_snapshot: str,
+        qa_set_version: str,
+        models: Mapping[str, Any],
+        judges: Mapping[str, Any] | None = None,
+    ) -> list[MetricPoint]:
+        """Store an evaluation's aggregates and per-query values in one transaction."""
+        now = utcnow()
+        points = [
+            MetricPoint(
+                run_id=run_id,
+                evaluation=result.evaluator,
+                metric=agg.metric,
+                facets=agg.facets,
+                value=agg.value,
+                ci_low=agg.ci_low,
+                ci_high=agg.ci_high,
+                n=agg.n,
+                corpus=corpus,
+                corpus_snapshot=corpus_snapshot,
+                qa_set_version=qa_set_version,
+                models=dict(models),
+                judges=dict(judges or {}),
+                undefined=dict(agg.undefined),
+                created_at=now,
+            )
+            for agg in result.aggregates
+        ]
+        metric_rows = _metric_rows(run_id, points, result.evaluator)
+        query_rows = _query_rows(run_id, result.evaluator, result.queries)
+        with self.engine.begin() as conn:
+            _delete_run_rows(conn, t.metrics_history, run_id, result.evaluator)
+            _insert(conn, t.metrics_history, metric_rows)
+            _delete_run_rows(conn, t.query_results, run_id, result.evaluator)
+            _insert(conn, t.query_results, query_rows)
+        return points
+
+
+# -- rows in and out -------------------------------------------------------------------------
+
+
+def _metric_rows(
+    run_id: str, points: Sequence[MetricPoint], evaluation: str | None
+) -> list[dict[str, Any]]:
+    now = utcnow()
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[str, str, str]] = set()
+    for point in points:
+        if point.run_id != run_id:
+            raise ValueError(f"metric point of run {point.run_id!r} given for run {run_id!r}")
+        if evaluation is not None and point.evaluation != evaluation:
+            raise ValueError(f"point of {point.evaluation!r} given for {evaluation!r}")
+        facets = canonical_facets(point.facets)
+        key = (point.evaluation, point.metric, facet_key(facets))
+        if key in seen:
+            raise ValueError(f"duplicate metric point {key} in run {run_id!r}")
+        seen.add(key)
+        for name in ("value", "ci_low", "ci_high"):
+            if getattr(point, name) is None and name not in point.undefined:
+                raise ValueError(f"{key}: {name} is None without a reason in undefined")
+        row = {
+            "run_id": run_id,
+            "corpus_snapshot": point.corpus_snapshot,
+            "qa_set_version": point.qa_set_version,
+            "metric": point.metric,
+            "label": point.label,
+            "text_weight": point.text_weight,
+            "value": point.value,
+            "ci_low": point.ci_low,
+            "ci_high": point.ci_high,
+            "n": point.n,
+            "created_at": point.created_at or now,
+            "corpus": point.corpus,
+            "evaluation": point.evaluation,
+            "facet_key": key[2],
+            "facets": facets,
+            "models": dict(point.models),
+            "judges": dict(point.judges),
+            "undefined": dict(point.undefined),
+        }
+        rows.append(check_finite(row, f"metric point {key}"))
+    return rows
+
+
+def _query_rows(run_id: str, evaluation: str, values: Sequence[QueryValue]) -> list[dict[str, Any]]:
+    rows = []
+    seen: set[tuple[str, str, str]] = set()
+    for value in values:
+        key = (value.metric, facet_key(value.facets), value.qid)
+        if key in seen:
+            raise ValueError(f"duplicate per-query value {key} in run {run_id!r}")
+        seen.add(key)
+        rows.append(
+            {
+                "run_id": run_id,
+                "evaluation": evaluation,
+                "qid": value.qid,
+                "facet_key": key[1],
+                "metric": value.metric,
+                "value": value.value,
+                "undefined_reason": value.undefined_reason,
+            }
+        )
+    return check_finite(rows, "per-query values")
+
+
+def _delete_run_rows(conn: Connection, table: Any, run_id: str, evaluation: str | None) -> None:
+    query = delete(table).where(table.c.run_id == run_id)
+    if evaluation is not None:
+        query = query.where(table.c.evaluation == evaluation)
+    conn.execute(query)
+
+
+def _insert(conn: Connection, table: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+    for batch in _batches(list(rows), BATCH_SIZE):
+        conn.execute(table.insert(), list(batch))
+
+
+def _run(row: RowMapping) -> RunRecord:
+    return RunRecord(
+        run_id=row["run_id"],
+        kind=row["kind"],
+        status=row["status"],
+        started_at=_utc(row["started_at"]),
+        finished_at=_utc(row["finished_at"]) if row["finished_at"] is not None else None,
+        params=dict(row["params"] or {}),
+        report_uri=row["report_uri"],
+        corpus=row["corpus"],
+        snapshot_id=row["snapshot_id"],
+        qa_set_version=row["qa_set_version"],
+    )
+
+
+def _point(row: RowMapping) -> MetricPoint:
+    return MetricPoint(
+        run_id=row["run_id"],
+        evaluation=row["evaluation"],
+        metric=row["metric"],
+        facets=dict(row["facets"]),
+        value=row["value"],
+        ci_low=row["ci_low"],
+        ci_high=row["ci_high"],
+        n=int(row["n"]),
+        corpus=row["corpus"],
+        corpus_snapshot=row["corpus_snapshot"],
+        qa_set_version=row["qa_set_version"],
+        models=dict(row["models"]),
+        judges=dict(row["judges"]),
+        undefined=dict(row["undefined"]),
+        created_at=_utc(row["created_at"]),
+    )
+
+
+def _utc(value: datetime) -> datetime:
+    """SQLite drops the zone of stored datetimes: treat naive values as UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
