@@ -97,6 +97,13 @@ class Settings(BaseSettings):
         None, description="local path or s3://bucket/prefix; default $RAGTRAIL_HOME/artifacts"
     )
     s3_endpoint_url: str | None = None
+    reports_url: str | None = Field(
+        None,
+        description="base URL under which the artifact store is browsable (a static site, an "
+        "S3 website or console, a proxy): each run's report is then linked as "
+        "<reports_url>/runs/<run id>/report/report.html from the Airflow UI (asset events, "
+        "task results) and the CLI",
+    )
 
     index_backend: Literal["embedded", "elasticsearch"] = "embedded"
     es_url: str | None = None

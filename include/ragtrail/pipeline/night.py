@@ -65,6 +65,8 @@ ASSET_EXTRAS: dict[AssetKey, tuple[str, ...]] = {
         "report_uri",
         "report_path",
         "data_docs_path",
+        "report_url",
+        "data_docs_url",
     ),
 }
 """The extras every event of each Asset carries (plus ``undefined`` reasons for null values)."""

@@ -248,8 +248,15 @@ def publish_report(rt: Runtime, *, corpus: str, run_id: str) -> dict[str, Any]:
         "report_path": report.get("report_path"),
         "data_docs_path": report.get("data_docs_path"),
     }
+    for name, page in (("report_url", "report.html"), ("data_docs_url", "data_docs/index.html")):
+        base = rt.settings.reports_url
+        if base:
+            event[name] = f"{base.rstrip('/')}/{_evaluate.run_prefix(run_id)}/report/{page}"
+        else:
+            jsonsafe.mark_undefined(event, name, "RAGTRAIL_REPORTS_URL is not set")
     log.info("report: %s (uploaded to %s)", report.get("report_path"), report.get("report_uri"))
-    return {**report, "run_id": run_id, "event": event}
+    log.info("report link: %s", event["report_url"] or event["undefined"]["report_url"])
+    return {**report, "run_id": run_id, "report_url": event["report_url"], "event": event}
 
 
 def _stored_json(rt: Runtime, key: str) -> Any:
