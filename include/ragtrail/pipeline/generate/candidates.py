@@ -1,13 +1,15 @@
 """The model steps of one batch of contexts: statements, questions, labels, critiques, dedup.
 
-Each step runs through the runtime's cached LLM client; statuses and reasons are written onto the
-candidates, which the round algorithm (:mod:`.rounds`) then selects from.
+Each step runs through the cached LLM client of its model role (statements, questions and the
+baseline: generator; labels: labeller; critiques: critic); statuses and reasons are written onto
+the candidates, which the round algorithm (:mod:`.rounds`) then selects from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ragtrail.config import ModelRole
 from ragtrail.generate.baseline import single_prompt_baseline
 from ragtrail.generate.critiques import apply_thresholds, critique_candidates
 from ragtrail.generate.labeller import label_candidates
@@ -42,7 +44,7 @@ def statement_candidates(
     rt: Runtime, plan: GenerationPlan, contexts: list[Context], deficit: dict[str, int], salt: str
 ) -> list[QACandidate]:
     """Statements -> chosen statements -> questions -> labels -> critiques for some contexts."""
-    client, params = rt.llm_client, generation_params(rt, plan)
+    client, params = rt.llm(ModelRole.GENERATOR), generation_params(rt, plan)
     sets = extract_statements(
         client, contexts, params, extractive=rt.settings.generation.extractive_facts
     )
@@ -77,15 +79,15 @@ def statement_candidates(
 
 def label_and_critique(rt: Runtime, plan: GenerationPlan, cands: list[QACandidate]) -> None:
     """Label every pending pair; only label matches are critiqued (others are rejected)."""
-    client, params = rt.llm_client, generation_params(rt, plan)
-    label_candidates(client, pending(cands), params)
+    params = generation_params(rt, plan)
+    label_candidates(rt.llm(ModelRole.LABELLER), pending(cands), params)
     matched = []
     for c in pending(cands):
         if c.observed_label == c.requested_label:
             matched.append(c)
         else:
             reject([c], f"label_mismatch:{c.requested_label}->{c.observed_label}")
-    critique_candidates(client, matched, params)
+    critique_candidates(rt.llm(ModelRole.CRITIC), matched, params)
     apply_thresholds(matched, rt.settings.generation.critique_thresholds)
 
 
@@ -113,12 +115,13 @@ def dedup(
 
 
 def baseline(rt: Runtime, plan: GenerationPlan, contexts: list[Context]) -> list[QACandidate]:
-    """The single-prompt factoid baseline on a seeded sample of the contexts we used."""
+    """The single-prompt factoid baseline on a seeded sample of the contexts we used, labelled by
+    the same labeller as our candidates."""
     n = rt.settings.generation.baseline_contexts
     if not n or not contexts:
         return []
     sample = step_rng(plan, "baseline").sample(contexts, min(n, len(contexts)))
     params = generation_params(rt, plan)
-    items = single_prompt_baseline(rt.llm_client, sample, params)
-    label_candidates(rt.llm_client, pending(items), params)
+    items = single_prompt_baseline(rt.llm(ModelRole.GENERATOR), sample, params)
+    label_candidates(rt.llm(ModelRole.LABELLER), pending(items), params)
     return items

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from ragtrail.config import ModelRole
 from ragtrail.pipeline.generate.artifacts import write_artifacts
 from ragtrail.pipeline.generate.candidates import baseline, pending, statement_candidates
 from ragtrail.pipeline.generate.plan import (
@@ -25,6 +26,9 @@ from ragtrail.pipeline.generate.rounds import initial_deficit, run_rounds, settl
 from ragtrail.records import LABELS, CandidateStatus
 from ragtrail.runtime import Runtime
 from ragtrail.testset.store import TestSetStore
+
+GENERATION_ROLES = (ModelRole.GENERATOR, ModelRole.LABELLER, ModelRole.CRITIC)
+"""The model roles a generation run uses (recorded in the plan and the version's params)."""
 
 
 def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
@@ -121,7 +125,8 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
             "per_label": per_label,
             "labels": list(request.labels),
             "doc_ids": list(request.doc_ids),
-            "llm": gen.llm,
+            "llm": rt.settings.model_for(ModelRole.GENERATOR),
+            "models": {role.value: rt.settings.model_for(role) for role in GENERATION_ROLES},
         },
     )
     rt.artifacts.put_bytes(plan.key(), json.dumps(asdict(plan), indent=1).encode())
@@ -179,7 +184,7 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
     summary = generation_summary(rt, plan, candidates, selected, existing, baseline_items, version)
     if version:
         summary["artifact_uri"] = write_artifacts(rt, testsets, version, summary)
-    rt.llm_client.usage.flush(rt.engine, run_id)
+    rt.llm_usage.flush(rt.engine, run_id)
     return summary
 
 

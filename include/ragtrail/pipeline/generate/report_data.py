@@ -103,7 +103,7 @@ def generation_summary(
     for c in candidates:
         if c.question:
             matrix[c.requested_label][c.observed_label or "failed"] += 1
-    usage = rt.llm_client.usage
+    usage = rt.llm_usage
     usage_rows = [
         {"stage": stage, **asdict(c), "cost_usd": usage.cost_usd(model, c)}
         for (stage, _backend, model), c in sorted(usage.snapshot().items())
