@@ -140,6 +140,7 @@ def run() -> str:
     from ragtrail.llm.backends.model_store import BUILTIN_SMOLLM2
     from ragtrail.train import (
         FineTunedGeneratorBackend,
+        GeneratorTrainingConfig,
         export_training_examples,
         finetune_generator,
         generator_request,
@@ -157,16 +158,18 @@ def run() -> str:
             BUILTIN_SMOLLM2,
             examples,
             out_dir=Path(tmp) / "generator",
-            lora_r=LORA_R,
-            lora_alpha=LORA_ALPHA,
-            epochs=100,
-            max_steps=STEPS,
-            batch_size=BATCH,
-            lr=LR,
-            seed=SEED,
-            max_source_len=MAX_SOURCE_LEN,
-            max_target_len=MAX_TARGET_LEN,
-            n_samples=0,
+            config=GeneratorTrainingConfig(
+                lora_r=LORA_R,
+                lora_alpha=LORA_ALPHA,
+                epochs=100,
+                max_steps=STEPS,
+                batch_size=BATCH,
+                lr=LR,
+                seed=SEED,
+                max_source_len=MAX_SOURCE_LEN,
+                max_target_len=MAX_TARGET_LEN,
+                n_samples=0,
+            ),
         )
         backend = FineTunedGeneratorBackend(result.out_dir, batch_size=N_GENERATE)
         chosen = [*held_out, *train][:N_GENERATE]

@@ -9,6 +9,7 @@ environment or Airflow connections, never from the YAML file.
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -82,6 +83,66 @@ class GenerationSettings(BaseModel):
     )
 
 
+class ModelRole(StrEnum):
+    """The jobs an LLM does; each role can run on its own model (``models.<role>``)."""
+
+    GENERATOR = "generator"  # statements, questions and the single-prompt baseline
+    LABELLER = "labeller"  # the observed label of a (context, question) pair
+    CRITIC = "critic"  # the critiques that gate candidates
+    ANSWERER = "answerer"  # answers with citations, in answer-side evaluation
+    JUDGE = "judge"  # LLM judgements of answers (sufficiency, correctness)
+
+
+LLM_SPEC_KINDS = ("builtin", "hf", "openai", "vllm", "generator")
+"""The ``kind`` of an LLM spec ``kind:model`` (see :mod:`ragtrail.llm.factory`)."""
+
+
+def check_llm_spec(spec: str) -> str:
+    """``spec`` stripped, or ValueError when it is not ``kind:model`` with a known kind."""
+    spec = spec.strip()
+    kind, sep, model = spec.partition(":")
+    if not sep or not model.strip() or kind not in LLM_SPEC_KINDS:
+        raise ValueError(
+            f"LLM spec {spec!r} must be 'kind:model' with kind one of {', '.join(LLM_SPEC_KINDS)}"
+        )
+    return spec
+
+
+def check_nli_spec(spec: str) -> str:
+    """``spec`` stripped, or ValueError unless it names an NLI model: an HF id, a local path or an
+    ``s3://`` URI, optionally prefixed ``hf:``. Nothing is bundled, so there is no ``builtin:``."""
+    spec = spec.strip()
+    ref = spec.removeprefix("hf:")
+    kind, sep, rest = ref.partition(":")
+    scheme_ok = not sep or (kind == "s3" and rest.startswith("//") and len(rest) > 2)
+    if not ref or any(ch.isspace() for ch in ref) or not scheme_ok:
+        raise ValueError(
+            f"NLI model {spec!r} must be 'hf:<HF id, local path or s3:// URI>' or that "
+            "reference alone"
+        )
+    return spec
+
+
+class ModelSettings(BaseModel):
+    """The LLM of each :class:`ModelRole`; unset roles use ``generation.llm``.
+
+    Roles with the same spec share one loaded model. Set e.g.
+    ``RAGTRAIL_MODELS__LABELLER=openai:<model>@http://host:8000/v1`` to judge with a stronger
+    model than the one that writes the questions.
+    """
+
+    generator: str | None = Field(None, description="LLM spec; default generation.llm")
+    labeller: str | None = Field(None, description="LLM spec; default generation.llm")
+    critic: str | None = Field(None, description="LLM spec; default generation.llm")
+    answerer: str | None = Field(None, description="LLM spec; default generation.llm")
+    judge: str | None = Field(None, description="LLM spec; default generation.llm")
+
+    @field_validator("generator", "labeller", "critic", "answerer", "judge")
+    @classmethod
+    def _valid_spec(cls, v: str | None) -> str | None:
+        return None if v is None else check_llm_spec(v)
+
+
 class Settings(BaseSettings):
     """Settings for one ragtrail installation. Build with :func:`load_settings`."""
 
@@ -133,7 +194,22 @@ class Settings(BaseSettings):
     chunking: ChunkingSettings = ChunkingSettings()
     retrieval: RetrievalEvalSettings = RetrievalEvalSettings()
     generation: GenerationSettings = GenerationSettings()
+    models: ModelSettings = ModelSettings()
+    nli_model: str | None = Field(
+        None,
+        description="NLI model for entailment judges: 'hf:<HF id, local path or s3:// URI>'; "
+        "none by default (no NLI weights exist offline)",
+    )
     seed: int = 13
+
+    @field_validator("nli_model")
+    @classmethod
+    def _valid_nli_model(cls, v: str | None) -> str | None:
+        return None if v is None else check_nli_spec(v)
+
+    def model_for(self, role: ModelRole | str) -> str:
+        """The LLM spec of ``role``: its ``models.<role>`` setting, else ``generation.llm``."""
+        return getattr(self.models, ModelRole(role).value) or self.generation.llm
 
     @property
     def resolved_database_url(self) -> str:

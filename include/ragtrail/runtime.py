@@ -6,17 +6,18 @@ itself, so the choice between embedded and production backends lives in exactly 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from ragtrail.config import Settings, load_settings
+from ragtrail.config import ModelRole, Settings, load_settings
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from ragtrail.embed.embedder import CachedEmbedder, Embedder
     from ragtrail.index.base import HybridIndex
-    from ragtrail.llm import LLMClient
+    from ragtrail.llm import LLMBackend, LLMClient, SqlLLMCache, UsageMeter
     from ragtrail.storage.artifacts import ArtifactStore
     from ragtrail.storage.metadata_store import SqlMetadataStore
 
@@ -27,6 +28,7 @@ class Runtime:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or load_settings()
         self._indices: dict[str, HybridIndex] = {}
+        self._llm_clients: dict[str, LLMClient] = {}
 
     @cached_property
     def engine(self) -> Engine:
@@ -71,26 +73,72 @@ class Runtime:
         return CachedEmbedder(self.embedder, self.store)
 
     @cached_property
-    def llm_client(self) -> LLMClient:
-        """The generation/judging LLM with the shared content-addressed cache and usage meter."""
-        from ragtrail.llm import LLMClient, SqlLLMCache, UsageMeter, load_llm_backend
+    def llm_cache(self) -> SqlLLMCache:
+        """The content-addressed completion cache every role's client shares."""
+        from ragtrail.llm import SqlLLMCache
+
+        return SqlLLMCache(self.engine)
+
+    @cached_property
+    def llm_usage(self) -> UsageMeter:
+        """The usage meter every role's client records into (one per runtime)."""
+        from ragtrail.llm import UsageMeter
+
+        return UsageMeter(prices=self.settings.generation.price_per_1k_tokens)
+
+    def llm(self, role: ModelRole) -> LLMClient:
+        """The client of ``role``'s model (``settings.model_for(role)``).
+
+        One client, hence one loaded backend, per distinct spec: roles configured with the same
+        model share it. Every client uses :attr:`llm_cache` and :attr:`llm_usage`.
+        """
+        spec = self.settings.model_for(role)
+        if spec not in self._llm_clients:
+            self._llm_clients[spec] = self._llm_client(self._load_llm_backend(spec))
+        return self._llm_clients[spec]
+
+    def use_llm_backends(self, backends: Mapping[str, LLMBackend]) -> None:
+        """Serve these specs with already built backends, starting a fresh usage meter.
+
+        For tests and benchmarks: drops every client built so far (as a new process would),
+        then the roles whose spec is a key of ``backends`` get that backend; other specs still
+        load on first use.
+        """
+        self.__dict__.pop("llm_usage", None)
+        self._llm_clients = {spec: self._llm_client(b) for spec, b in backends.items()}
+
+    def _llm_client(self, backend: LLMBackend) -> LLMClient:
+        from ragtrail.llm import LLMClient
+
+        return LLMClient(
+            backend,
+            self.llm_cache,
+            max_attempts=self.settings.generation.max_attempts,
+            usage=self.llm_usage,
+        )
+
+    def _load_llm_backend(self, spec: str) -> LLMBackend:
+        from ragtrail.llm import load_llm_backend
 
         self.limit_torch_threads()
-        gen = self.settings.generation
         kwargs: dict[str, object] = {}
-        if gen.llm.startswith(("builtin:", "hf:")):
+        if spec.startswith(("builtin:", "hf:")):
             kwargs = {
-                "batch_size": gen.llm_batch_size,
+                "batch_size": self.settings.generation.llm_batch_size,
                 "cache_dir": self.settings.resolved_model_cache_dir,
                 "s3_endpoint_url": self.settings.s3_endpoint_url,
             }
-        backend = load_llm_backend(gen.llm, **kwargs)
-        return LLMClient(
-            backend,
-            SqlLLMCache(self.engine),
-            max_attempts=gen.max_attempts,
-            usage=UsageMeter(prices=gen.price_per_1k_tokens),
-        )
+        return load_llm_backend(spec, **kwargs)
+
+    def llm_models(self) -> dict[str, str]:
+        """The LLM of every role, one entry per distinct spec: ``{"llm": spec}`` when all roles
+        share one model, else ``{"llm (generator, critic)": spec_a, "llm (labeller)": spec_b}``."""
+        roles_of: dict[str, list[str]] = {}
+        for role in ModelRole:
+            roles_of.setdefault(self.settings.model_for(role), []).append(role.value)
+        if len(roles_of) == 1:
+            return {"llm": next(iter(roles_of))}
+        return {f"llm ({', '.join(roles)})": spec for spec, roles in roles_of.items()}
 
     def index(self, corpus: str) -> HybridIndex:
         """The hybrid index of ``corpus``, opened once per process."""
@@ -108,7 +156,7 @@ class Runtime:
             "embedding model": s.embedding_model,
             "metadata database": self.engine.dialect.name,
             "artifact store": "s3" if s.resolved_artifact_uri.startswith("s3://") else "local",
-            "llm": s.generation.llm,
+            **self.llm_models(),
         }
 
     def close(self) -> None:

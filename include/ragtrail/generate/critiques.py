@@ -136,6 +136,9 @@ def critique_candidates(
 ) -> None:
     """Rate every pending candidate on each criterion; one batched stage per criterion.
 
+    ``client`` is the critic's (``Runtime.llm(ModelRole.CRITIC)`` in the pipeline), which may be
+    a different model from the one that wrote the questions.
+
     Only criteria that apply (see :meth:`Criterion.applies_to`) are run, and only where no rating
     is stored yet (a failed entry is retried). Identical inputs (e.g. one context shared by many
     candidates for ``c_clarity``) are sent once and the result is shared.

@@ -42,6 +42,9 @@ def label_candidates(
 ) -> None:
     """Fill ``observed_label`` and ``label_reason`` of every pending candidate with a question.
 
+    ``client`` is the labeller's (``Runtime.llm(ModelRole.LABELLER)`` in the pipeline), which
+    may be a different model from the one that wrote the questions.
+
     One batched stage. A failed call (unparsable output, a label outside the taxonomy...) marks
     the candidate ``FAILED`` with ``failure_cause = "label_failed:<cause>"`` and keeps every raw
     output in ``raw_outputs``. Already labelled candidates are left alone (a re-run is a no-op).

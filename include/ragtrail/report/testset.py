@@ -110,6 +110,18 @@ def critique_section(summary: dict[str, Any]) -> ReportSection:
     )
 
 
+def llm_models_line(backends: dict[str, str]) -> str:
+    """The LLMs of a run's ``backends`` in one line: ``"spec"`` when every role shares one model,
+    else ``"spec_a (generator, critic); spec_b (labeller)"``."""
+    if "llm" in backends:
+        return backends["llm"]
+    return "; ".join(
+        f"{spec} {name.removeprefix('llm ')}"
+        for name, spec in backends.items()
+        if name.startswith("llm (")
+    )
+
+
 def usage_section(summary: dict[str, Any]) -> ReportSection:
     rows = [
         [
@@ -123,7 +135,7 @@ def usage_section(summary: dict[str, Any]) -> ReportSection:
         ]
         for u in summary["usage"]
     ]
-    model = summary.get("backends", {}).get("llm", "")
+    model = llm_models_line(summary.get("backends", {}))
     return _table(
         "Test set: model calls, tokens and cost per stage",
         [

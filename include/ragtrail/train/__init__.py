@@ -2,10 +2,13 @@
 
 - :mod:`ragtrail.train.data`: training examples from accepted candidates, JSONL with a content
   version, the seeded split by context, and parsing of ``"<<label>> question <a> answer"``.
-- :mod:`ragtrail.train.generator`: LoRA fine-tuning, the output directory, publishing.
+- :mod:`ragtrail.train.config`: :class:`GeneratorTrainingConfig`, the settings of one run.
+- :mod:`ragtrail.train.generator`: LoRA fine-tuning into an output directory, built from
+  :mod:`~ragtrail.train.lora`, :mod:`~ragtrail.train.loop`, :mod:`~ragtrail.train.evaluation` and
+  :mod:`~ragtrail.train.model_card`; :mod:`ragtrail.train.publish` uploads the result.
 - :mod:`ragtrail.train.backend`: the fine-tuned model as an LLM backend.
 
-The data helpers are imported eagerly (pure Python); the torch-based names are imported on first
+The data helpers and the config are imported eagerly (pure Python); the torch-based names are imported on first
 use, so ``import ragtrail.train`` stays cheap (e.g. at Airflow DAG-parse time).
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ragtrail.train.config import GeneratorTrainingConfig
 from ragtrail.train.data import (
     ANSWER_TOKEN,
     TrainingExample,
@@ -28,26 +32,25 @@ from ragtrail.train.data import (
 
 if TYPE_CHECKING:
     from ragtrail.train.backend import FineTunedGeneratorBackend, generator_request
-    from ragtrail.train.generator import (
-        FinetuneResult,
-        default_target_modules,
-        finetune_generator,
-        publish_generator,
-    )
+    from ragtrail.train.generator import finetune_generator
+    from ragtrail.train.lora import default_target_modules
+    from ragtrail.train.publish import publish_generator
+    from ragtrail.train.result import FinetuneResult
 
 _LAZY = {
     "FineTunedGeneratorBackend": "ragtrail.train.backend",
     "generator_request": "ragtrail.train.backend",
-    "FinetuneResult": "ragtrail.train.generator",
-    "default_target_modules": "ragtrail.train.generator",
+    "FinetuneResult": "ragtrail.train.result",
+    "default_target_modules": "ragtrail.train.lora",
     "finetune_generator": "ragtrail.train.generator",
-    "publish_generator": "ragtrail.train.generator",
+    "publish_generator": "ragtrail.train.publish",
 }
 
 __all__ = [
     "ANSWER_TOKEN",
     "FineTunedGeneratorBackend",
     "FinetuneResult",
+    "GeneratorTrainingConfig",
     "TrainingExample",
     "data_version",
     "default_target_modules",

@@ -29,6 +29,7 @@ from ragtrail.train import (
     ANSWER_TOKEN,
     FineTunedGeneratorBackend,
     FinetuneResult,
+    GeneratorTrainingConfig,
     TrainingExample,
     data_version,
     default_target_modules,
@@ -44,7 +45,7 @@ from ragtrail.train import (
     write_jsonl,
 )
 from ragtrail.train.encoding import IGNORE_INDEX, PromptFormat, add_answer_token, collate
-from ragtrail.train.generator import init_token_rows
+from ragtrail.train.lora import init_token_rows
 from tests.tiny_models import build_tiny_llama, build_tiny_t5
 
 # --------------------------------------------------------------------------- tiny data
@@ -131,13 +132,15 @@ TRAIN_KW = {
 @pytest.fixture(scope="module")
 def t5_run(tiny_t5: Path, tmp_path_factory: pytest.TempPathFactory) -> FinetuneResult:
     out = tmp_path_factory.mktemp("t5-gen")
-    return finetune_generator(str(tiny_t5), EXAMPLES, out_dir=out, kind="seq2seq", **TRAIN_KW)
+    config = GeneratorTrainingConfig(kind="seq2seq", **TRAIN_KW)
+    return finetune_generator(str(tiny_t5), EXAMPLES, out_dir=out, config=config)
 
 
 @pytest.fixture(scope="module")
 def llama_run(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> FinetuneResult:
     out = tmp_path_factory.mktemp("llama-gen")
-    return finetune_generator(str(tiny_llama), EXAMPLES, out_dir=out, kind="auto", **TRAIN_KW)
+    config = GeneratorTrainingConfig(kind="auto", **TRAIN_KW)
+    return finetune_generator(str(tiny_llama), EXAMPLES, out_dir=out, config=config)
 
 
 # --------------------------------------------------------------------------- export
@@ -423,10 +426,12 @@ def test_reloaded_adapter_reproduces_greedy_generations(
 
 
 def test_same_seed_same_losses(tiny_t5: Path, tmp_path: Path) -> None:
-    kw = {**TRAIN_KW, "max_steps": 6, "n_samples": 0}
-    a = finetune_generator(str(tiny_t5), EXAMPLES, out_dir=tmp_path / "a", **kw)
-    b = finetune_generator(str(tiny_t5), EXAMPLES, out_dir=tmp_path / "b", **kw)
-    c = finetune_generator(str(tiny_t5), EXAMPLES, out_dir=tmp_path / "c", **{**kw, "seed": 8})
+    config = GeneratorTrainingConfig(**{**TRAIN_KW, "max_steps": 6, "n_samples": 0})
+    a = finetune_generator(str(tiny_t5), EXAMPLES, out_dir=tmp_path / "a", config=config)
+    b = finetune_generator(str(tiny_t5), EXAMPLES, out_dir=tmp_path / "b", config=config)
+    c = finetune_generator(
+        str(tiny_t5), EXAMPLES, out_dir=tmp_path / "c", config=replace(config, seed=8)
+    )
     assert a.train_losses == b.train_losses
     assert a.eval_loss_after == b.eval_loss_after
     assert c.train_losses != a.train_losses
@@ -434,7 +439,12 @@ def test_same_seed_same_losses(tiny_t5: Path, tmp_path: Path) -> None:
 
 def test_kind_mismatch_is_refused(tiny_llama: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="causal model"):
-        finetune_generator(str(tiny_llama), EXAMPLES, out_dir=tmp_path, kind="seq2seq")
+        finetune_generator(
+            str(tiny_llama),
+            EXAMPLES,
+            out_dir=tmp_path,
+            config=GeneratorTrainingConfig(kind="seq2seq"),
+        )
 
 
 def test_publish_to_local_artifact_store(t5_run: FinetuneResult, tmp_path: Path) -> None:

@@ -1,0 +1,36 @@
+"""The files published with a test-set version: items (Parquet, JSONL) and the run summary."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+from ragtrail.runtime import Runtime
+from ragtrail.testset.export import to_frame, write_jsonl
+from ragtrail.testset.store import TestSetStore
+
+
+def write_artifacts(
+    rt: Runtime, testsets: TestSetStore, version: str, summary: dict[str, Any]
+) -> str:
+    """Write ``items.parquet``, ``items.jsonl`` and ``generation.json``; return the Parquet URI."""
+    items = testsets.version_items(version)
+    qids = testsets.version_qids(version)
+    prefix = f"testsets/{summary['corpus']}/{version}"
+    frame = to_frame(items, qids=qids)
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    uri = rt.artifacts.put_bytes(f"{prefix}/items.parquet", buf.getvalue())
+    jsonl = rt.settings.home / "testsets" / version / "items.jsonl"
+    write_jsonl(items, jsonl, qids=qids)
+    rt.artifacts.put_file(f"{prefix}/items.jsonl", jsonl)
+    rt.artifacts.put_bytes(
+        f"{prefix}/generation.json", json.dumps(summary, indent=1, default=str).encode()
+    )
+    testsets.set_artifact_uri(version, uri)
+    return uri
+
+
+def load_generation_summary(rt: Runtime, corpus: str, version: str) -> dict[str, Any]:
+    return json.loads(rt.artifacts.get_bytes(f"testsets/{corpus}/{version}/generation.json"))

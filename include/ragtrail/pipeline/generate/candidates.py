@@ -1,0 +1,127 @@
+"""The model steps of one batch of contexts: statements, questions, labels, critiques, dedup.
+
+Each step runs through the cached LLM client of its model role (statements, questions and the
+baseline: generator; labels: labeller; critiques: critic); statuses and reasons are written onto
+the candidates, which the round algorithm (:mod:`.rounds`) then selects from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ragtrail.config import ModelRole
+from ragtrail.generate.baseline import single_prompt_baseline
+from ragtrail.generate.critiques import apply_thresholds, critique_candidates
+from ragtrail.generate.labeller import label_candidates
+from ragtrail.generate.steps import extract_statements, make_candidates, write_questions
+from ragtrail.llm import GenerationParams
+from ragtrail.pipeline.generate.plan import GenerationPlan, step_rng
+from ragtrail.records import STATEMENT_KINDS, CandidateStatus, Context, QACandidate
+from ragtrail.runtime import Runtime
+from ragtrail.testset.dedup import find_duplicates
+
+KIND_FOR_LABEL = {label: kind for kind, label in STATEMENT_KINDS.items()}
+
+
+def ids(cands: Iterable[QACandidate]) -> set[str]:
+    return {c.candidate_id for c in cands}
+
+
+def reject(cands: Iterable[QACandidate], reason: str) -> None:
+    for c in cands:
+        c.status, c.reject_reason = CandidateStatus.REJECTED, reason
+
+
+def pending(cands: Iterable[QACandidate]) -> list[QACandidate]:
+    return [c for c in cands if c.status == CandidateStatus.PENDING]
+
+
+def generation_params(rt: Runtime, plan: GenerationPlan) -> GenerationParams:
+    return GenerationParams(temperature=rt.settings.generation.temperature, seed=plan.seed)
+
+
+def statement_candidates(
+    rt: Runtime, plan: GenerationPlan, contexts: list[Context], deficit: dict[str, int], salt: str
+) -> list[QACandidate]:
+    """Statements -> chosen statements -> questions -> labels -> critiques for some contexts."""
+    client, params = rt.llm(ModelRole.GENERATOR), generation_params(rt, plan)
+    sets = extract_statements(
+        client, contexts, params, extractive=rt.settings.generation.extractive_facts
+    )
+    generator = {
+        "backend": client.backend.name,
+        "model": client.backend.model_id,
+        "seed": plan.seed,
+    }
+    wanted = {KIND_FOR_LABEL[lb]: 2 * n for lb, n in deficit.items() if lb != "unanswerable" and n}
+    cands = make_candidates(
+        sets, rng=step_rng(plan, "statements", salt), kinds_wanted=wanted, generator_info=generator
+    )
+    for s in sets:  # a context whose facts failed is a failed candidate, not a silent gap
+        if "facts" in s.failures:
+            f = s.failures["facts"]
+            cands.append(
+                QACandidate(
+                    candidate_id=f"facts-{s.context.chunk_hash[:18]}",
+                    context=s.context,
+                    statement_kind="fact",
+                    requested_label="fact_single",
+                    status=CandidateStatus.FAILED,
+                    failure_cause=f"facts_failed:{f.cause}",
+                    raw_outputs=list(f.raw),
+                    generator=generator,
+                )
+            )
+    write_questions(client, cands, params)
+    label_and_critique(rt, plan, cands)
+    return cands
+
+
+def label_and_critique(rt: Runtime, plan: GenerationPlan, cands: list[QACandidate]) -> None:
+    """Label every pending pair; only label matches are critiqued (others are rejected)."""
+    params = generation_params(rt, plan)
+    label_candidates(rt.llm(ModelRole.LABELLER), pending(cands), params)
+    matched = []
+    for c in pending(cands):
+        if c.observed_label == c.requested_label:
+            matched.append(c)
+        else:
+            reject([c], f"label_mismatch:{c.requested_label}->{c.observed_label}")
+    critique_candidates(rt.llm(ModelRole.CRITIC), matched, params)
+    apply_thresholds(matched, rt.settings.generation.critique_thresholds)
+
+
+def dedup(
+    rt: Runtime, kept: list[QACandidate], fresh: list[QACandidate], previous: list[str]
+) -> None:
+    """Reject near-duplicates within the kept items and against the previous version."""
+    if not fresh:
+        return
+    questions = [c.question for c in kept + fresh]
+    encode = rt.embedder.encode
+    gen = rt.settings.generation
+    dups = find_duplicates(
+        questions,
+        embeddings=encode(questions),
+        previous=previous,
+        previous_embeddings=encode(previous) if previous else None,
+        cos_threshold=gen.dedup_cosine,
+        jaccard_threshold=gen.dedup_jaccard,
+    )
+    for cand, dup in zip(fresh, dups[len(kept) :], strict=True):
+        if dup is not None:
+            where = "previous version" if dup.of_previous else "this set"
+            reject([cand], f"duplicate_of:{where}#{dup.of_index}")
+
+
+def baseline(rt: Runtime, plan: GenerationPlan, contexts: list[Context]) -> list[QACandidate]:
+    """The single-prompt factoid baseline on a seeded sample of the contexts we used, labelled by
+    the same labeller as our candidates."""
+    n = rt.settings.generation.baseline_contexts
+    if not n or not contexts:
+        return []
+    sample = step_rng(plan, "baseline").sample(contexts, min(n, len(contexts)))
+    params = generation_params(rt, plan)
+    items = single_prompt_baseline(rt.llm(ModelRole.GENERATOR), sample, params)
+    label_candidates(rt.llm(ModelRole.LABELLER), pending(items), params)
+    return items

@@ -1,0 +1,196 @@
+"""The entry points of a generation run: plan, one mapped shard, finalize, or all in process."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from ragtrail.config import ModelRole
+from ragtrail.pipeline.generate.artifacts import write_artifacts
+from ragtrail.pipeline.generate.candidates import baseline, pending, statement_candidates
+from ragtrail.pipeline.generate.plan import (
+    GenerationPlan,
+    GenerationRequest,
+    contexts_by_id,
+    contexts_of_documents,
+    interleave,
+    load_plan,
+    plan_key,
+)
+from ragtrail.pipeline.generate.report_data import generation_summary
+from ragtrail.pipeline.generate.rounds import initial_deficit, run_rounds, settle, undo_finalize
+from ragtrail.records import LABELS, CandidateStatus
+from ragtrail.runtime import Runtime
+from ragtrail.testset.store import TestSetStore
+
+GENERATION_ROLES = (ModelRole.GENERATOR, ModelRole.LABELLER, ModelRole.CRITIC)
+"""The model roles a generation run uses (recorded in the plan and the version's params)."""
+
+
+def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
+    """Retire invalidated items, keep the still-valid ones, order the context pool, shard it.
+
+    A retried plan of the same run returns the stored plan, so every later step sees the same
+    contexts, seed and targets.
+    """
+    gen = rt.settings.generation
+    corpus = request.corpus
+    if rt.artifacts.exists(plan_key(corpus, request.run_id)):
+        return load_plan(rt, corpus, request.run_id)
+    snapshot = (
+        rt.store.get_snapshot(request.snapshot_id)
+        if request.snapshot_id
+        else rt.store.latest_snapshot(corpus)
+    )
+    if snapshot is None or snapshot["status"] != "complete":
+        raise ValueError(f"corpus {corpus!r} has no complete snapshot to generate from")
+    unknown = set(request.labels) - set(LABELS)
+    if unknown:
+        raise ValueError(f"unknown labels {sorted(unknown)}; known: {', '.join(LABELS)}")
+    snapshot_id = snapshot["snapshot_id"]
+    seed = rt.settings.seed if request.seed is None else request.seed
+    per_label = request.per_label or gen.per_label
+    testsets = TestSetStore(rt.engine)
+    docs = rt.store.get_documents(corpus)
+
+    retired = testsets.retire_stale_hashes(
+        corpus, {d: row["content_hash"] for d, row in docs.items()}, snapshot_id
+    )
+    previous = testsets.latest_version(corpus)
+    prev_items = testsets.version_items(previous["version"]) if previous else []
+    live = {
+        c.candidate_id for c in testsets.get_candidates(corpus, status=CandidateStatus.ACCEPTED)
+    }
+    existing = [
+        c
+        for c in prev_items
+        if c.candidate_id in live
+        and c.observed_label not in request.labels
+        and c.context.doc_id not in request.doc_ids
+    ]
+    kept_ids = {c.candidate_id for c in existing}
+    used_chunks = {c.context.chunk_id for c in existing}
+    if request.doc_ids:
+        first_docs = set(request.doc_ids)
+    elif previous:  # documents added or updated since the previous version's snapshot
+        # Snapshot ids start with a UTC timestamp, so they sort in creation order.
+        first_docs = {
+            d
+            for d, row in docs.items()
+            if row["last_changed_snapshot_id"] > previous["snapshot_id"]
+        }
+    else:
+        first_docs = set(docs)
+    rng = random.Random(seed)
+    first_pool = [
+        c.chunk_id
+        for c in interleave(contexts_of_documents(rt, corpus, snapshot_id, first_docs), rng)
+        if c.chunk_id not in used_chunks
+    ]
+    rest_pool = (
+        []
+        if request.doc_ids  # an explicit document subset is never topped up from elsewhere
+        else [
+            c.chunk_id
+            for c in interleave(
+                contexts_of_documents(rt, corpus, snapshot_id, set(docs) - first_docs), rng
+            )
+            if c.chunk_id not in used_chunks
+        ]
+    )
+    have = Counter(c.observed_label for c in existing)
+    quotas_met = all(have[lb] >= per_label for lb in LABELS)
+    # The first round draws only from changed documents; later rounds top up from the rest.
+    first_round = [] if quotas_met else (first_pool or rest_pool)[: gen.contexts_per_round]
+    in_first = set(first_round)
+    pool = first_round + [c for c in first_pool + rest_pool if c not in in_first]
+    shard_size = max(1, gen.llm_batch_size)
+    plan = GenerationPlan(
+        corpus=corpus,
+        run_id=request.run_id,
+        snapshot_id=snapshot_id,
+        seed=seed,
+        targets=dict.fromkeys(LABELS, per_label),
+        existing_ids=[c.candidate_id for c in existing],
+        previous_version=previous["version"] if previous else None,
+        previous_questions=[c.question for c in prev_items if c.candidate_id not in kept_ids],
+        pool=pool,
+        shards=[first_round[i : i + shard_size] for i in range(0, len(first_round), shard_size)],
+        retired=retired,
+        params={
+            "per_label": per_label,
+            "labels": list(request.labels),
+            "doc_ids": list(request.doc_ids),
+            "llm": rt.settings.model_for(ModelRole.GENERATOR),
+            "models": {role.value: rt.settings.model_for(role) for role in GENERATION_ROLES},
+        },
+    )
+    rt.artifacts.put_bytes(plan.key(), json.dumps(asdict(plan), indent=1).encode())
+    return plan
+
+
+def generate_shard(
+    rt: Runtime, corpus: str, run_id: str, chunk_ids: Sequence[str]
+) -> dict[str, Any]:
+    """One mapped unit: candidates for these contexts, stored with their status. Idempotent."""
+    plan = load_plan(rt, corpus, run_id)
+    contexts = contexts_by_id(rt, plan, chunk_ids)
+    deficit = initial_deficit(rt, plan)
+    cands = statement_candidates(rt, plan, contexts, deficit, salt=",".join(chunk_ids))
+    TestSetStore(rt.engine).upsert_candidates(cands, corpus=corpus, run_id=run_id)
+    return {"candidates": len(cands), "pending": len(pending(cands))}
+
+
+def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]:
+    """Unanswerable pairs, dedup, quotas, top-up rounds, baseline, version and artifacts."""
+    plan = load_plan(rt, corpus, run_id)
+    testsets = TestSetStore(rt.engine)
+    existing_ids = set(plan.existing_ids)
+    existing = testsets.get_candidates(corpus, status=CandidateStatus.ACCEPTED)
+    existing = [c for c in existing if c.candidate_id in existing_ids]
+    sharded = [cid for shard in plan.shards for cid in shard]
+    sharded_ids = set(sharded)
+    candidates = [
+        undo_finalize(c)
+        for c in testsets.get_candidates(corpus, run_id=run_id)
+        if c.context.chunk_id in sharded_ids and c.statement_kind != "foreign"
+    ]
+    contexts_used = contexts_by_id(rt, plan, sharded)
+    remaining = plan.pool[len(sharded) :]
+
+    outcome = run_rounds(rt, plan, existing, candidates, contexts_used, remaining)
+    candidates, selected, quota = outcome.candidates, outcome.selected, outcome.quota
+    settle(outcome)
+    baseline_items = baseline(rt, plan, outcome.contexts_used)
+    testsets.upsert_candidates(candidates, corpus=corpus, run_id=run_id)
+    version = (
+        testsets.create_version(
+            corpus,
+            plan.snapshot_id,
+            [c.candidate_id for c in selected],
+            parent_version=plan.previous_version,
+            run_id=run_id,
+            seed=plan.seed,
+            params=plan.params,
+            counts={"achieved": dict(quota.achieved), "targets": plan.targets},
+        )
+        if selected
+        else None
+    )
+    summary = generation_summary(rt, plan, candidates, selected, existing, baseline_items, version)
+    if version:
+        summary["artifact_uri"] = write_artifacts(rt, testsets, version, summary)
+    rt.llm_usage.flush(rt.engine, run_id)
+    return summary
+
+
+def generate_testset(rt: Runtime, request: GenerationRequest) -> dict[str, Any]:
+    """The whole generation in process; Airflow runs the same plan/shard/finalize as tasks."""
+    plan = plan_generation(rt, request)
+    for shard in plan.shards:
+        generate_shard(rt, plan.corpus, plan.run_id, shard)
+    return finalize_generation(rt, plan.corpus, plan.run_id)
