@@ -73,6 +73,7 @@ class Runtime:
     @cached_property
     def llm_client(self) -> LLMClient:
         """The generation/judging LLM with the shared content-addressed cache and usage meter."""
+        import ragtrail.train  # noqa: F401  (registers the ``generator:`` LLM spec kind)
         from ragtrail.llm import LLMClient, SqlLLMCache, UsageMeter, load_llm_backend
 
         self.limit_torch_threads()

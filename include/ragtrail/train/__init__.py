@@ -3,7 +3,9 @@
 - :mod:`ragtrail.train.data`: training examples from accepted candidates, JSONL with a content
   version, the seeded split by context, and parsing of ``"<<label>> question <a> answer"``.
 - :mod:`ragtrail.train.generator`: LoRA fine-tuning, the output directory, publishing.
-- :mod:`ragtrail.train.backend`: the fine-tuned model as an LLM backend.
+- :mod:`ragtrail.train.backend`: the fine-tuned model as an LLM backend; importing this package
+  registers it as the ``generator:`` spec kind of :func:`ragtrail.llm.load_llm_backend` (the LLM
+  layer never imports training code).
 
 The data helpers are imported eagerly (pure Python); the torch-based names are imported on first
 use, so ``import ragtrail.train`` stays cheap (e.g. at Airflow DAG-parse time).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ragtrail.llm.factory import register_llm_backend
 from ragtrail.train.data import (
     ANSWER_TOKEN,
     TrainingExample,
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
         finetune_generator,
         publish_generator,
     )
+
+register_llm_backend("generator", "ragtrail.train.backend:FineTunedGeneratorBackend")
 
 _LAZY = {
     "FineTunedGeneratorBackend": "ragtrail.train.backend",
