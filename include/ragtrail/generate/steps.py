@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -40,6 +39,7 @@ from ragtrail.generate.prompts import (
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
 from ragtrail.llm.prompts import Prompt
 from ragtrail.records import STATEMENT_KINDS, CandidateStatus, Context, QACandidate, sha256_text
+from ragtrail.text import content_words
 
 __all__ = [
     "DERIVED_KINDS",
@@ -427,21 +427,11 @@ def write_questions(
 
 # --------------------------------------------------------------------------- unanswerable
 
-_STOPWORD_TEXT = """
-a an the and or but if of to in on at by for with from as is are was were be been being it its
-this that these those what which who whom whose when where why how do does did can could should
-would will shall may might must i you we they he she our your their my me us not no there than
-then so such any all each per into about over under
-"""
-_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
-_TOKEN_RE = re.compile(r"[a-z0-9]+")
-
 
 def tokens(text: str) -> frozenset[str]:
-    """Lower-case word tokens without stop words and one-letter words (for overlap scoring)."""
-    return frozenset(
-        t for t in _TOKEN_RE.findall(text.lower()) if len(t) > 1 and t not in _STOPWORDS
-    )
+    """Content words of ``text`` for overlap scoring: :func:`ragtrail.text.content_words`
+    (folded, no stop words, no one-letter words)."""
+    return content_words(text, min_length=2)
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
