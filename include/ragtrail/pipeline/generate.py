@@ -48,6 +48,11 @@ from ragtrail.records import (
     CandidateStatus,
     Context,
     QACandidate,
+    QuestionLabel,
+    RejectKind,
+    StatementKind,
+    format_reject_reason,
+    reject_kind,
 )
 from ragtrail.runtime import Runtime
 from ragtrail.testset.dedup import find_duplicates
@@ -284,7 +289,11 @@ def _statement_candidates(
         "model": client.backend.model_id,
         "seed": plan.seed,
     }
-    wanted = {KIND_FOR_LABEL[lb]: 2 * n for lb, n in deficit.items() if lb != "unanswerable" and n}
+    wanted = {
+        KIND_FOR_LABEL[lb]: 2 * n
+        for lb, n in deficit.items()
+        if lb != QuestionLabel.UNANSWERABLE and n
+    }
     cands = make_candidates(
         sets, rng=_rng(plan, "statements", salt), kinds_wanted=wanted, generator_info=generator
     )
@@ -295,8 +304,8 @@ def _statement_candidates(
                 QACandidate(
                     candidate_id=f"facts-{s.context.chunk_hash[:18]}",
                     context=s.context,
-                    statement_kind="fact",
-                    requested_label="fact_single",
+                    statement_kind=StatementKind.FACT,
+                    requested_label=QuestionLabel.FACT_SINGLE,
                     status=CandidateStatus.FAILED,
                     failure_cause=f"facts_failed:{f.cause}",
                     raw_outputs=list(f.raw),
@@ -317,7 +326,12 @@ def _label_and_critique(rt: Runtime, plan: GenerationPlan, cands: list[QACandida
         if c.observed_label == c.requested_label:
             matched.append(c)
         else:
-            _reject([c], f"label_mismatch:{c.requested_label}->{c.observed_label}")
+            _reject(
+                [c],
+                format_reject_reason(
+                    RejectKind.LABEL_MISMATCH, f"{c.requested_label}->{c.observed_label}"
+                ),
+            )
     critique_candidates(client, matched, params)
     apply_thresholds(matched, rt.settings.generation.critique_thresholds)
 
@@ -360,15 +374,17 @@ def _dedup(
     for cand, dup in zip(fresh, dups[len(kept) :], strict=True):
         if dup is not None:
             where = "previous version" if dup.of_previous else "this set"
-            _reject([cand], f"duplicate_of:{where}#{dup.of_index}")
+            _reject(
+                [cand], format_reject_reason(RejectKind.DUPLICATE_OF, f"{where}#{dup.of_index}")
+            )
 
 
-FINALIZE_REJECTIONS = ("quota_full", "document_cap", "duplicate_of")
+FINALIZE_REJECTIONS = (RejectKind.QUOTA_FULL, RejectKind.DOCUMENT_CAP, RejectKind.DUPLICATE_OF)
 
 
 def _undo_finalize(cand: QACandidate) -> QACandidate:
     """A retried finalize starts from the shard results: its own earlier decisions are undone."""
-    reason = (cand.reject_reason or "").split(":")[0]
+    reason = reject_kind(cand.reject_reason)
     if cand.status == CandidateStatus.ACCEPTED or (
         cand.status == CandidateStatus.REJECTED and reason in FINALIZE_REJECTIONS
     ):
@@ -389,7 +405,7 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
     candidates = [
         _undo_finalize(c)
         for c in testsets.get_candidates(corpus, run_id=run_id)
-        if c.context.chunk_id in sharded_ids and c.statement_kind != "foreign"
+        if c.context.chunk_id in sharded_ids and c.statement_kind != StatementKind.FOREIGN
     ]
     contexts_used = _contexts_by_id(rt, plan, sharded)
     remaining = plan.pool[len(sharded) :]
@@ -417,7 +433,9 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
         _dedup(rt, selected, fresh, plan.previous_questions)
         quota = select(_pending(candidates))
         selected = list(quota.selected)
-        missing = plan.targets["unanswerable"] - quota.achieved.get("unanswerable", 0)
+        missing = plan.targets[QuestionLabel.UNANSWERABLE] - quota.achieved.get(
+            QuestionLabel.UNANSWERABLE, 0
+        )
         if missing > 0:
             # Questions that did not make the set (quota surplus, other labels) are asked of a
             # foreign context; the same question never appears twice in a version.
@@ -425,7 +443,9 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
             sources = [
                 c
                 for c in candidates
-                if c.question and c.statement_kind != "foreign" and c.candidate_id not in taken
+                if c.question
+                and c.statement_kind != StatementKind.FOREIGN
+                and c.candidate_id not in taken
             ]
             known = _ids(candidates)
             foreign = [
@@ -540,9 +560,11 @@ def funnel(candidates: Sequence[QACandidate]) -> list[dict[str, Any]]:
     parsed = [c for c in candidates if c.question]
     matched = [c for c in parsed if c.observed_label and c.observed_label == c.requested_label]
     passed = [
-        c for c in matched if not (_has_reason(c, "critique") or c.status == CandidateStatus.FAILED)
+        c
+        for c in matched
+        if not (_has_reason(c, RejectKind.CRITIQUE) or c.status == CandidateStatus.FAILED)
     ]
-    deduped = [c for c in passed if not _has_reason(c, "duplicate_of")]
+    deduped = [c for c in passed if not _has_reason(c, RejectKind.DUPLICATE_OF)]
     selected = [c for c in deduped if c.status == CandidateStatus.ACCEPTED]
     stages = {
         "candidates": candidates,

@@ -27,7 +27,7 @@ import great_expectations.expectations as gxe
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
-from ragtrail.records import DocFormat, QuarantineReason
+from ragtrail.records import DocFormat, QuarantineReason, QuestionLabel
 from ragtrail.text import text_key
 
 Severity = Literal["fail", "warn"]
@@ -374,7 +374,9 @@ def prepare_testset(items: pd.DataFrame, expected_critiques: Iterable[int]) -> p
     out["mentions_context"] = out["question"].str.contains(
         CONTEXT_REFERENCE, case=False, regex=True
     )
-    out["answer_ok"] = (out["label"] == "unanswerable") | (out["answer"].str.strip().str.len() > 0)
+    out["answer_ok"] = (out["label"] == QuestionLabel.UNANSWERABLE.value) | (
+        out["answer"].str.strip().str.len() > 0
+    )
 
     def rated(raw: str) -> int:
         scores = json.loads(raw) if isinstance(raw, str) else raw
