@@ -31,8 +31,11 @@ test: setup
 bench: setup
 	$(PY) -m benchmarks.run_all
 
+# lint-imports checks the layering contract in pyproject.toml ([tool.importlinter]) on this
+# checkout's sources (PYTHONPATH), whichever copy of ragtrail the venv has installed.
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	PYTHONPATH=include $(VENV)/bin/lint-imports
 
 format: setup
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .

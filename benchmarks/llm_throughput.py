@@ -62,11 +62,11 @@ def measure(
     from ragtrail.llm.backends.base import GenerationRequest
     from ragtrail.llm.backends.model_store import (
         BUILTIN_SMOLLM2,
-        COMPLETE_MARKER,
         SMOLLM2_DIRNAME,
         ensure_builtin_smollm2,
     )
     from ragtrail.llm.backends.transformers_local import TransformersBackend
+    from ragtrail.models.store import COMPLETE_MARKER
 
     out: dict[str, float] = {"torch_threads": float(torch.get_num_threads())}
     marker = cache_dir / SMOLLM2_DIRNAME / COMPLETE_MARKER
@@ -191,7 +191,7 @@ DEFAULTS = {"max_new_tokens": 48, "batch_size": 8, "repeats": 3}
 
 def run() -> str:
     """Benchmark with the default model cache and settings; return the Markdown section."""
-    from ragtrail.llm.backends.model_store import default_model_cache
+    from ragtrail.models.store import default_model_cache
 
     result = measure(default_model_cache(), **DEFAULTS)
     return to_markdown(result, **DEFAULTS)
@@ -207,7 +207,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=DEFAULTS["repeats"])
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = parser.parse_args()
-    from ragtrail.llm.backends.model_store import default_model_cache
+    from ragtrail.models.store import default_model_cache
 
     with tempfile.TemporaryDirectory(prefix="ragtrail-llm-bench-") as tmp:
         cache = Path(tmp) if args.fresh else (args.cache_dir or default_model_cache())

@@ -11,10 +11,20 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-LABELS: tuple[str, ...] = ("fact_single", "summary", "reasoning", "unanswerable")
-"""The question taxonomy (METHODS §1); order is the display order in every report."""
 
-ANSWERABLE_LABELS: tuple[str, ...] = LABELS[:3]
+class QuestionLabel(StrEnum):
+    """The question taxonomy (METHODS §1); declaration order is the display order of reports."""
+
+    FACT_SINGLE = "fact_single"
+    SUMMARY = "summary"
+    REASONING = "reasoning"
+    UNANSWERABLE = "unanswerable"
+
+
+LABELS: tuple[str, ...] = tuple(label.value for label in QuestionLabel)
+"""The label values in display order (plain strings, as stored and written to JSON)."""
+
+ANSWERABLE_LABELS: tuple[str, ...] = tuple(lb for lb in LABELS if lb != QuestionLabel.UNANSWERABLE)
 INCLUSIVE = "inclusive"
 DEFAULT_TEXT_WEIGHTS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
 """The text-weight scan of METHODS §5 (0 = dense only, 1 = BM25 only)."""
@@ -170,13 +180,65 @@ class QAItem:
     ground_chunk_ids: tuple[str, ...] = ()
 
 
+class StatementKind(StrEnum):
+    """What a candidate's question was written from (``QACandidate.statement_kind``)."""
+
+    FACT = "fact"
+    SUMMARY = "summary"
+    CONCLUSION = "conclusion"
+    FOREIGN = "foreign"  # a question about another chunk: unanswerable from this one
+    BASELINE = "baseline"  # the single-prompt baseline: no statement, no requested label
+
+
 STATEMENT_KINDS: dict[str, str] = {
-    "fact": "fact_single",
-    "summary": "summary",
-    "conclusion": "reasoning",
-    "foreign": "unanswerable",
+    StatementKind.FACT: QuestionLabel.FACT_SINGLE,
+    StatementKind.SUMMARY: QuestionLabel.SUMMARY,
+    StatementKind.CONCLUSION: QuestionLabel.REASONING,
+    StatementKind.FOREIGN: QuestionLabel.UNANSWERABLE,
 }
 """Statement kind -> the label a question written from it is requested to have (METHODS §2)."""
+
+
+class RejectKind(StrEnum):
+    """Why the funnel rejected a candidate. The stored ``reject_reason`` is the kind, optionally
+    followed by ``:`` and details (see :func:`format_reject_reason`)."""
+
+    LABEL_MISMATCH = "label_mismatch"  # detail: "<requested>-><observed>" (or none)
+    CRITIQUE = "critique"  # detail: "<critique>=<rating><<threshold>"
+    DUPLICATE_OF = "duplicate_of"  # detail: "<current|previous>#<index>"
+    QUOTA_FULL = "quota_full"
+    DOCUMENT_CAP = "document_cap"
+
+
+REJECT_DETAIL_SEPARATOR = ":"
+REJECT_REASONS_SEPARATOR = "; "
+"""Several reasons of one candidate (e.g. two failed critiques) are joined with this."""
+
+
+def format_reject_reason(kind: RejectKind, detail: str | None = None) -> str:
+    """The stored form of a reason: ``"kind"`` or ``"kind:detail"`` (a plain string)."""
+    kind = RejectKind(kind)
+    return f"{kind.value}{REJECT_DETAIL_SEPARATOR}{detail}" if detail else kind.value
+
+
+def parse_reject_reason(reason: str) -> tuple[RejectKind, str | None]:
+    """Inverse of :func:`format_reject_reason` for one reason (the first of a joined list).
+
+    Raises ValueError for a reason of no known kind.
+    """
+    first = reason.split(REJECT_REASONS_SEPARATOR, 1)[0]
+    kind, sep, detail = first.partition(REJECT_DETAIL_SEPARATOR)
+    return RejectKind(kind), (detail if sep else None)
+
+
+def reject_kind(reason: str | None) -> RejectKind | None:
+    """The kind of a stored reason; None when there is none or its kind is not known."""
+    if not reason:
+        return None
+    try:
+        return parse_reject_reason(reason)[0]
+    except ValueError:
+        return None
 
 
 class CandidateStatus(StrEnum):
@@ -214,7 +276,7 @@ class QACandidate:
 
     candidate_id: str
     context: Context
-    statement_kind: str  # fact | summary | conclusion | foreign | baseline
+    statement_kind: str  # a StatementKind
     requested_label: str
     theme: str = ""
     statement: str = ""

@@ -118,6 +118,7 @@ class Runtime:
         )
 
     def _load_llm_backend(self, spec: str) -> LLMBackend:
+        import ragtrail.train  # noqa: F401  (registers the ``generator:`` LLM spec kind)
         from ragtrail.llm import load_llm_backend
 
         self.limit_torch_threads()

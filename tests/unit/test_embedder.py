@@ -20,8 +20,8 @@ from ragtrail.embed.embedder import (
     ModelLoadError,
     SentenceTransformerEmbedder,
     load_embedder,
-    parse_s3_uri,
 )
+from ragtrail.models.store import COMPLETE_MARKER
 from ragtrail.records import sha256_text
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -179,13 +179,6 @@ def test_bad_references_raise_model_load_error(ref: str) -> None:
         SentenceTransformerEmbedder(ref)
 
 
-def test_parse_s3_uri() -> None:
-    assert parse_s3_uri("s3://models/minilm/v1/") == ("models", "minilm/v1")
-    assert parse_s3_uri("s3://models") == ("models", "")
-    with pytest.raises(ModelLoadError):
-        parse_s3_uri("https://example.com/x")
-
-
 def test_load_embedder_uses_settings(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path, embedding_batch_size=16)
     embedder = load_embedder(settings)
@@ -226,8 +219,8 @@ def test_model_downloaded_from_s3_matches_builtin(
     np.testing.assert_allclose(remote.encode(TEXTS[:3]), minilm.encode(TEXTS[:3]), atol=1e-5)
 
     # second load: listing unchanged -> no download (marker untouched)
-    [copy] = list(cache.glob("s3-*"))
-    marker = copy / ".ragtrail-download.json"
+    [copy] = list(cache.glob(f"s3/{bucket}/minilm__v1-*"))
+    marker = copy / COMPLETE_MARKER
     stamp = marker.stat().st_mtime_ns
     SentenceTransformerEmbedder(uri, cache_dir=cache, s3_endpoint_url=endpoint)
     assert marker.stat().st_mtime_ns == stamp

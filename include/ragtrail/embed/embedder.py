@@ -7,19 +7,17 @@ metadata store) so that re-ingesting unchanged chunks costs zero model calls.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-from urllib.parse import urlparse
 
 import numpy as np
 
+from ragtrail.models.store import ModelFetchError, mirror_s3_prefix
 from ragtrail.records import sha256_text
+from ragtrail.storage.s3uri import is_s3_uri
 
 if TYPE_CHECKING:
     from ragtrail.config import Settings
@@ -30,11 +28,8 @@ BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS: dict[str, str] = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
 """Builtin model name -> the stable model id it is recorded under (same as its HF hub id)."""
 
-_S3_COMPLETE_MARKER = ".ragtrail-download.json"
-
-
-class ModelLoadError(RuntimeError):
-    """The embedding model could not be resolved or loaded; the message says how to provide it."""
+ModelLoadError = ModelFetchError
+"""The embedding model could not be resolved or loaded (the model cache's one error type)."""
 
 
 @runtime_checkable
@@ -75,84 +70,8 @@ def _l2_normalise(vectors: np.ndarray) -> np.ndarray:
     return out / np.where(norms > 0, norms, 1.0).astype(np.float32)
 
 
-def _default_cache_root() -> Path:
-    """Where downloaded models are cached when no directory is given."""
-    env = os.environ.get("RAGTRAIL_MODEL_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "ragtrail" / "models"
-
-
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """Split ``s3://bucket/prefix`` into (bucket, prefix without surrounding slashes)."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise ModelLoadError(f"not an s3:// URI: {uri!r}")
-    return parsed.netloc, parsed.path.strip("/")
-
-
-def download_s3_prefix(uri: str, cache_root: Path, *, endpoint_url: str | None = None) -> Path:
-    """Mirror every object under an ``s3://bucket/prefix`` URI into a local directory.
-
-    The directory is keyed by the URI's hash and holds a manifest of (key, ETag, size); when the
-    listing still matches it, nothing is downloaded. If S3 is unreachable but a complete copy
-    exists, that copy is used (with a warning), so nightly runs survive a storage outage.
-    """
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    bucket, prefix = parse_s3_uri(uri)
-    target = cache_root / f"s3-{sha256_text(uri)[:20]}"
-    marker = target / _S3_COMPLETE_MARKER
-    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
-    client = boto3.client("s3", endpoint_url=endpoint)
-    key_prefix = f"{prefix}/" if prefix else ""
-    try:
-        listing = _list_objects(client, bucket, key_prefix)
-    except (BotoCoreError, ClientError) as exc:
-        if marker.is_file():
-            log.warning("S3 unreachable (%s); using the cached copy of %s in %s", exc, uri, target)
-            return target
-        raise ModelLoadError(
-            f"cannot list {uri} (endpoint {endpoint or 'AWS default'}): {exc}"
-        ) from exc
-    if not listing:
-        raise ModelLoadError(f"no objects under {uri}; upload the model directory's files there")
-    manifest = {key[len(key_prefix) :]: [etag, size] for key, etag, size in listing}
-    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == manifest:
-        return target
-
-    cache_root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".s3-download-", dir=cache_root))
-    try:
-        for rel in manifest:
-            dest = (staging / rel).resolve()
-            if not dest.is_relative_to(staging.resolve()) or not rel:
-                raise ModelLoadError(f"refusing unsafe object key under {uri}: {rel!r}")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            client.download_file(bucket, key_prefix + rel, str(dest))
-        (staging / _S3_COMPLETE_MARKER).write_text(json.dumps(manifest), encoding="utf-8")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    except (BotoCoreError, ClientError) as exc:
-        raise ModelLoadError(f"download of {uri} failed: {exc}") from exc
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
-
-
-def _list_objects(client: Any, bucket: str, key_prefix: str) -> list[tuple[str, str, int]]:
-    """All (key, etag, size) under a prefix, skipping "directory" placeholder keys."""
-    out: list[tuple[str, str, int]] = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix):
-        for obj in page.get("Contents", []):
-            if not obj["Key"].endswith("/"):
-                out.append((obj["Key"], obj.get("ETag", ""), int(obj.get("Size", 0))))
-    return sorted(out)
 
 
 def resolve_model_ref(
@@ -160,7 +79,8 @@ def resolve_model_ref(
 ) -> tuple[str, str]:
     """Map a model reference to (what to pass to SentenceTransformer, stable model id).
 
-    Order: ``builtin:NAME``; an existing local directory; ``s3://`` (downloaded and cached);
+    Order: ``builtin:NAME``; an existing local directory; ``s3://`` (mirrored into the model
+    cache, :func:`ragtrail.models.store.mirror_s3_prefix`);
     anything else is a Hugging Face hub id, loaded by sentence-transformers itself.
     """
     if model_ref.startswith(BUILTIN_PREFIX):
@@ -182,9 +102,9 @@ def resolve_model_ref(
         raise ModelLoadError(
             _load_error_message(model_ref, FileNotFoundError(f"no such directory: {local}"))
         )
-    if model_ref.startswith("s3://"):
-        root = cache_dir or _default_cache_root()
-        return str(download_s3_prefix(model_ref, root, endpoint_url=s3_endpoint_url)), model_ref
+    if is_s3_uri(model_ref):
+        mirrored = mirror_s3_prefix(model_ref, cache_dir, endpoint_url=s3_endpoint_url)
+        return str(mirrored.path), model_ref
     return model_ref, model_ref
 
 

@@ -19,135 +19,41 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any, ClassVar, Generic, TypeVar
 
-from ragtrail.jsonsafe import UNDEFINED_KEY, check_finite, finite_or_undefined
+from ragtrail.evaluation_records import (
+    FACET_DECIMALS,
+    Aggregate,
+    EvaluationResult,
+    Facets,
+    FacetValue,
+    QueryValue,
+    canonical_facets,
+    facet_key,
+    parse_facet_key,
+)
+from ragtrail.jsonsafe import check_finite
 
-FacetValue = str | int | float | bool | None
-Facets = Mapping[str, FacetValue]
-FACET_DECIMALS = 6
-"""Float facets (text weights) are rounded so that 0.1 and 0.1000000001 are the same facet."""
+__all__ = [
+    "EVALUATORS",
+    "FACET_DECIMALS",
+    "Aggregate",
+    "BaseEvaluator",
+    "EvaluationResult",
+    "EvaluatorRegistry",
+    "FacetValue",
+    "Facets",
+    "QueryValue",
+    "canonical_facets",
+    "facet_key",
+    "parse_facet_key",
+    "register_evaluator",
+]
 
 ConfigT = TypeVar("ConfigT")
 InputsT = TypeVar("InputsT")
-
-
-def canonical_facets(facets: Facets) -> dict[str, FacetValue]:
-    """Facets with sorted keys and rounded floats; refuses nested values and non-finite floats."""
-    out: dict[str, FacetValue] = {}
-    for key in sorted(facets):
-        value = facets[key]
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"facet names must be non-empty strings, got {key!r}")
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise ValueError(f"facet {key!r} is not finite: {value!r}")
-            value = round(value, FACET_DECIMALS) + 0.0  # + 0.0 turns -0.0 into 0.0
-        elif value is not None and not isinstance(value, str | int | bool):
-            raise ValueError(f"facet {key!r} must be a scalar, got {type(value).__name__}")
-        out[key] = value
-    return out
-
-
-def facet_key(facets: Facets) -> str:
-    """Canonical JSON of ``facets``: the same facets always give the same string."""
-    return json.dumps(canonical_facets(facets), sort_keys=True, separators=(",", ":"))
-
-
-def parse_facet_key(key: str) -> dict[str, FacetValue]:
-    """Inverse of :func:`facet_key`."""
-    value = json.loads(key)
-    if not isinstance(value, dict):
-        raise ValueError(f"not a facet key: {key!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class QueryValue:
-    """One metric value of one query under one facet set (long format)."""
-
-    qid: str
-    facets: Mapping[str, FacetValue]
-    metric: str
-    value: float | None
-    undefined_reason: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.value is None and not self.undefined_reason:
-            raise ValueError(f"query {self.qid!r} {self.metric}: a missing value needs a reason")
-        if self.value is not None and not math.isfinite(self.value):
-            raise ValueError(f"query {self.qid!r} {self.metric}: non-finite value {self.value!r}")
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    """A metric aggregated over the queries of one facet set, with its confidence interval."""
-
-    metric: str
-    facets: Mapping[str, FacetValue]
-    value: float | None
-    ci_low: float | None
-    ci_high: float | None
-    n: int
-    undefined: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for name in ("value", "ci_low", "ci_high"):
-            number = getattr(self, name)
-            if number is None and name not in self.undefined:
-                raise ValueError(f"{self.metric} {dict(self.facets)}: {name} is None, no reason")
-            if number is not None and not math.isfinite(number):
-                raise ValueError(f"{self.metric} {dict(self.facets)}: {name} is not finite")
-
-    @classmethod
-    def of(
-        cls,
-        metric: str,
-        facets: Facets,
-        *,
-        value: float | None,
-        ci_low: float | None,
-        ci_high: float | None,
-        n: int,
-        reasons: Mapping[str, str],
-    ) -> Aggregate:
-        """Build one, turning NaN/None numbers into None with ``reasons[field]``."""
-        record: dict[str, Any] = {}
-        for name, number in (("value", value), ("ci_low", ci_low), ("ci_high", ci_high)):
-            finite_or_undefined(record, name, number, reasons.get(name, "not computed"))
-        return cls(
-            metric=metric,
-            facets=canonical_facets(facets),
-            value=record["value"],
-            ci_low=record["ci_low"],
-            ci_high=record["ci_high"],
-            n=n,
-            undefined=dict(record.get(UNDEFINED_KEY, {})),
-        )
-
-    @property
-    def facet_key(self) -> str:
-        return facet_key(self.facets)
-
-
-@dataclass(frozen=True)
-class EvaluationResult:
-    """What an evaluator hands back: per-query values and aggregates, both faceted."""
-
-    evaluator: str
-    config: Mapping[str, Any]
-    primary_metric: str
-    greater_is_better: bool
-    queries: tuple[QueryValue, ...]
-    aggregates: tuple[Aggregate, ...]
-
-    def metrics(self) -> list[str]:
-        """Metric ids in first-seen order."""
-        return list(dict.fromkeys(a.metric for a in self.aggregates))
 
 
 class BaseEvaluator(ABC, Generic[ConfigT, InputsT]):

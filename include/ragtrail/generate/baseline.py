@@ -14,7 +14,7 @@ from typing import Any
 from ragtrail.generate.prompts import SINGLE_SHOT_QA, BaselineInput
 from ragtrail.generate.steps import candidate_id, failure_from_outcome, params_for
 from ragtrail.llm.client import GenerationParams, LLMClient
-from ragtrail.records import CandidateStatus, Context, QACandidate
+from ragtrail.records import CandidateStatus, Context, QACandidate, StatementKind
 
 __all__ = ["BASELINE_STAGE", "single_prompt_baseline"]
 
@@ -48,9 +48,9 @@ def single_prompt_baseline(
     candidates: list[QACandidate] = []
     for ctx, out in zip(contexts, outs, strict=True):
         cand = QACandidate(
-            candidate_id=candidate_id(ctx.chunk_hash, "baseline", "", versions),
+            candidate_id=candidate_id(ctx.chunk_hash, StatementKind.BASELINE, "", versions),
             context=ctx,
-            statement_kind="baseline",
+            statement_kind=StatementKind.BASELINE,
             requested_label="",
             raw_outputs=list(out.raw_texts),
             generator={**(generator_info or {}), "prompts": versions},

@@ -23,7 +23,14 @@ from ragtrail.generate.prompts import CRITIQUE_NAMES, CRITIQUE_PROMPTS, Critique
 from ragtrail.generate.steps import failure_from_outcome, params_for
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.prompts import Prompt
-from ragtrail.records import CandidateStatus, QACandidate
+from ragtrail.records import (
+    REJECT_REASONS_SEPARATOR,
+    CandidateStatus,
+    QACandidate,
+    QuestionLabel,
+    RejectKind,
+    format_reject_reason,
+)
 
 __all__ = [
     "ALL",
@@ -81,7 +88,7 @@ def _field(candidate: QACandidate, name: str) -> str:
     return candidate.context.text if name == "context" else str(getattr(candidate, name))
 
 
-_NOT_GROUNDED = frozenset({"unanswerable"})
+_NOT_GROUNDED = frozenset({QuestionLabel.UNANSWERABLE})
 
 CRITERIA: dict[str, Criterion] = {
     "q_to_c_groundedness": Criterion(
@@ -89,7 +96,7 @@ CRITERIA: dict[str, Criterion] = {
         CRITIQUE_PROMPTS["q_to_c_groundedness"],
         ("context", "question"),
         # Summary and reasoning questions legitimately rate lower here (METHODS §3).
-        label_thresholds={"summary": 2, "reasoning": 2},
+        label_thresholds={QuestionLabel.SUMMARY: 2, QuestionLabel.REASONING: 2},
         skip_labels=_NOT_GROUNDED,
     ),
     "a_to_c_groundedness": Criterion(
@@ -242,10 +249,10 @@ def apply_thresholds(
                 continue
             limit = threshold_for(name, label, overrides)
             if rating < limit:
-                below.append(f"critique:{name}={rating}<{limit}")
+                below.append(format_reject_reason(RejectKind.CRITIQUE, f"{name}={rating}<{limit}"))
         if failed:
             cand.status = CandidateStatus.FAILED
             cand.failure_cause = "critique_failed:" + ",".join(failed)
         elif below:
             cand.status = CandidateStatus.REJECTED
-            cand.reject_reason = "; ".join(below)
+            cand.reject_reason = REJECT_REASONS_SEPARATOR.join(below)

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator
 
 from ragtrail.llm.prompts import PROMPTS, Prompt, PromptRegistry
+from ragtrail.text import text_key
 
 __all__ = [
     "CRITIQUE_NAMES",
@@ -218,8 +219,9 @@ def strip_bullet(text: str) -> str:
 
 
 def statement_key(text: str) -> str:
-    """Comparison key of a statement: its lower-case words, so case and punctuation don't count."""
-    return " ".join(re.findall(r"\w+", text.lower()))
+    """Comparison key of a statement: :func:`ragtrail.text.text_key` (case, punctuation and
+    spacing don't count), the same key test-set dedup gives questions."""
+    return text_key(text)
 
 
 _EXAMPLE_KEYS = frozenset(

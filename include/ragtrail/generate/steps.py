@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,7 +38,15 @@ from ragtrail.generate.prompts import (
 )
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
 from ragtrail.llm.prompts import Prompt
-from ragtrail.records import STATEMENT_KINDS, CandidateStatus, Context, QACandidate, sha256_text
+from ragtrail.records import (
+    STATEMENT_KINDS,
+    CandidateStatus,
+    Context,
+    QACandidate,
+    StatementKind,
+    sha256_text,
+)
+from ragtrail.text import content_words
 
 __all__ = [
     "DERIVED_KINDS",
@@ -70,10 +77,17 @@ STAGES: dict[str, str] = {
 }
 """Prompt name -> usage-accounting stage name."""
 
-GENERATED_KINDS: tuple[str, ...] = ("fact", "summary", "conclusion")
+GENERATED_KINDS: tuple[str, ...] = (
+    StatementKind.FACT,
+    StatementKind.SUMMARY,
+    StatementKind.CONCLUSION,
+)
 """Statement kinds extracted from a context, in the (fixed) order candidates are drawn."""
 
-DERIVED_KINDS: dict[str, str] = {"summary": "summaries", "conclusion": "conclusions"}
+DERIVED_KINDS: dict[str, str] = {
+    StatementKind.SUMMARY: "summaries",
+    StatementKind.CONCLUSION: "conclusions",
+}
 """Derived statement kind -> the prompt that writes it."""
 
 MIN_FACTS_FOR_DERIVED = 2
@@ -82,7 +96,11 @@ MIN_FACTS_FOR_DERIVED = 2
 UNANSWERABLE_POOL = 5
 """Foreign contexts are drawn among this many with the highest lexical overlap."""
 
-MIN_SUPPORT: dict[str, float] = {"fact": 0.5, "summary": 0.5, "conclusion": 0.3}
+MIN_SUPPORT: dict[str, float] = {
+    StatementKind.FACT: 0.5,
+    StatementKind.SUMMARY: 0.5,
+    StatementKind.CONCLUSION: 0.3,
+}
 """Least share of a statement's content words that must occur in its context, per kind.
 
 A cheap grounding check before any question is written: a small model drifts into its worked
@@ -129,7 +147,11 @@ class StatementSet:
 
     def statements(self, kind: str) -> list[str]:
         """The statements of one kind: ``fact``, ``summary`` or ``conclusion``."""
-        by_kind = {"fact": self.facts, "summary": self.summaries, "conclusion": self.conclusions}
+        by_kind = {
+            StatementKind.FACT: self.facts,
+            StatementKind.SUMMARY: self.summaries,
+            StatementKind.CONCLUSION: self.conclusions,
+        }
         try:
             return by_kind[kind]
         except KeyError:
@@ -249,7 +271,9 @@ def extract_statements(
     for sset, out in zip(sets, fact_outs, strict=True):
         if out.ok and out.value is not None:
             sset.theme = out.value.theme
-            sset.facts = _grounded(sset, "fact", clean_statements(out.value.statements), support)
+            sset.facts = _grounded(
+                sset, StatementKind.FACT, clean_statements(out.value.statements), support
+            )
             if not sset.facts:
                 sset.failures["facts"] = PromptFailure(
                     cause="ungrounded",
@@ -264,8 +288,8 @@ def extract_statements(
         DerivedInput(context=s.context.text, theme=s.theme, facts=list(s.facts)) for s in eligible
     ]
     for prompt, attr, kind in (
-        (SUMMARIES, "summaries", "summary"),
-        (CONCLUSIONS, "conclusions", "conclusion"),
+        (SUMMARIES, "summaries", StatementKind.SUMMARY),
+        (CONCLUSIONS, "conclusions", StatementKind.CONCLUSION),
     ):
         if not eligible:
             break
@@ -291,7 +315,7 @@ def prompt_chain(kind: str, facts_prompt: Prompt[Any, Any] = FACTS) -> dict[str,
     """``{prompt name: version}`` of the prompts a candidate of this statement kind went through."""
     chain: list[Prompt[Any, Any]] = [facts_prompt]
     if kind in DERIVED_KINDS:
-        chain.append(SUMMARIES if kind == "summary" else CONCLUSIONS)
+        chain.append(SUMMARIES if kind == StatementKind.SUMMARY else CONCLUSIONS)
     chain.append(QUESTION)
     return {p.name: p.version for p in chain}
 
@@ -427,21 +451,11 @@ def write_questions(
 
 # --------------------------------------------------------------------------- unanswerable
 
-_STOPWORD_TEXT = """
-a an the and or but if of to in on at by for with from as is are was were be been being it its
-this that these those what which who whom whose when where why how do does did can could should
-would will shall may might must i you we they he she our your their my me us not no there than
-then so such any all each per into about over under
-"""
-_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
-_TOKEN_RE = re.compile(r"[a-z0-9]+")
-
 
 def tokens(text: str) -> frozenset[str]:
-    """Lower-case word tokens without stop words and one-letter words (for overlap scoring)."""
-    return frozenset(
-        t for t in _TOKEN_RE.findall(text.lower()) if len(t) > 1 and t not in _STOPWORDS
-    )
+    """Content words of ``text`` for overlap scoring: :func:`ragtrail.text.content_words`
+    (folded, no stop words, no one-letter words)."""
+    return content_words(text, min_length=2)
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -504,14 +518,14 @@ def make_unanswerable(
             QACandidate(
                 candidate_id=candidate_id(
                     target.chunk_hash,
-                    "foreign",
+                    StatementKind.FOREIGN,
                     src.question,
                     versions,
                     source_chunk_hash=src.context.chunk_hash,
                 ),
                 context=target,
-                statement_kind="foreign",
-                requested_label=STATEMENT_KINDS["foreign"],
+                statement_kind=StatementKind.FOREIGN,
+                requested_label=STATEMENT_KINDS[StatementKind.FOREIGN],
                 theme=src.theme,
                 statement=src.statement,
                 question=src.question,

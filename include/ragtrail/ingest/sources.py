@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ragtrail.records import SourceFile
+from ragtrail.storage.s3uri import is_s3_uri, parse_s3_uri
 
 __all__ = ["SourceError", "iter_source", "read_source_file", "split_s3_uri"]
 
@@ -39,7 +40,7 @@ def iter_source(uri: str, *, s3_endpoint_url: str | None = None) -> Iterator[Sou
     when the source cannot be listed. A file that disappears or becomes unreadable between
     listing and reading is skipped with a warning rather than aborting the run.
     """
-    if uri.startswith("s3://"):
+    if is_s3_uri(uri):
         bucket, prefix = split_s3_uri(uri)
         client = _s3_client(s3_endpoint_url)
         keys = _list_s3_keys(client, bucket, prefix)
@@ -60,7 +61,7 @@ def read_source_file(
     parts = rel_path.split("/")
     if rel_path.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise SourceError(f"invalid relative path in source {uri}: {rel_path!r}")
-    if uri.startswith("s3://"):
+    if is_s3_uri(uri):
         bucket, prefix = split_s3_uri(uri)
         reader = _read_s3(_s3_client(s3_endpoint_url), bucket, prefix, [prefix + rel_path])
     else:
@@ -163,13 +164,11 @@ def _read_local(root: Path, rel_paths: list[str]) -> Iterator[SourceFile]:
 def split_s3_uri(uri: str) -> tuple[str, str]:
     """``s3://bucket/some/prefix`` -> ("bucket", "some/prefix/"); the prefix is "" or ends in "/"
     so that ``s3://b/docs`` does not also match ``docs-old/``."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise SourceError(f"not an s3://bucket[/prefix] URI: {uri}")
-    prefix = parsed.path.lstrip("/")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    return parsed.netloc, prefix
+    try:
+        parsed = parse_s3_uri(uri)
+    except ValueError as exc:
+        raise SourceError(f"not an s3://bucket[/prefix] URI: {uri}") from exc
+    return parsed.bucket, parsed.key_prefix
 
 
 def _s3_client(endpoint_url: str | None) -> Any:

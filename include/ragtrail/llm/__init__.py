@@ -13,7 +13,7 @@ Importing this package does not import torch; the transformers backend loads it 
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult, LLMBackend
 from ragtrail.llm.cache import MemoryLLMCache, SqlLLMCache, cache_key
 from ragtrail.llm.client import CallOutcome, FailureCause, GenerationParams, LLMClient
-from ragtrail.llm.factory import load_llm_backend
+from ragtrail.llm.factory import load_llm_backend, register_llm_backend
 from ragtrail.llm.prompts import PROMPTS, DuplicatePromptError, Prompt, PromptRegistry
 from ragtrail.llm.structured import ParseOutcome, parse_output
 from ragtrail.llm.usage import Price, UsageMeter
@@ -38,4 +38,5 @@ __all__ = [
     "cache_key",
     "load_llm_backend",
     "parse_output",
+    "register_llm_backend",
 ]

@@ -8,73 +8,121 @@
                                    ``RAGTRAIL_LLM_API_KEY`` unless ``api_key=`` is passed
 ``vllm:<model>``                   in-process vLLM (optional extra, CUDA only)
 ``generator:<dir or s3:// URI>``   a LoRA-tuned small generator saved by
-                                   :func:`ragtrail.train.generator.finetune_generator`
+                                   :func:`ragtrail.train.generator.finetune_generator`;
+                                   registered by :mod:`ragtrail.train` when it is imported
 ``scripted:<module>:<callable>``   a TEST DOUBLE, not a model: ``callable()`` returns a backend
                                    (e.g. a :class:`ragtrail.llm.testing.ScriptedBackend`), so
                                    tests can select scripted replies through the environment
                                    in processes they do not control (Airflow workers)
 =================================  ===========================================================
 
-Backends are imported only when asked for, so e.g. an HTTP-only deployment never imports torch.
-Keyword arguments are passed to the backend's constructor.
+Spec kinds live in a registry (kind -> loader). Packages above the LLM layer add their own kinds
+with :func:`register_llm_backend` instead of this module importing them, so ``ragtrail.llm``
+depends on nothing above it. A loader may be registered as a ``"module:attribute"`` string,
+imported on first use: backends are imported only when asked for, so e.g. an HTTP-only
+deployment never imports torch. Keyword arguments are passed to the backend's constructor.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from ragtrail.llm.backends.base import LLMBackend
 from ragtrail.llm.backends.model_store import BUILTIN_SMOLLM2
 
+BackendLoader = Callable[..., LLMBackend]
+"""``loader(rest_of_spec, **kwargs) -> backend``; a backend class is such a loader."""
+
 _URL_MARK = ("@http://", "@https://")
+
+
+class DuplicateBackendError(ValueError):
+    """A spec kind is already registered with a different loader."""
+
+
+def _openai(rest: str, **kwargs: Any) -> LLMBackend:
+    from ragtrail.llm.backends.openai_compat import OpenAICompatBackend
+
+    model, base_url = _split_model_url(rest)
+    if base_url:
+        kwargs["base_url"] = base_url
+    return OpenAICompatBackend.from_env(model, **kwargs)
+
+
+def _scripted(rest: str, **_kwargs: Any) -> LLMBackend:
+    """``scripted:<module>:<callable>``: a test double built by ``callable()``."""
+    module, _, attr = rest.partition(":")
+    if not module or not attr:
+        raise ValueError(f"scripted spec {rest!r} must look like '<module>:<callable>'")
+    backend: LLMBackend = getattr(importlib.import_module(module), attr)()
+    return backend
+
+
+_LOADERS: dict[str, BackendLoader | str] = {
+    "hf": "ragtrail.llm.backends.transformers_local:TransformersBackend",
+    "openai": _openai,
+    "vllm": "ragtrail.llm.backends.vllm_inprocess:VLLMBackend",
+    "scripted": _scripted,
+}
+
+
+def register_llm_backend(kind: str, loader: BackendLoader | str) -> None:
+    """Make ``kind:<rest>`` specs load through ``loader`` (a callable or ``"module:attr"``).
+
+    Registering the same loader again is a no-op (modules may be re-imported); a different
+    loader for a known kind raises :class:`DuplicateBackendError` rather than silently
+    replacing it.
+    """
+    if not kind or not kind.isidentifier() or kind == "builtin":
+        raise ValueError(f"invalid LLM backend kind {kind!r}")
+    if isinstance(loader, str) and not _is_reference(loader):
+        raise ValueError(f"loader reference must look like 'package.module:attr', got {loader!r}")
+    known = _LOADERS.get(kind)
+    if known is not None and known != loader:
+        raise DuplicateBackendError(f"LLM backend kind {kind!r} is already registered: {known!r}")
+    _LOADERS[kind] = loader
+
+
+def registered_llm_backends() -> tuple[str, ...]:
+    """The spec kinds :func:`load_llm_backend` accepts now (besides ``builtin:``), sorted."""
+    return tuple(sorted(_LOADERS))
 
 
 def load_llm_backend(spec: str, **kwargs: Any) -> LLMBackend:
     """Return the backend named by ``spec`` (see module docstring)."""
     spec = spec.strip()
     if spec.startswith("builtin:"):
-        from ragtrail.llm.backends.transformers_local import TransformersBackend
-
         if spec != BUILTIN_SMOLLM2:
             raise ValueError(f"unknown builtin model {spec!r}; known: {BUILTIN_SMOLLM2}")
-        return TransformersBackend(spec, **kwargs)
+        return _resolve_loader(_LOADERS["hf"])(spec, **kwargs)
     kind, sep, rest = spec.partition(":")
     if not sep or not rest:
-        raise ValueError(f"LLM spec {spec!r} must look like 'kind:model' ({_KINDS})")
-    if kind == "hf":
-        from ragtrail.llm.backends.transformers_local import TransformersBackend
-
-        return TransformersBackend(rest, **kwargs)
-    if kind == "openai":
-        from ragtrail.llm.backends.openai_compat import OpenAICompatBackend
-
-        model, base_url = _split_model_url(rest)
-        if base_url:
-            kwargs["base_url"] = base_url
-        return OpenAICompatBackend.from_env(model, **kwargs)
-    if kind == "generator":
-        from ragtrail.train.backend import FineTunedGeneratorBackend
-
-        return FineTunedGeneratorBackend(rest, **kwargs)
-    if kind == "scripted":
-        module, _, attr = rest.partition(":")
-        if not module or not attr:
-            raise ValueError(
-                f"scripted spec {spec!r} must look like 'scripted:<module>:<callable>'"
-            )
-        return importlib.import_module(module).__dict__[attr]()
-    if kind == "vllm":
-        from ragtrail.llm.backends.vllm_inprocess import VLLMBackend
-
-        return VLLMBackend(rest, **kwargs)
-    raise ValueError(f"unknown LLM backend kind {kind!r} in {spec!r} ({_KINDS})")
+        raise ValueError(f"LLM spec {spec!r} must look like 'kind:model' ({_kinds()})")
+    loader = _LOADERS.get(kind)
+    if loader is None:
+        raise ValueError(f"unknown LLM backend kind {kind!r} in {spec!r} ({_kinds()})")
+    return _resolve_loader(loader)(rest, **kwargs)
 
 
-_KINDS = (
-    "builtin:smollm2-135m-instruct, hf:<model>, openai:<model>[@<base_url>], vllm:<model>, "
-    "generator:<dir>, scripted:<module>:<callable> (tests)"
-)
+def _resolve_loader(loader: BackendLoader | str) -> BackendLoader:
+    if not isinstance(loader, str):
+        return loader
+    module, _, attr = loader.partition(":")
+    resolved: BackendLoader = getattr(importlib.import_module(module), attr)
+    return resolved
+
+
+def _is_reference(text: str) -> bool:
+    module, sep, attr = text.partition(":")
+    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and attr.isidentifier()
+
+
+def _kinds() -> str:
+    kinds = ", ".join(f"{k}:<model>" for k in registered_llm_backends())
+    hint = "" if "generator" in _LOADERS else "; 'generator:' needs `import ragtrail.train`"
+    return f"{BUILTIN_SMOLLM2}, {kinds}{hint}"
 
 
 def _split_model_url(rest: str) -> tuple[str, str | None]:

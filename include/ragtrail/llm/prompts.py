@@ -30,20 +30,14 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from ragtrail.llm.backends.base import Message
+from ragtrail.text import content_words, word_tokens
 
 InT = TypeVar("InT", bound=BaseModel)
 OutT = TypeVar("OutT", bound=BaseModel)
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,127}$")
-_WORD_RE = re.compile(r"[A-Za-z][A-Za-z'-]+")
-_FUNCTION_WORD_TEXT = """
-a an the and or but if of to in on at by for with from as is are was were be been it its
-this that these those what which who whom whose when where why how do does did can could
-should would will may might must not no yes there than then so such any all each per into
-about over under you your we our they their he she his her i me my us them one two three
-"""
-_FUNCTION_WORDS = frozenset(_FUNCTION_WORD_TEXT.split())
-"""Words never treated as an example's subject (a reply may always use them)."""
+MIN_BANNED_WORD_LENGTH = 3
+"""Shorter example words are never banned (too likely to be part of any reply)."""
 DOCUMENT_TAG = "document"
 
 DATA_RULES = (
@@ -153,14 +147,15 @@ class Prompt(Generic[InT, OutT]):
         """Content words of :meth:`example_texts` that ``inp`` never uses, sorted.
 
         They belong to the worked example's subject ("Elm Street Library"), so a reply about
-        ``inp`` has no reason to use them; backends that can ban words while decoding do.
+        ``inp`` has no reason to use them; backends that can ban words while decoding do. Words
+        are those of :mod:`ragtrail.text` (stop words are never banned).
         """
-        present = {w.lower() for w in _WORD_RE.findall(self.render_input(inp))}
+        present = set(word_tokens(self.render_input(inp)))
         words = {
-            w.lower()
+            w
             for text in self.example_texts()
-            for w in _WORD_RE.findall(text)
-            if len(w) >= 3 and w.lower() not in _FUNCTION_WORDS
+            for w in content_words(text, min_length=MIN_BANNED_WORD_LENGTH)
+            if w.isalpha()  # words, not numbers: a reply may need the same figure
         }
         return tuple(sorted(words - present))
 

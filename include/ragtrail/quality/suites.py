@@ -27,7 +27,8 @@ import great_expectations.expectations as gxe
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
-from ragtrail.records import DocFormat, QuarantineReason
+from ragtrail.records import DocFormat, QuarantineReason, QuestionLabel
+from ragtrail.text import text_key
 
 Severity = Literal["fail", "warn"]
 FAIL: Final = "fail"
@@ -358,15 +359,11 @@ CONTEXT_REFERENCE = (
 """Questions that lean on an unseen context cannot be asked of a search system."""
 
 
-def _question_key(question: str) -> str:
-    return " ".join("".join(ch for ch in question.lower() if ch.isalnum() or ch.isspace()).split())
-
-
 def prepare_testset(items: pd.DataFrame, expected_critiques: Iterable[int]) -> pd.DataFrame:
     """Add the derived columns the test-set suite checks.
 
-    ``question_key`` (normalised question, must be unique), ``mentions_context``,
-    ``answer_ok`` (answerable labels need a non-empty answer), ``critiques_complete`` (every
+    ``question_key`` (:func:`ragtrail.text.text_key`, the key dedup uses; must be unique),
+    ``mentions_context``, ``answer_ok`` (answerable labels need a non-empty answer), ``critiques_complete`` (every
     critique that applies to the item — row-aligned ``expected_critiques`` — has a rating) and flat
     lineage columns from the ground ids.
     """
@@ -375,11 +372,13 @@ def prepare_testset(items: pd.DataFrame, expected_critiques: Iterable[int]) -> p
     out = items.copy()
     out["doc_id"] = out["ground_doc_ids"].map(lambda ids: ids[0] if len(ids) else None)
     out["chunk_id"] = out["ground_chunk_ids"].map(lambda ids: ids[0] if len(ids) else None)
-    out["question_key"] = out["question"].map(_question_key)
+    out["question_key"] = out["question"].map(text_key)
     out["mentions_context"] = out["question"].str.contains(
         CONTEXT_REFERENCE, case=False, regex=True
     )
-    out["answer_ok"] = (out["label"] == "unanswerable") | (out["answer"].str.strip().str.len() > 0)
+    out["answer_ok"] = (out["label"] == QuestionLabel.UNANSWERABLE.value) | (
+        out["answer"].str.strip().str.len() > 0
+    )
 
     def rated(raw: str) -> int:
         scores = json.loads(raw) if isinstance(raw, str) else raw

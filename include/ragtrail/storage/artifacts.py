@@ -17,6 +17,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
+from ragtrail.storage.s3uri import is_s3_uri, parse_s3_uri
+
 DEFAULT_MULTIPART_THRESHOLD = 8 * 1024 * 1024
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
 _TMP_PREFIX = ".ragtrail-tmp-"
@@ -295,9 +297,10 @@ def _is_not_found(exc: Any) -> bool:
 
 def open_artifact_store(uri: str, *, s3_endpoint_url: str | None = None) -> ArtifactStore:
     """The artifact store for ``uri``: ``s3://bucket/prefix``, ``file:///path`` or a local path."""
+    if is_s3_uri(uri):
+        bucket, prefix = parse_s3_uri(uri)
+        return S3ArtifactStore(bucket, prefix, endpoint_url=s3_endpoint_url)
     parsed = urlparse(uri)
-    if parsed.scheme == "s3":
-        return S3ArtifactStore(parsed.netloc, parsed.path.strip("/"), endpoint_url=s3_endpoint_url)
     if parsed.scheme == "file":
         return LocalArtifactStore(unquote(parsed.path))
     if parsed.scheme and len(parsed.scheme) > 1:  # one letter: a Windows drive, i.e. a path

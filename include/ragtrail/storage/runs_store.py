@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, and_, delete, func, select, update
 from sqlalchemy.engine import URL, RowMapping
 
-from ragtrail.evaluate.contract import (
+from ragtrail.evaluation_records import (
     EvaluationResult,
     FacetValue,
     QueryValue,

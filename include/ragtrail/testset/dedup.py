@@ -16,8 +16,6 @@ matrix product per block of questions: fine for a few thousand questions.
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from array import array
 from collections import defaultdict
 from collections.abc import Sequence
@@ -25,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_NON_WORD = re.compile(r"[\W_]+")
+from ragtrail.text import text_key
+
 COSINE_BLOCK = 256
 """Queries whose cosines are computed in one matrix product."""
 
@@ -50,9 +49,9 @@ class _Features:
 
 
 def normalize_question(text: str) -> str:
-    """NFKC, casefold, punctuation (and underscores) to spaces, whitespace collapsed."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return " ".join(_NON_WORD.sub(" ", folded).split())
+    """NFKC, casefold, punctuation (and underscores) to spaces, whitespace collapsed: the
+    shared :func:`ragtrail.text.text_key` (the GX uniqueness check keys questions the same way)."""
+    return text_key(text)
 
 
 def word_ngrams(normalized: str, n: int) -> frozenset[tuple[str, ...]]:

@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragtrail.records import LABELS, QACandidate
+from ragtrail.records import LABELS, QACandidate, RejectKind, format_reject_reason
 
-QUOTA_FULL = "quota_full"
-DOCUMENT_CAP = "document_cap"
-LABEL_MISMATCH = "label_mismatch"
+QUOTA_FULL = format_reject_reason(RejectKind.QUOTA_FULL)
+DOCUMENT_CAP = format_reject_reason(RejectKind.DOCUMENT_CAP)
+LABEL_MISMATCH = format_reject_reason(RejectKind.LABEL_MISMATCH)
 """Leftover reasons: the label's target is reached (or zero / absent); the document already has
 ``max_per_document`` items; the observed label differs from the requested one (or is missing)."""
 

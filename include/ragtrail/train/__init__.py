@@ -6,7 +6,9 @@
 - :mod:`ragtrail.train.generator`: LoRA fine-tuning into an output directory, built from
   :mod:`~ragtrail.train.lora`, :mod:`~ragtrail.train.loop`, :mod:`~ragtrail.train.evaluation` and
   :mod:`~ragtrail.train.model_card`; :mod:`ragtrail.train.publish` uploads the result.
-- :mod:`ragtrail.train.backend`: the fine-tuned model as an LLM backend.
+- :mod:`ragtrail.train.backend`: the fine-tuned model as an LLM backend; importing this package
+  registers it as the ``generator:`` spec kind of :func:`ragtrail.llm.load_llm_backend` (the LLM
+  layer never imports training code).
 
 The data helpers and the config are imported eagerly (pure Python); the torch-based names are imported on first
 use, so ``import ragtrail.train`` stays cheap (e.g. at Airflow DAG-parse time).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ragtrail.llm.factory import register_llm_backend
 from ragtrail.train.config import GeneratorTrainingConfig
 from ragtrail.train.data import (
     ANSWER_TOKEN,
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from ragtrail.train.lora import default_target_modules
     from ragtrail.train.publish import publish_generator
     from ragtrail.train.result import FinetuneResult
+
+register_llm_backend("generator", "ragtrail.train.backend:FineTunedGeneratorBackend")
 
 _LAZY = {
     "FineTunedGeneratorBackend": "ragtrail.train.backend",

@@ -25,8 +25,9 @@ from typing import Any
 import torch
 
 from ragtrail.llm.backends.base import GenerationRequest, Message
-from ragtrail.llm.backends.model_store import default_model_cache, directory_digest, fetch_s3_dir
+from ragtrail.llm.backends.model_store import resolve_model_dir, resolve_model_source
 from ragtrail.llm.backends.transformers_local import TransformersBackend
+from ragtrail.models.store import cache_root as resolve_cache_root
 from ragtrail.train.data import format_input
 from ragtrail.train.encoding import PromptFormat
 
@@ -57,13 +58,12 @@ def load_base_model(
 ) -> BaseModel:
     """Load a base model named like the transformers backend names them (path, HF id, s3, builtin).
 
-    Resolution is delegated to :meth:`TransformersBackend._resolve` so both places accept the
-    same specs and share the same cache of converted / downloaded weights.
+    Resolution is :func:`~ragtrail.llm.backends.model_store.resolve_model_source`, as for the
+    transformers backend, so both accept the same specs and share one model cache.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    cache_root = Path(cache_dir) if cache_dir is not None else default_model_cache()
-    source, derived_id = TransformersBackend._resolve(spec, cache_root, s3_endpoint_url)
+    source, derived_id = resolve_model_source(spec, cache_dir, s3_endpoint_url)
     config = AutoConfig.from_pretrained(source)
     is_ed = bool(getattr(config, "is_encoder_decoder", False))
     auto_cls = AutoModelForSeq2SeqLM if is_ed else AutoModelForCausalLM
@@ -141,13 +141,8 @@ class FineTunedGeneratorBackend(TransformersBackend):
         from transformers import AutoTokenizer
 
         started = time.perf_counter()
-        cache_root = Path(cache_dir) if cache_dir is not None else default_model_cache()
-        spec = str(generator_dir)
-        if spec.startswith("s3://"):
-            local, digest = fetch_s3_dir(spec, cache_root, endpoint_url=s3_endpoint_url)
-        else:
-            local = Path(spec)
-            digest = directory_digest(local)
+        cache_root = resolve_cache_root(cache_dir)
+        local, digest = resolve_model_dir(generator_dir, cache_root, s3_endpoint_url)
         meta = read_training_json(local)
         base = load_base_model(
             base_model or str(meta["base_model"]),

@@ -26,13 +26,18 @@ from ragtrail.records import (
     STATEMENT_KINDS,
     CandidateStatus,
     QACandidate,
+    StatementKind,
     sha256_bytes,
 )
 
 ANSWER_TOKEN = "<a>"
 """Separator between question and answer in a target; added to the tokenizer as one token."""
 
-TRAINABLE_KINDS: tuple[str, ...] = ("fact", "summary", "conclusion")
+TRAINABLE_KINDS: tuple[str, ...] = (
+    StatementKind.FACT,
+    StatementKind.SUMMARY,
+    StatementKind.CONCLUSION,
+)
 """Statement kinds whose accepted candidates become training examples (not foreign/baseline)."""
 
 DEFAULT_HELD_OUT_FRACTION = 0.2

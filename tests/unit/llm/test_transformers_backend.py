@@ -21,6 +21,7 @@ from ragtrail.llm.backends import model_store
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.backends.transformers_local import TransformersBackend
 from ragtrail.llm.factory import load_llm_backend
+from ragtrail.models import store as model_cache
 from tests.tiny_models import build_tiny_llama, build_tiny_t5
 
 CORPUS = [
@@ -192,12 +193,12 @@ def test_model_from_s3_is_downloaded_once(
         uri = "s3://models/llm/tiny"
         backend = TransformersBackend(uri, cache_dir=tmp_path)
         assert backend.model_id.startswith(f"{uri}@")
-        local, digest = model_store.fetch_s3_dir(uri, tmp_path)
+        local, digest = model_cache.mirror_s3_prefix(uri, tmp_path)
         assert (local / "config.json").is_file()
-        assert (local / model_store.COMPLETE_MARKER).is_file()
+        assert (local / model_cache.COMPLETE_MARKER).is_file()
         assert backend.model_id == f"{uri}@{digest[:12]}+guided:200"
         mtime = (local / "config.json").stat().st_mtime_ns
-        model_store.fetch_s3_dir(uri, tmp_path)  # unchanged listing: no new download
+        model_cache.mirror_s3_prefix(uri, tmp_path)  # unchanged listing: no new download
         assert (local / "config.json").stat().st_mtime_ns == mtime
         ref = TransformersBackend(str(tiny_llama))
         reqs = requests(2, max_new_tokens=6)
@@ -244,7 +245,7 @@ def test_builtin_conversion_is_locked_and_done_once(
     assert len(calls) == 1 and len(results) == 2 and results[0] == results[1]
     target = cache / model_store.SMOLLM2_DIRNAME
     assert (target / "model.safetensors").read_bytes() == b"weights"
-    marker = json.loads((target / model_store.COMPLETE_MARKER).read_text())
+    marker = json.loads((target / model_cache.COMPLETE_MARKER).read_text())
     assert marker["source_bytes"] == 4
     assert not [p for p in cache.iterdir() if p.name.startswith(f".{target.name}.tmp-")]
 

@@ -1,83 +1,33 @@
-"""Where local model weights come from: the bundled SmolLM2, an s3:// prefix, or a local directory.
+"""Where local LLM weights come from: the bundled SmolLM2, an s3:// prefix, or a local directory.
 
-Both fetchers write into a cache directory and publish their result with an atomic rename under a
-file lock, so two processes (two Airflow tasks on one worker, say) starting at once neither corrupt
-the copy nor both pay for it: the second one waits for the lock and then finds the finished copy.
+The cache itself (root directory, S3 mirror, lock, publish, marker) is the shared one of
+:mod:`ragtrail.models.store`; this module adds what only LLMs need: the builtin SmolLM2, converted
+once from the bundled GGUF, and the resolution of a model spec to a loadable directory.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import logging
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from filelock import FileLock
-
-from ragtrail.records import sha256_text
+from ragtrail.models.store import (
+    cache_root,
+    directory_digest,
+    mirror_s3_prefix,
+    publishing,
+    read_marker,
+    target_lock,
+    write_marker,
+)
+from ragtrail.storage.s3uri import is_s3_uri
 
 log = logging.getLogger(__name__)
 
 BUILTIN_SMOLLM2 = "builtin:smollm2-135m-instruct"
 SMOLLM2_DIRNAME = "smollm2-135m-instruct"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-COMPLETE_MARKER = "ragtrail_complete.json"
-"""Written last inside a finished copy; a directory without it is never used."""
-
-
-def ragtrail_home() -> Path:
-    """``$RAGTRAIL_HOME``, else ``./.ragtrail`` (the same default as :class:`ragtrail.config.Settings`)."""
-    env = os.environ.get("RAGTRAIL_HOME")
-    return Path(env) if env else Path.cwd() / ".ragtrail"
-
-
-def default_model_cache() -> Path:
-    return ragtrail_home() / "models"
-
-
-def _read_marker(directory: Path) -> dict[str, Any] | None:
-    marker = directory / COMPLETE_MARKER
-    if not marker.is_file():
-        return None
-    try:
-        return json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-@contextmanager
-def _publishing(target: Path) -> Iterator[Path]:
-    """Yield a fresh temporary directory beside ``target``; on success it replaces ``target``.
-
-    The caller must hold the target's lock, so any older temporary directory of the same target
-    is debris from a crashed process and is removed first. A failure leaves ``target`` untouched
-    and removes the temporary directory.
-    """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        yield tmp
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _lock_for(target: Path) -> FileLock:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(target.parent / f".{target.name}.lock"))
 
 
 # --------------------------------------------------------------------------- builtin SmolLM2
@@ -101,26 +51,25 @@ def ensure_builtin_smollm2(cache_dir: Path | str | None = None) -> Path:
     """Return a directory holding SmolLM2-135M-Instruct as float32 safetensors + tokenizer.
 
     The first call dequantises the bundled Q4_1 GGUF (tens of seconds) and saves a normal
-    ``save_pretrained`` copy under ``cache_dir/smollm2-135m-instruct`` (default
-    ``$RAGTRAIL_HOME/models``); later calls, in any process, just return that directory.
+    ``save_pretrained`` copy under ``cache_dir/smollm2-135m-instruct`` (default: the configured
+    model cache, :func:`ragtrail.models.store.default_model_cache`); later calls, in any process, just return that directory.
     """
-    root = Path(cache_dir) if cache_dir is not None else default_model_cache()
-    target = root / SMOLLM2_DIRNAME
-    if _read_marker(target) is not None:
+    target = cache_root(cache_dir) / SMOLLM2_DIRNAME
+    if read_marker(target) is not None:
         return target
-    with _lock_for(target):
-        if _read_marker(target) is not None:  # another process finished while we waited
+    with target_lock(target):
+        if read_marker(target) is not None:  # another process finished while we waited
             return target
         gguf = smollm2_gguf_path()
         started = time.perf_counter()
-        with _publishing(target) as tmp:
+        with publishing(target) as tmp:
             _convert_gguf(gguf, tmp)
             info = {
                 "source": str(gguf),
                 "source_bytes": gguf.stat().st_size,
                 "conversion_seconds": round(time.perf_counter() - started, 2),
             }
-            (tmp / COMPLETE_MARKER).write_text(json.dumps(info, indent=2), encoding="utf-8")
+            write_marker(tmp, info)
         log.info("converted %s to %s in %.1f s", gguf.name, target, info["conversion_seconds"])
     return target
 
@@ -150,86 +99,36 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     del loaded
 
 
-# --------------------------------------------------------------------------- s3://
+# --------------------------------------------------------------------------- resolution
 
 
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    if not uri.startswith("s3://"):
-        raise ValueError(f"not an s3:// URI: {uri}")
-    bucket, _, prefix = uri[len("s3://") :].partition("/")
-    if not bucket:
-        raise ValueError(f"no bucket in {uri}")
-    return bucket, prefix.strip("/")
+def resolve_model_source(
+    spec: str, cache_dir: Path | str | None = None, s3_endpoint_url: str | None = None
+) -> tuple[str, str]:
+    """Map a transformers model spec to (what ``from_pretrained`` loads, the model id).
 
-
-def fetch_s3_dir(
-    uri: str, cache_dir: Path | str | None = None, *, endpoint_url: str | None = None
-) -> tuple[Path, str]:
-    """Mirror every object under an ``s3://bucket/prefix`` into the cache; return (dir, digest).
-
-    The digest hashes the listing (keys, sizes, ETags): an unchanged prefix is not downloaded again,
-    a changed one is re-fetched. If S3 cannot be listed but a complete copy exists, that copy is used
-    (with a warning) so a cached model survives an object-store outage.
+    ``builtin:smollm2-135m-instruct`` -> its converted copy; ``s3://`` -> the mirrored copy, the
+    id carrying a digest of the listing; anything else (local directory or hub id) unchanged.
+    Every local LLM loader (plain, adapted, fine-tuned) resolves through here, so they accept
+    the same specs and share one cache.
     """
-    import boto3
-
-    bucket, prefix = parse_s3_uri(uri)
-    root = Path(cache_dir) if cache_dir is not None else default_model_cache()
-    safe = sha256_text(uri)[:16]
-    target = root / "s3" / bucket / f"{(prefix or 'root').replace('/', '__')}-{safe}"
-    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
-    client = boto3.client("s3", endpoint_url=endpoint)
-    try:
-        listing = _list_objects(client, bucket, prefix)
-    except Exception as exc:
-        marker = _read_marker(target)
-        if marker is not None:
-            log.warning("cannot list %s (%s); using the cached copy", uri, exc)
-            return target, str(marker["digest"])
-        raise
-    if not listing:
-        raise FileNotFoundError(f"no objects under {uri}")
-    digest = sha256_text(json.dumps(listing, sort_keys=True))
-    marker = _read_marker(target)
-    if marker is not None and marker.get("digest") == digest:
-        return target, digest
-    with _lock_for(target):
-        marker = _read_marker(target)
-        if marker is not None and marker.get("digest") == digest:
-            return target, digest
-        with _publishing(target) as tmp:
-            for key, _size, _etag in listing:
-                rel = key[len(prefix) :].lstrip("/") if prefix else key
-                dest = (tmp / rel).resolve()
-                if not dest.is_relative_to(tmp.resolve()):
-                    raise ValueError(f"refusing object key that escapes the cache dir: {key}")
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                client.download_file(bucket, key, str(dest))
-            info = {"uri": uri, "digest": digest, "objects": len(listing)}
-            (tmp / COMPLETE_MARKER).write_text(json.dumps(info, indent=2), encoding="utf-8")
-    return target, digest
+    root = cache_root(cache_dir)
+    if spec == BUILTIN_SMOLLM2:
+        return str(ensure_builtin_smollm2(root)), spec
+    if spec.startswith("builtin:"):
+        raise ValueError(f"unknown builtin model {spec!r}; known: {BUILTIN_SMOLLM2}")
+    if is_s3_uri(spec):
+        local, digest = mirror_s3_prefix(spec, root, endpoint_url=s3_endpoint_url)
+        return str(local), f"{spec}@{digest[:12]}"
+    return spec, spec  # local directory or hub id (transformers resolves either)
 
 
-def _list_objects(client: Any, bucket: str, prefix: str) -> list[tuple[str, int, str]]:
-    paginator = client.get_paginator("list_objects_v2")
-    kwargs: dict[str, str] = {"Bucket": bucket}
-    if prefix:
-        kwargs["Prefix"] = prefix + "/"
-    out: list[tuple[str, int, str]] = []
-    for page in paginator.paginate(**kwargs):
-        for obj in page.get("Contents", []):
-            if not obj["Key"].endswith("/"):
-                out.append((obj["Key"], int(obj["Size"]), str(obj.get("ETag", ""))))
-    return sorted(out)
-
-
-def directory_digest(path: Path | str) -> str:
-    """SHA-256 over the relative names and bytes of every file under ``path`` (sorted)."""
-    root = Path(path)
-    h = hashlib.sha256()
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(root)).encode("utf-8") + b"\0")
-        with f.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
+def resolve_model_dir(
+    path_or_uri: str | Path, cache_dir: Path | str | None = None, s3_endpoint_url: str | None = None
+) -> tuple[Path, str]:
+    """A local directory or ``s3://`` prefix (adapter, fine-tuned generator) -> (dir, digest)."""
+    spec = str(path_or_uri)
+    if is_s3_uri(spec):
+        local, digest = mirror_s3_prefix(spec, cache_dir, endpoint_url=s3_endpoint_url)
+        return local, digest
+    return Path(spec), directory_digest(spec)

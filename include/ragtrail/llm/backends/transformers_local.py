@@ -39,13 +39,8 @@ from ragtrail.llm.backends.base import (
     apply_stop_strings,
 )
 from ragtrail.llm.backends.constrained_decoding import DEFAULT_MAX_STRING_CHARS, DecodingConstraints
-from ragtrail.llm.backends.model_store import (
-    BUILTIN_SMOLLM2,
-    default_model_cache,
-    directory_digest,
-    ensure_builtin_smollm2,
-    fetch_s3_dir,
-)
+from ragtrail.llm.backends.model_store import resolve_model_dir, resolve_model_source
+from ragtrail.models.store import cache_root as resolve_cache_root
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +95,8 @@ class TransformersBackend:
     Args:
         model: local path, HF id, ``s3://`` URI or ``builtin:smollm2-135m-instruct``.
         adapter_path: optional PEFT adapter directory (or ``s3://`` URI) applied to the model.
-        cache_dir: where converted / downloaded weights live (default ``$RAGTRAIL_HOME/models``).
+        cache_dir: where converted / downloaded weights live (default: the configured model
+            cache, ``settings.resolved_model_cache_dir``).
         batch_size: requests per forward batch.
         max_input_tokens: prompts longer than this fail (per request) instead of being truncated;
             default: the model's position limit minus ``max_new_tokens`` when the config has one.
@@ -143,10 +139,10 @@ class TransformersBackend:
             raise ValueError("batch_size must be >= 1")
         self.batch_size = batch_size
         self.device = torch.device(device)
-        cache_root = Path(cache_dir) if cache_dir is not None else default_model_cache()
+        cache_root = resolve_cache_root(cache_dir)
         started = time.perf_counter()
 
-        source, derived_id = self._resolve(model, cache_root, s3_endpoint_url)
+        source, derived_id = resolve_model_source(model, cache_root, s3_endpoint_url)
         config = AutoConfig.from_pretrained(source)
         self.is_encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
         auto_cls = AutoModelForSeq2SeqLM if self.is_encoder_decoder else AutoModelForCausalLM
@@ -155,14 +151,9 @@ class TransformersBackend:
         if adapter_path is not None:
             from peft import PeftModel
 
-            adapter_src = str(adapter_path)
-            if adapter_src.startswith("s3://"):
-                adapter_dir, adapter_digest = fetch_s3_dir(
-                    adapter_src, cache_root, endpoint_url=s3_endpoint_url
-                )
-            else:
-                adapter_dir = Path(adapter_src)
-                adapter_digest = directory_digest(adapter_dir)
+            adapter_dir, adapter_digest = resolve_model_dir(
+                adapter_path, cache_root, s3_endpoint_url
+            )
             net = PeftModel.from_pretrained(net, str(adapter_dir))
             if merge_adapter:
                 net = net.merge_and_unload()
@@ -205,17 +196,6 @@ class TransformersBackend:
         self._constraints: DecodingConstraints | None = None
 
     # ------------------------------------------------------------------ loading helpers
-
-    @staticmethod
-    def _resolve(spec: str, cache_root: Path, s3_endpoint_url: str | None) -> tuple[str, str]:
-        if spec == BUILTIN_SMOLLM2:
-            return str(ensure_builtin_smollm2(cache_root)), spec
-        if spec.startswith("builtin:"):
-            raise ValueError(f"unknown builtin model {spec!r}; known: {BUILTIN_SMOLLM2}")
-        if spec.startswith("s3://"):
-            local, digest = fetch_s3_dir(spec, cache_root, endpoint_url=s3_endpoint_url)
-            return str(local), f"{spec}@{digest[:12]}"
-        return spec, spec  # local directory or hub id (transformers resolves either)
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()

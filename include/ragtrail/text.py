@@ -1,0 +1,47 @@
+"""Text normalisation shared by every stage that compares words: one stop-word list, one word
+tokeniser, one comparison key.
+
+Test-set dedup, the GX question-uniqueness check, statement de-duplication, the overlap scores of
+generation and the word bans of prompts all go through here, so two questions that one stage
+calls equal are equal for every stage.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_STOP_WORD_TEXT = """
+a an the and or but if of to in on at by for with from as is are was were be been being it its
+this that these those what which who whom whose when where why how do does did can could should
+would will shall may might must not no yes there than then so such any all each per into about
+over under i you we they he she his her our your their my me us them one two three
+"""
+STOP_WORDS: frozenset[str] = frozenset(_STOP_WORD_TEXT.split())
+"""English function words: never content (overlap scores) and never a subject (word bans)."""
+
+_WORD = re.compile(r"[^\W_]+")
+"""A word: a maximal run of letters and digits (any script); everything else separates."""
+
+
+def fold(text: str) -> str:
+    """Unicode-compatibility form (NFKC: full-width letters, ligatures) in case-folded form."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def word_tokens(text: str) -> list[str]:
+    """The words of ``text`` in order, folded (punctuation and underscores separate words)."""
+    return _WORD.findall(fold(text))
+
+
+def text_key(text: str) -> str:
+    """Comparison key of a question or statement: its folded words joined by single spaces, so
+    case, punctuation and spacing do not count (``"What's the PTO-policy?!"`` ->
+    ``"what s the pto policy"``)."""
+    return " ".join(word_tokens(text))
+
+
+def content_words(text: str, *, min_length: int = 2) -> frozenset[str]:
+    """The distinct folded words of ``text`` that are not stop words and have at least
+    ``min_length`` characters (the vocabulary that overlap scores compare)."""
+    return frozenset(w for w in word_tokens(text) if len(w) >= min_length and w not in STOP_WORDS)
