@@ -5,8 +5,9 @@ Params); this module only translates it into Airflow objects:
 
 - a ``resolve`` task turns the Params and the triggering Asset events into the flow's state (the
   newest event wins; the choice itself is core code, shared with ``ragtrail nightly``);
-- one task per step, calling the step's library function with a Runtime built from the worker's
-  ``RAGTRAIL_*`` environment; its result (strict JSON, checked) is the XCom;
+- one task per step, running the step's library function in the worker
+  (:func:`~ragtrail.pipeline.night.run_step_in_worker`); its result (strict JSON, checked) is the
+  XCom;
 - a mapped step is expanded over the list an earlier step returned (through a small task that
   publishes that list as a return value: Airflow maps only over those);
 - a step that emits an Asset yields its event extras as ``Metadata`` on its outlet.
@@ -16,23 +17,20 @@ Nothing here runs at parse time beyond building the DAG objects: no I/O, no heav
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator
 from typing import Any
 
 from airflow.sdk import DAG, Metadata, Param, TriggerRule, dag, task
 from assets import ASSETS_BY_KEY
 from dag_defaults import START_DATE, default_args
 
-from ragtrail.pipeline.night import Flow, Step, checked_result, flow, flow_state, step_arguments
+from ragtrail.pipeline.night import Flow, Step, flow, flow_state, run_step_in_worker
 
 # tqdm reads its settings when first imported: disabled here, before any task imports it, so
 # model loading never draws progress bars into task logs (where stderr reads as errors).
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-
-log = logging.getLogger(__name__)
 
 
 def _events(flow_: Flow, triggering_asset_events: Any) -> list[dict[str, Any]]:
@@ -44,18 +42,6 @@ def _events(flow_: Flow, triggering_asset_events: Any) -> list[dict[str, Any]]:
         {"timestamp": event.timestamp.isoformat(), "extra": dict(event.extra or {})}
         for event in triggering_asset_events.get(asset, [])
     ]
-
-
-def _call(flow_: Flow, step: Step, state: Mapping[str, Any], extra: Mapping[str, Any]) -> Any:
-    """Run the step's library function on a fresh Runtime and check what it returns."""
-    from ragtrail.runtime import Runtime
-
-    rt = Runtime()
-    try:
-        result = step.run(rt, **step_arguments(step, state), **extra)
-    finally:
-        rt.close()
-    return checked_result(flow_, step, result)
 
 
 def _step_callable(flow_: Flow, step: Step) -> Callable[..., Any]:
@@ -70,7 +56,7 @@ def _step_callable(flow_: Flow, step: Step) -> Callable[..., Any]:
         def run_emitting(
             state: dict[str, Any], upstream: dict[str, Any]
         ) -> Generator[Metadata, None, dict[str, Any]]:
-            result = _call(flow_, step, state_of(state, upstream), {})
+            result = run_step_in_worker(flow_, step, state_of(state, upstream), {})
             if result.get("event") is not None:
                 yield Metadata(asset, result["event"])
             return result
@@ -80,13 +66,13 @@ def _step_callable(flow_: Flow, step: Step) -> Callable[..., Any]:
 
         def run_mapped(state: dict[str, Any], upstream: dict[str, Any], item: Any) -> Any:
             assert step.map_as is not None
-            return _call(flow_, step, state_of(state, upstream), {step.map_as: item})
+            return run_step_in_worker(flow_, step, state_of(state, upstream), {step.map_as: item})
 
         function = run_mapped
     else:
 
         def run_plain(state: dict[str, Any], upstream: dict[str, Any]) -> Any:
-            return _call(flow_, step, state_of(state, upstream), {})
+            return run_step_in_worker(flow_, step, state_of(state, upstream), {})
 
         function = run_plain
     function.__name__ = step.name

@@ -447,6 +447,21 @@ def checked_result(flow_: Flow, step: Step, result: Mapping[str, Any]) -> dict[s
     return dict(result)
 
 
+def run_step_in_worker(
+    flow_: Flow, step: Step, state: Mapping[str, Any], extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Run ``step`` as a worker does: on a fresh Runtime built from the ``RAGTRAIL_*`` environment
+    (a worker has no state from the DAG file), closed afterwards; the result is checked."""
+    from ragtrail.runtime import Runtime
+
+    rt = Runtime()
+    try:
+        result = step.run(rt, **step_arguments(step, state), **extra)
+    finally:
+        rt.close()
+    return checked_result(flow_, step, result)
+
+
 @dataclass
 class FlowRun:
     """What an in-process flow run produced: each unmapped step's result and the event."""
