@@ -9,6 +9,10 @@
 ``vllm:<model>``                   in-process vLLM (optional extra, CUDA only)
 ``generator:<dir or s3:// URI>``   a LoRA-tuned small generator saved by
                                    :func:`ragtrail.train.generator.finetune_generator`
+``scripted:<module>:<callable>``   a TEST DOUBLE, not a model: ``<module>.<callable>()`` must
+                                   return an :class:`LLMBackend` (e.g. a
+                                   :class:`ragtrail.llm.testing.ScriptedBackend`); lets tests
+                                   select scripted replies in worker processes by config
 =================================  ===========================================================
 
 Backends are imported only when asked for, so e.g. an HTTP-only deployment never imports torch.
@@ -56,13 +60,32 @@ def load_llm_backend(spec: str, **kwargs: Any) -> LLMBackend:
         from ragtrail.llm.backends.vllm_inprocess import VLLMBackend
 
         return VLLMBackend(rest, **kwargs)
+    if kind == "scripted":
+        return _load_scripted(rest, **kwargs)
     raise ValueError(f"unknown LLM backend kind {kind!r} in {spec!r} ({_KINDS})")
 
 
 _KINDS = (
     "builtin:smollm2-135m-instruct, hf:<model>, openai:<model>[@<base_url>], vllm:<model>, "
-    "generator:<dir>"
+    "generator:<dir>, scripted:<module>:<callable>"
 )
+
+
+def _load_scripted(target: str, **kwargs: Any) -> LLMBackend:
+    """Import ``module:callable`` and return the test-double backend the callable builds."""
+    import importlib
+
+    module_name, sep, attr = target.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"scripted LLM spec needs 'scripted:<module>:<callable>', got {target!r}")
+    factory = getattr(importlib.import_module(module_name), attr, None)
+    if not callable(factory):
+        raise ValueError(f"{module_name}.{attr} is not a callable that builds an LLM backend")
+    backend = factory(**kwargs)
+    missing = [a for a in ("name", "model_id", "generate") if not hasattr(backend, a)]
+    if missing:
+        raise TypeError(f"{module_name}.{attr}() returned {backend!r}, lacking {missing}")
+    return backend
 
 
 def _split_model_url(rest: str) -> tuple[str, str | None]:
