@@ -61,6 +61,7 @@ HEALTH_KEYS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 # Settings a parent shell may carry that must not leak into a throw-away installation.
 _INHERITED_PREFIXES = ("AIRFLOW__", "RAGTRAIL_")
 _INHERITED_NAMES = ("AIRFLOW_HOME", "AIRFLOW_CONFIG", "PYTHONPATH")
+_EXPORTED_PREFIXES = ("AIRFLOW", "RAGTRAIL_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "PYTHONPATH")
 
 
 class StackError(RuntimeError):
@@ -453,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     config = _config_from_args(args)
     env = stack_env(config)
     if args.command == "env":
-        keep = sorted(k for k in env if k.startswith(("AIRFLOW", "RAGTRAIL_", "HF_", "PYTHONP")))
+        keep = sorted(k for k in env if k.startswith(_EXPORTED_PREFIXES))
         print("\n".join(f"export {k}={json.dumps(env[k])}" for k in keep))
         return 0
 
