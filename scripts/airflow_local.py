@@ -86,7 +86,7 @@ def base_env(airflow_home: Path, repo: Path = REPO_ROOT) -> dict[str, str]:
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home / 'airflow.db'}",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(airflow_home / "logs"),
         # Local-only value; every process must share it (workers authenticate with it).
-        "AIRFLOW__API_AUTH__JWT_SECRET": "ragtrail-local-stack-not-a-secret",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "ragtrail-local-stack-only-" + "not-a-secret-" * 3,
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
