@@ -12,7 +12,8 @@ from ragtrail.llm.testing import ScriptedBackend
 from tests.unit.generate import label_by_kind, routed_backend
 
 SPEC = "scripted:tests.scripted_llm:backend"
+MODEL_ID = "scripted-test-v1"
 
 
-def backend() -> ScriptedBackend:
-    return routed_backend({"label": label_by_kind})
+def backend(model_id: str = MODEL_ID) -> ScriptedBackend:
+    return routed_backend({"label": label_by_kind}, model_id=model_id)

@@ -51,20 +51,10 @@ def _openai(rest: str, **kwargs: Any) -> LLMBackend:
     return OpenAICompatBackend.from_env(model, **kwargs)
 
 
-def _scripted(rest: str, **_kwargs: Any) -> LLMBackend:
-    """``scripted:<module>:<callable>``: a test double built by ``callable()``."""
-    module, _, attr = rest.partition(":")
-    if not module or not attr:
-        raise ValueError(f"scripted spec {rest!r} must look like '<module>:<callable>'")
-    backend: LLMBackend = getattr(importlib.import_module(module), attr)()
-    return backend
-
-
 _LOADERS: dict[str, BackendLoader | str] = {
     "hf": "ragtrail.llm.backends.transformers_local:TransformersBackend",
     "openai": _openai,
     "vllm": "ragtrail.llm.backends.vllm_inprocess:VLLMBackend",
-    "scripted": _scripted,
 }
 
 
@@ -123,6 +113,26 @@ def _kinds() -> str:
     kinds = ", ".join(f"{k}:<model>" for k in registered_llm_backends())
     hint = "" if "generator" in _LOADERS else "; 'generator:' needs `import ragtrail.train`"
     return f"{BUILTIN_SMOLLM2}, {kinds}{hint}"
+
+
+def _load_scripted(target: str, **kwargs: Any) -> LLMBackend:
+    """Import ``module:callable`` and return the test-double backend the callable builds."""
+    import importlib
+
+    module_name, sep, attr = target.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"scripted LLM spec needs 'scripted:<module>:<callable>', got {target!r}")
+    factory = getattr(importlib.import_module(module_name), attr, None)
+    if not callable(factory):
+        raise ValueError(f"{module_name}.{attr} is not a callable that builds an LLM backend")
+    backend = factory(**kwargs)
+    missing = [a for a in ("name", "model_id", "generate") if not hasattr(backend, a)]
+    if missing:
+        raise TypeError(f"{module_name}.{attr}() returned {backend!r}, lacking {missing}")
+    return backend
+
+
+_LOADERS["scripted"] = _load_scripted
 
 
 def _split_model_url(rest: str) -> tuple[str, str | None]:

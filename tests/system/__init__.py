@@ -1,0 +1,1 @@
+"""System tests: the DAGs under a real Airflow scheduler (see test_airflow_scheduler.py)."""

@@ -1,0 +1,271 @@
+"""System test: the three DAGs chained by Assets under a real Airflow 3 scheduler.
+
+What runs: ``scripts/airflow_local.py``'s stack on a throw-away AIRFLOW_HOME (SQLite,
+LocalExecutor, parallelism 4, this repository's dags/ and plugins/), api-server on a free
+127.0.0.1 port, scheduler, dag-processor and triggerer as separate process groups; one
+RAGTRAIL_HOME for every process, embedded index, one torch thread per task, and the generation
+LLM set to a scripted test double (``RAGTRAIL_GENERATION__LLM=scripted:...``, NOT a model).
+
+The test unpauses generate_testset and evaluate_retrieval, triggers ingest_corpus on its default
+Params (the shipped sample corpus, corpus "handbook") in the slot of its missed interval, then
+unpauses it, and follows the chain through the REST API:
+
+ingest_corpus -> corpus Asset -> generate_testset -> test-set Asset -> evaluate_retrieval
+
+It checks the run types and the consumed asset events of each link, the asset-event extras
+(the documented contract of plugins/assets.py), that every XCom is strict JSON, and that the
+evaluation report exists under RAGTRAIL_HOME/reports/. Contract violations are collected and
+reported together; a failed task stops the test at once with its log. The whole test has one
+time budget (``RAGTRAIL_SYSTEM_TEST_TIMEOUT``, seconds); every process is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dags import _airflow_env as ENV
+from tests.scripted_llm import SPEC as SCRIPTED_SPEC
+from tests.system import _stack as S
+
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.airflow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("airflow") is None,
+        reason="apache-airflow is not installed (pip install -e '.[airflow]')",
+    ),
+]
+
+# ~2.5-3 min on a quiet 2-core machine; the hard limit leaves room for a busy CI runner.
+BUDGET_S = float(os.environ.get("RAGTRAIL_SYSTEM_TEST_TIMEOUT", "600"))
+SCRIPTED_LLM = SCRIPTED_SPEC
+CORPUS = "handbook"
+# plugins/assets.py documents these extras of the test-set asset; evaluate_retrieval reads
+# corpus, snapshot_id and the QA set from them.
+TESTSET_EXTRAS = ("corpus", "snapshot_id", "qa_set", "qa_set_version")
+CORPUS_EXTRAS = ("corpus", "snapshot_id", "manifest_uri", "chunks", "embedded")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A running stack; stopped (process groups, SIGTERM then SIGKILL) whatever happens."""
+    local = S.load_airflow_local()
+    root = tmp_path_factory.mktemp("system")
+    config = local.StackConfig(
+        airflow_home=root / "airflow",
+        ragtrail_home=root / "ragtrail",
+        extra_env={"RAGTRAIL_GENERATION__LLM": SCRIPTED_LLM},
+    )
+    # The Airflow tests' base settings (tests/dags/_airflow_env.py) on this test's own home.
+    base = {k: v for k, v in ENV.airflow_env(root).items() if k != ENV.MARKER}
+    env = local.stack_env(config, base=base)
+    stack = local.AirflowStack(env, cwd=root)
+    stack.deadline = S.Deadline(BUDGET_S)
+    try:
+        stack.prepare()
+        stack.start()
+        stack.wait_healthy(timeout=min(180, stack.deadline.left))
+        stack.wait_dags(timeout=min(180, stack.deadline.left))
+    except BaseException as exc:
+        tails = stack.log_tails()
+        stack.stop()
+        pytest.fail(f"the Airflow stack did not come up: {exc}\n{tails}", pytrace=False)
+    _milestone(stack, f"stack up on {stack.base_url}, DAGs parsed")
+    yield stack
+    stack.stop()
+
+
+def _one(events: list[dict[str, Any]], name: str, where: str) -> dict[str, Any]:
+    named = [e for e in events if e["name"] == name]
+    assert len(named) == 1, f"expected one {name} event from {where}, got {events}"
+    return named[0]
+
+
+def _milestone(stack: Any, what: str) -> None:
+    print(f"[{stack.deadline.elapsed:6.1f}s] {what}", flush=True)
+
+
+def _check_chain(stack: Any, problems: list[str], seen: dict[str, Any]) -> None:
+    deadline: S.Deadline = stack.deadline
+    ragtrail_home = Path(stack.env["RAGTRAIL_HOME"])
+
+    # Consumers first, so they are listening when the producer's event arrives.
+    stack.unpause(["generate_testset", "evaluate_retrieval"])
+    ingest_run_id = stack.trigger_in_missed_slot("ingest_corpus")  # default Params
+    stack.unpause(["ingest_corpus"])
+
+    # ---- ingest_corpus -> corpus asset
+    ingest = S.wait_for_run(
+        stack,
+        "ingest_corpus",
+        lambda r: r["dag_run_id"] == ingest_run_id,
+        deadline,
+        what="the triggered ingest_corpus run",
+    )
+    ingest_xcom = S.xcom_values(stack, "ingest_corpus", ingest_run_id)
+    corpus_event = _one(
+        S.asset_events_from(stack, "ingest_corpus", ingest_run_id), "ragtrail_corpus", "ingest"
+    )
+    extra = corpus_event["extra"] or {}
+    if missing := [k for k in CORPUS_EXTRAS if k not in extra]:
+        problems.append(f"corpus asset event lacks {missing}: {extra}")
+    assert extra.get("corpus") == CORPUS, extra
+    snapshot_id = seen["snapshot_id"] = ingest_xcom[("plan", -1, "snapshot_id")]
+    _milestone(stack, f"ingest_corpus {ingest_run_id} succeeded")
+    assert extra.get("snapshot_id") == snapshot_id, (extra, snapshot_id)
+    shard_results = [
+        v
+        for (task, _, key), v in ingest_xcom.items()
+        if task == "ingest_shard" and key == "return_value"
+    ]
+    assert shard_results, f"no ingest_shard results in {sorted(ingest_xcom)}"
+    embedded = sum(int(r["embedded"]) for r in shard_results)
+    if embedded <= 0:
+        problems.append(f"the shards of a fresh home embedded nothing: {shard_results}")
+    if extra.get("embedded") != embedded:
+        problems.append(
+            f"corpus asset event reports embedded={extra.get('embedded')!r}, "
+            f"but the ingest_shard tasks embedded {embedded} chunks"
+        )
+
+    # ---- corpus asset -> generate_testset -> test-set asset
+    generate = S.wait_for_run(
+        stack,
+        "generate_testset",
+        lambda r: r["run_type"] == "asset_triggered",
+        deadline,
+        what="generate_testset triggered by the corpus asset",
+    )
+    gen_run_id = generate["dag_run_id"]
+    _milestone(stack, f"generate_testset {gen_run_id} succeeded")
+    consumed = S.consumed_asset_events(stack, "generate_testset", gen_run_id)
+    assert corpus_event["id"] in {e["id"] for e in consumed}, (
+        f"generate_testset {gen_run_id} did not consume the corpus event: {consumed}"
+    )
+    S.xcom_values(stack, "generate_testset", gen_run_id)  # strict JSON
+    testset_event = _one(
+        S.asset_events_from(stack, "generate_testset", gen_run_id), "ragtrail_testset", "generate"
+    )
+    ts_extra = testset_event["extra"] or {}
+    if missing := [k for k in TESTSET_EXTRAS if k not in ts_extra]:
+        problems.append(
+            f"test-set asset event lacks {missing} (documented in plugins/assets.py): {ts_extra}"
+        )
+    if ts_extra.get("corpus") != CORPUS or ts_extra.get("snapshot_id") != snapshot_id:
+        problems.append(f"test-set event names another corpus/snapshot: {ts_extra}")
+    version = ts_extra.get("qa_set_version")
+    if version and version not in str(ts_extra.get("qa_set")):
+        problems.append(f"test-set event's qa_set does not name version {version}: {ts_extra}")
+
+    # ---- test-set asset -> evaluate_retrieval (NOT a manual or scheduled run)
+    try:
+        evaluation = S.wait_for_run(
+            stack,
+            "evaluate_retrieval",
+            lambda r: r["run_type"] == "asset_triggered",
+            deadline,
+            what="evaluate_retrieval triggered by the test-set asset",
+        )
+    except S.RunFailed as exc:
+        problems.append(f"evaluate_retrieval failed:\n{exc}")
+        return
+    eval_run_id = evaluation["dag_run_id"]
+    _milestone(stack, f"evaluate_retrieval {eval_run_id} succeeded")
+    consumed = S.consumed_asset_events(stack, "evaluate_retrieval", eval_run_id)
+    assert testset_event["id"] in {e["id"] for e in consumed}, (
+        f"evaluate_retrieval {eval_run_id} did not consume the test-set event: {consumed}"
+    )
+    eval_xcom = S.xcom_values(stack, "evaluate_retrieval", eval_run_id)  # strict JSON
+    evaluated = eval_xcom[("evaluate", -1, "return_value")]
+    if version and evaluated.get("qa_set_version") != version:
+        problems.append(
+            f"evaluation ran on QA set {evaluated.get('qa_set_version')!r}, "
+            f"not the announced test-set version {version!r}"
+        )
+    report = eval_xcom[("publish", -1, "return_value")]
+    report_path = Path(report["report_path"])
+    if not (report_path.is_file() and S.inside(report_path, ragtrail_home / "reports")):
+        problems.append(f"no report HTML under {ragtrail_home / 'reports'}: {report}")
+    assert report_path.suffix == ".html", report
+
+    # ---- exactly one ingest run: the trigger took the missed slot, no scheduled duplicate
+    runs = [(r["dag_run_id"], r["run_type"]) for r in S.dag_runs(stack, "ingest_corpus")]
+    assert runs == [(ingest_run_id, "manual")], runs
+    assert ingest["state"] == "success"
+
+
+def _check_zero_recall(stack: Any, snapshot_id: str, problems: list[str]) -> None:
+    """A manual evaluation whose ground truth matches nothing: every recall is 0.
+
+    Undefined ratios (the gap to a best recall of 0) must still leave the task as strict JSON.
+    """
+    qa_set = Path(stack.env["RAGTRAIL_HOME"]) / "zero_recall_qa.jsonl"
+    rows = [
+        {
+            "qid": f"z{label}{i}",
+            "question": question,
+            "label": label,
+            "ground_doc_ids": ["no-such-folder/no-such-document.md"],
+        }
+        for label in ("fact_single", "summary", "reasoning")
+        for i, question in enumerate(["How many days of annual leave?", "Who approves leave?"])
+    ]
+    qa_set.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    conf = {
+        "corpus": CORPUS,
+        "snapshot_id": snapshot_id,
+        "qa_set": str(qa_set),
+        "text_weights": [0.0, 1.0],
+    }
+    run_id = stack.post(
+        "/api/v2/dags/evaluate_retrieval/dagRuns", {"logical_date": None, "conf": conf}
+    )["dag_run_id"]
+    try:
+        S.wait_for_run(
+            stack,
+            "evaluate_retrieval",
+            lambda r: r["dag_run_id"] == run_id,
+            stack.deadline,
+            what="a manual evaluate_retrieval run where every recall is 0",
+        )
+    except S.RunFailed as exc:
+        problems.append(f"evaluate_retrieval with recall 0 everywhere failed:\n{exc}")
+        return
+    _milestone(stack, f"zero-recall evaluate_retrieval {run_id} succeeded")
+    evaluated = S.xcom_values(stack, "evaluate_retrieval", run_id)[("evaluate", -1, "return_value")]
+    recalls = [row.get("best_recall") for row in evaluated.get("best", [])]
+    assert recalls and all(r == 0 for r in recalls), f"not a zero-recall run: {evaluated}"
+
+
+def _collect(problems: list[str], check: Callable[[], None]) -> None:
+    """Run one check; a failure becomes a problem (reported with the Airflow logs)."""
+    try:
+        check()
+    except AssertionError as exc:
+        problems.append(f"AssertionError: {exc}")
+    except Exception:  # a bug in the test or an API surprise
+        problems.append(traceback.format_exc(limit=-4))
+
+
+def test_assets_chain_ingest_generate_evaluate(stack: Any) -> None:
+    problems: list[str] = []
+    seen: dict[str, Any] = {}
+    _collect(problems, lambda: _check_chain(stack, problems, seen))
+    if "snapshot_id" in seen and stack.deadline.left > 0:
+        _collect(problems, lambda: _check_zero_recall(stack, seen["snapshot_id"], problems))
+    if problems:
+        report = "\n\n".join(f"[{i}] {p}" for i, p in enumerate(problems, 1))
+        pytest.fail(
+            f"{len(problems)} problem(s) after {stack.deadline.elapsed:.0f}s:\n{report}\n\n"
+            f"===== Airflow logs\n{stack.log_tails()}",
+            pytrace=False,
+        )
+    print(f"asset chain verified in {stack.deadline.elapsed:.0f}s")
