@@ -10,7 +10,9 @@ Params); this module only translates it into Airflow objects:
   XCom;
 - a mapped step is expanded over the list an earlier step returned (through a small task that
   publishes that list as a return value: Airflow maps only over those);
-- a step that emits an Asset yields its event extras as ``Metadata`` on its outlet.
+- a step that emits an Asset yields its event extras as ``Metadata`` on its outlet;
+- before a step runs, the ``ragtrail_*`` Airflow connections become settings
+  (``plugins/ragtrail_connections.py``).
 
 Nothing here runs at parse time beyond building the DAG objects: no I/O, no heavy import.
 """
@@ -24,6 +26,7 @@ from typing import Any
 from airflow.sdk import DAG, Metadata, Param, TriggerRule, dag, task
 from assets import ASSETS_BY_KEY
 from dag_defaults import START_DATE, default_args
+from ragtrail_connections import airflow_lookup, apply_connections
 
 from ragtrail.pipeline.night import Flow, Step, flow, flow_state, run_step_in_worker
 
@@ -48,6 +51,7 @@ def _step_callable(flow_: Flow, step: Step) -> Callable[..., Any]:
     """A fresh task callable for ``step`` (one per task, so names and docs are the step's)."""
 
     def state_of(state: dict[str, Any], upstream: dict[str, Any]) -> dict[str, Any]:
+        apply_connections(airflow_lookup)  # credentials from Airflow connections, at run time
         return flow_state(flow_, state, {name: dict(result) for name, result in upstream.items()})
 
     if step.emits:

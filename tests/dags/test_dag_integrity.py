@@ -355,5 +355,6 @@ def test_bootstrap_settings_have_pools_and_no_secrets() -> None:
     slots = {name: pool["slots"] for name, pool in settings.pools.items()}
     assert slots == {"llm_api": 4, "es_bulk": 2, "gpu": 1, "embedding": 1}
     assert set(settings.connections) == {"ragtrail_es", "ragtrail_llm", "ragtrail_s3"}
+    assert settings.variables == {}  # corpus, source, shard size are Params; nothing else reads one
     assert all("password" not in conn for conn in settings.connections.values())
     assert "endpoint_url" in json.loads(settings.connections["ragtrail_s3"]["extra"])
