@@ -111,6 +111,18 @@ def _check_chain(stack: Any, problems: list[str], seen: dict[str, Any]) -> None:
         what="the triggered ingest_corpus run",
     )
     ingest_xcom = S.xcom_values(stack, "ingest_corpus", ingest_run_id)
+    # ---- corpus asset -> generate_testset -> test-set asset
+    generate = S.wait_for_run(
+        stack,
+        "generate_testset",
+        lambda r: r["run_type"] == "asset_triggered",
+        deadline,
+        what="generate_testset triggered by the corpus asset",
+    )
+    gen_run_id = generate["dag_run_id"]
+    _milestone(stack, f"generate_testset {gen_run_id} succeeded")
+    # Events are read once the runs they created have started: Airflow 3.3.2's events endpoint
+    # answers 500 while a created run is still queued (its start_date is null).
     corpus_event = _one(
         S.asset_events_from(stack, "ingest_corpus", ingest_run_id), "ragtrail_corpus", "ingest"
     )
@@ -118,7 +130,7 @@ def _check_chain(stack: Any, problems: list[str], seen: dict[str, Any]) -> None:
     if missing := [k for k in CORPUS_EXTRAS if k not in extra]:
         problems.append(f"corpus asset event lacks {missing}: {extra}")
     assert extra.get("corpus") == CORPUS, extra
-    snapshot_id = seen["snapshot_id"] = ingest_xcom[("plan", -1, "snapshot_id")]
+    snapshot_id = seen["snapshot_id"] = ingest_xcom[("plan", -1, "return_value")]["snapshot_id"]
     _milestone(stack, f"ingest_corpus {ingest_run_id} succeeded")
     assert extra.get("snapshot_id") == snapshot_id, (extra, snapshot_id)
     shard_results = [
@@ -136,35 +148,11 @@ def _check_chain(stack: Any, problems: list[str], seen: dict[str, Any]) -> None:
             f"but the ingest_shard tasks embedded {embedded} chunks"
         )
 
-    # ---- corpus asset -> generate_testset -> test-set asset
-    generate = S.wait_for_run(
-        stack,
-        "generate_testset",
-        lambda r: r["run_type"] == "asset_triggered",
-        deadline,
-        what="generate_testset triggered by the corpus asset",
-    )
-    gen_run_id = generate["dag_run_id"]
-    _milestone(stack, f"generate_testset {gen_run_id} succeeded")
     consumed = S.consumed_asset_events(stack, "generate_testset", gen_run_id)
     assert corpus_event["id"] in {e["id"] for e in consumed}, (
         f"generate_testset {gen_run_id} did not consume the corpus event: {consumed}"
     )
     S.xcom_values(stack, "generate_testset", gen_run_id)  # strict JSON
-    testset_event = _one(
-        S.asset_events_from(stack, "generate_testset", gen_run_id), "ragtrail_testset", "generate"
-    )
-    ts_extra = testset_event["extra"] or {}
-    if missing := [k for k in TESTSET_EXTRAS if k not in ts_extra]:
-        problems.append(
-            f"test-set asset event lacks {missing} (documented in plugins/assets.py): {ts_extra}"
-        )
-    if ts_extra.get("corpus") != CORPUS or ts_extra.get("snapshot_id") != snapshot_id:
-        problems.append(f"test-set event names another corpus/snapshot: {ts_extra}")
-    version = ts_extra.get("qa_set_version")
-    if version and version not in str(ts_extra.get("qa_set")):
-        problems.append(f"test-set event's qa_set does not name version {version}: {ts_extra}")
-
     # ---- test-set asset -> evaluate_retrieval (NOT a manual or scheduled run)
     try:
         evaluation = S.wait_for_run(
@@ -179,6 +167,20 @@ def _check_chain(stack: Any, problems: list[str], seen: dict[str, Any]) -> None:
         return
     eval_run_id = evaluation["dag_run_id"]
     _milestone(stack, f"evaluate_retrieval {eval_run_id} succeeded")
+    testset_event = _one(
+        S.asset_events_from(stack, "generate_testset", gen_run_id), "ragtrail_testset", "generate"
+    )
+    ts_extra = testset_event["extra"] or {}
+    if missing := [k for k in TESTSET_EXTRAS if k not in ts_extra]:
+        problems.append(
+            f"test-set asset event lacks {missing} (documented in plugins/assets.py): {ts_extra}"
+        )
+    if ts_extra.get("corpus") != CORPUS or ts_extra.get("snapshot_id") != snapshot_id:
+        problems.append(f"test-set event names another corpus/snapshot: {ts_extra}")
+    version = ts_extra.get("qa_set_version")
+    if version and version not in str(ts_extra.get("qa_set")):
+        problems.append(f"test-set event's qa_set does not name version {version}: {ts_extra}")
+
     consumed = S.consumed_asset_events(stack, "evaluate_retrieval", eval_run_id)
     assert testset_event["id"] in {e["id"] for e in consumed}, (
         f"evaluate_retrieval {eval_run_id} did not consume the test-set event: {consumed}"
