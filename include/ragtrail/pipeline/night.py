@@ -148,12 +148,6 @@ class Flow:
         merged = {name: spec.default for name, spec in self.params.items()} | dict(params)
         return self.resolver(merged, newest_extra(events), run_id)
 
-    def step(self, name: str) -> Step:
-        return next(s for s in self.steps if s.name == name)
-
-    def emitting_step(self) -> Step | None:
-        return next((s for s in self.steps if s.emits), None)
-
 
 def newest_extra(events: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The extras of the newest event (by timestamp), or None without events."""
@@ -486,10 +480,11 @@ def run_flow(
     """Run every step of ``flow_`` in order on one runtime, exactly as the DAG would."""
     run = FlowRun(flow_, dict(state))
     for step in flow_.steps:
-        args = step_arguments(step, flow_state(flow_, run.state, run.results))
+        current = flow_state(flow_, run.state, run.results)
+        args = step_arguments(step, current)
         if step.map_over:
             assert step.map_as is not None
-            items = list(flow_state(flow_, run.state, run.results)[step.map_over] or [])
+            items = list(current[step.map_over] or [])
             for done, item in enumerate(items, start=1):
                 checked_result(flow_, step, step.run(rt, **args, **{step.map_as: item}))
                 if progress:
