@@ -7,6 +7,7 @@ database at the same moment, then writes its own rows and rows that every worker
 
 from __future__ import annotations
 
+import logging
 import traceback
 from typing import Any
 
@@ -101,12 +102,32 @@ def _write_everything(worker: int, url: str) -> None:
         testsets.engine.dispose()
 
 
-def run_worker(worker: int, url: str, barrier: Any, errors: Any) -> None:
-    """Wait for every worker, then write; report a traceback (or None) on ``errors``."""
+WAITING, DONE, FAILED = "waiting", "done", "failed"
+
+
+class _ReportWalWait(logging.Handler):
+    """Tells the parent, once, that this worker is waiting for the lock to switch to WAL."""
+
+    def __init__(self, worker: int, reports: Any) -> None:
+        super().__init__(logging.INFO)
+        self.worker, self.reports, self.sent = worker, reports, False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.sent and "switch it to WAL" in record.getMessage():
+            self.sent = True
+            self.reports.put((WAITING, self.worker, None))
+
+
+def run_worker(worker: int, url: str, barrier: Any, reports: Any) -> None:
+    """Wait for every worker, then write. Reports ``(kind, worker, traceback or None)`` tuples:
+    WAITING when it first waits to switch the file to WAL, then DONE or FAILED."""
+    db_logger = logging.getLogger("ragtrail.storage.db")
+    db_logger.setLevel(logging.INFO)
+    db_logger.addHandler(_ReportWalWait(worker, reports))
     try:
         barrier.wait(timeout=120)
         _write_everything(worker, url)
     except BaseException:
-        errors.put(f"worker {worker}: {traceback.format_exc()}")
+        reports.put((FAILED, worker, traceback.format_exc()))
         return
-    errors.put(None)
+    reports.put((DONE, worker, None))

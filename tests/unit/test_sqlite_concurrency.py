@@ -59,23 +59,40 @@ def fresh_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         admin.dispose()
 
 
-def test_processes_migrate_and_write_one_fresh_database(fresh_db_url: str) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(N_PROCESSES)
-    errors = ctx.Queue()
-    processes = [
-        ctx.Process(target=worker.run_worker, args=(i, fresh_db_url, barrier, errors))
-        for i in range(N_PROCESSES)
-    ]
-    for process in processes:
-        process.start()
-    reports = [errors.get(timeout=300) for _ in processes]
+class _Workers:
+    """Spawned worker processes with their start barrier and report queue.
+
+    The barrier and queue must stay referenced until every worker has started: a spawned child
+    opens their semaphores by name, and the parent unlinks them when it garbage-collects them.
+    """
+
+    def __init__(self, url: str) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.barrier, self.reports = ctx.Barrier(N_PROCESSES), ctx.Queue()
+        self.processes = [
+            ctx.Process(target=worker.run_worker, args=(i, url, self.barrier, self.reports))
+            for i in range(N_PROCESSES)
+        ]
+        for process in self.processes:
+            process.start()
+
+
+def _finish_workers(workers: _Workers, outcomes: dict[int, Any]) -> None:
+    """Collect every worker's DONE / FAILED report, then check that all of them succeeded."""
+    processes, reports = workers.processes, workers.reports
+    while len(outcomes) < len(processes):
+        kind, index, detail = reports.get(timeout=300)
+        if kind != worker.WAITING:
+            outcomes[index] = detail
     for process in processes:
         process.join(timeout=60)
-    assert [r for r in reports if r is not None] == []
-    assert [p.exitcode for p in processes] == [0] * N_PROCESSES
+    assert [detail for detail in outcomes.values() if detail is not None] == []
+    assert [p.exitcode for p in processes] == [0] * len(processes)
 
-    engine = make_engine(fresh_db_url)
+
+def _check_final_state(url: str) -> None:
+    """Every worker's rows are there: nothing lost, nothing doubled."""
+    engine = make_engine(url)
     try:
         assert current_revision(engine) == head_revisions()[0]
         with engine.connect() as conn:
@@ -96,6 +113,37 @@ def test_processes_migrate_and_write_one_fresh_database(fresh_db_url: str) -> No
             assert count(qc, qc.c.retired_reason == "document_updated") == 3 * N_PROCESSES
     finally:
         engine.dispose()
+
+
+def test_processes_migrate_and_write_one_fresh_database(fresh_db_url: str) -> None:
+    """Processes released together: first-use migration and concurrent writes all succeed."""
+    _finish_workers(_Workers(fresh_db_url), {})
+    _check_final_state(fresh_db_url)
+
+
+def test_processes_wait_while_another_one_switches_the_new_file(tmp_path: Path) -> None:
+    """The race made deterministic: while one connection holds the write lock of the new,
+    not-yet-WAL file (as a process switching it to WAL does), every other process must wait for it
+    instead of failing at once. The lock is released only once all of them report waiting."""
+    path = tmp_path / "home" / "ragtrail.db"
+    path.parent.mkdir()
+    holder = _hold_write_lock(path)
+    outcomes: dict[int, Any] = {}
+    try:
+        workers = _Workers(f"sqlite:///{path}")
+        waiting: set[int] = set()
+        while len(waiting) + len(outcomes) < N_PROCESSES:
+            kind, index, detail = workers.reports.get(timeout=300)
+            if kind == worker.WAITING:
+                waiting.add(index)
+            else:
+                outcomes[index] = detail  # finished while the lock was held: a failure
+        assert outcomes == {}, "workers gave up instead of waiting for the lock"
+    finally:
+        holder.rollback()
+        holder.close()
+    _finish_workers(workers, outcomes)
+    _check_final_state(f"sqlite:///{path}")
 
 
 # -- the SQLite mechanisms, one at a time (deterministic) -------------------------------------

@@ -22,6 +22,7 @@ handler where waiting could deadlock:
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -36,6 +37,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy.engine import URL, make_url
+
+logger = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 """The packaged Alembic script directory."""
@@ -118,6 +121,8 @@ def _enable_wal(cursor: sqlite3.Cursor, timeout_s: float) -> None:
         except sqlite3.OperationalError as exc:
             if not _is_sqlite_busy(exc) or time.monotonic() + pause > deadline:
                 raise
+        if pause == _WAL_RETRY_FIRST_S:
+            logger.info("SQLite database is locked; waiting to switch it to WAL")
         time.sleep(pause)
         pause = min(pause * 2, _WAL_RETRY_MAX_S)
 
