@@ -314,6 +314,58 @@ def test_html_title_falls_back_to_h1_and_layout_tables_are_text(tmp_path: Path) 
     assert doc.sections[0].text == "Inside a layout table."
 
 
+# Malformed pages that browsers still render in full (HTML5 parsing moves all of it into <body>).
+RENDERED_MALFORMED_HTML: dict[str, tuple[str, list[str]]] = {
+    "text_after_html": (
+        "<html><head><title>T</title></head><body><p>Inside.</p></body></html>"
+        "<p>After the end.</p>Trailing words",
+        ["Inside.", "After the end.", "Trailing words"],
+    ),
+    "two_bodies": (
+        "<html><body><p>First body.</p></body><body><p>Second body.</p></body></html>",
+        ["First body.", "Second body."],
+    ),
+    "content_before_html": (
+        "<p>Before html.</p><html><body><p>Inside.</p></body></html>",
+        ["Before html.", "Inside."],
+    ),
+    "unclosed_tags": (
+        "<html><body><div><p>Alpha <b>bold<p>Beta<ul><li>one<li>two</div>",
+        ["Alpha bold", "Beta", "one", "two"],
+    ),
+    "no_html_or_body": (
+        "<title>Bare page</title><h1>Bare page</h1><p>Para one<p>Para two",
+        ["Para one", "Para two"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RENDERED_MALFORMED_HTML))
+def test_malformed_html_indexes_what_a_browser_renders(tmp_path: Path, case: str) -> None:
+    html, expected_blocks = RENDERED_MALFORMED_HTML[case]
+    doc = parse(write(tmp_path, f"{case}.html", html))
+    assert [s.text for s in doc.sections] == ["\n\n".join(expected_blocks)]
+
+
+def test_html_outside_body_still_drops_boilerplate_and_head(tmp_path: Path) -> None:
+    html = (
+        "<html><head><title>Page</title></head><body><p>Shown.</p></body></html>"
+        "<script>var SCRIPT_AFTER = 1;</script><nav>NAV_AFTER</nav><p>Also shown.</p>"
+        "<head><style>.STYLE_AFTER {}</style><title>SECOND_TITLE</title></head>"
+    )
+    doc = parse(write(tmp_path, "late.html", html))
+    assert doc.title == "Page"
+    assert doc.text == "Shown.\n\nAlso shown."
+
+
+def test_edit_after_closing_html_changes_content_hash(tmp_path: Path) -> None:
+    page = "<html><body><h1>Policy</h1><p>Main text.</p></body></html>\n<p>Appendix: {}.</p>\n"
+    before = parse(write(tmp_path, "a.html", page.format("30 days")))
+    after = parse(write(tmp_path, "b.html", page.format("60 days")))
+    assert "Appendix: 30 days." in before.text and "Appendix: 60 days." in after.text
+    assert before.content_hash != after.content_hash
+
+
 def test_pdf_parsed_with_metadata_title(tmp_path: Path) -> None:
     doc = parse(write(tmp_path, "guides/expenses.pdf", make_pdf(pages=2)))
     assert doc.format is DocFormat.PDF

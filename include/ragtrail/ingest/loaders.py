@@ -468,6 +468,7 @@ _HTML_DROP = frozenset(
         "button",
         "select",
         "head",
+        "title",
     }
 )
 _HTML_DROP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search"})
@@ -497,6 +498,10 @@ _HTML_BLOCKS = frozenset(
         "center",
     }
 )
+_HTML_DOCUMENT_PARTS = frozenset({"html", "body"})
+"""Elements a malformed page may repeat; their contents render as one body, in document order."""
+_HTML_TEXT_BREAKS = _HTML_BLOCKS | _HTML_DOCUMENT_PARTS | {"table", "tr", "td", "th"}
+"""Elements whose start and end end the current paragraph."""
 _HEADING_TAGS = {f"h{n}": n for n in range(1, 7)}
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 
@@ -525,7 +530,14 @@ def _decode_html(data: bytes) -> str:
 
 
 def _parse_html(src: SourceFile, max_bytes: int) -> _Parsed:
-    """Boilerplate dropped; h1–h6 build heading paths; each data table becomes its own section."""
+    """Boilerplate dropped; h1–h6 build heading paths; each data table becomes its own section.
+
+    The text indexed is what a browser renders. HTML5 parsing puts everything outside the page's
+    ``<body>`` into that body — content before ``<html>``, a second ``<body>``, text after
+    ``</html>`` — so the whole document is walked in order, not only the first ``<body>`` (which
+    lxml, unlike a browser, closes early); ``<head>`` and ``<title>`` are not rendered and are
+    dropped wherever they stand.
+    """
     from bs4 import BeautifulSoup, Comment
 
     text = _decode_html(src.data)
@@ -536,9 +548,8 @@ def _parse_html(src: SourceFile, max_bytes: int) -> _Parsed:
         title = h1.get_text(" ", strip=True)
     for comment in soup.find_all(string=lambda s: isinstance(s, Comment)):
         comment.extract()
-    root = soup.body or soup
     builder = _SectionBuilder()
-    _walk_html(root, builder)
+    _walk_html(soup, builder)
     meta: dict[str, Any] = {}
     if soup.html is not None and soup.html.get("lang"):
         meta["language"] = soup.html.get("lang")
@@ -605,7 +616,7 @@ def _walk_html(root: Any, builder: _SectionBuilder) -> None:
         if name == "li":
             flush()
             buffer.append("- ")
-        if name in _HTML_BLOCKS or name in ("table", "tr", "td", "th"):
+        if name in _HTML_TEXT_BREAKS:
             flush()
             if name == "pre":
                 pre_depth += 1

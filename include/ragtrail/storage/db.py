@@ -4,10 +4,27 @@ The Alembic environment ships inside the package (``storage/migrations``), so no
 needed: :func:`upgrade` runs it programmatically. Upgrades are serialised across processes — with a
 transaction-scoped advisory lock on PostgreSQL and ``BEGIN IMMEDIATE`` on SQLite — and each upgrade
 runs in one transaction, so concurrent callers see either the old or the new schema, never half.
+
+SQLite and concurrency. Several processes (Airflow workers, the CLI, a DAG run) may open one fresh
+database file at once. Two SQLite behaviours would make some of them fail at once with "database is
+locked" although every connection has a 30 s busy timeout, because SQLite does not call the busy
+handler where waiting could deadlock:
+
+* switching a new file to WAL (``PRAGMA journal_mode=WAL``) starts as a read and then needs the
+  exclusive lock; while another connection reads the same file the upgrade fails without waiting.
+  :func:`_enable_wal` retries that switch, holding no lock between tries, for up to the busy timeout.
+* a deferred transaction that reads and later writes must upgrade its read lock, which fails without
+  waiting when another connection writes. The stdlib driver hides this by running SELECTs outside
+  the transaction (so reads and writes of one "transaction" were not atomic). Engines from
+  :func:`make_engine` therefore let SQLAlchemy emit ``BEGIN`` itself, and :func:`write_transaction`
+  begins ``IMMEDIATE``: the write lock is taken first, through the busy handler, so writers queue.
 """
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -21,10 +38,16 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy.engine import URL, make_url
 
+logger = logging.getLogger(__name__)
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 """The packaged Alembic script directory."""
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_BEGIN_IMMEDIATE = "ragtrail_sqlite_begin_immediate"
+"""Connection execution option: on SQLite, begin the next transaction with ``BEGIN IMMEDIATE``."""
+_WAL_RETRY_FIRST_S = 0.001
+_WAL_RETRY_MAX_S = 0.05
 _PG_MIGRATION_LOCK_KEY = 0x7261677472_61696C  # b"ragtrail" as a (positive) 64-bit integer
 _MEMORY_DATABASES = frozenset({"", ":memory:"})
 
@@ -38,8 +61,9 @@ def make_engine(url: str | URL, **engine_kwargs: Any) -> Engine:
     """Create an engine for ``url`` with ragtrail's connection settings.
 
     SQLite: the parent directory is created, and every connection gets WAL journaling, enforced
-    foreign keys and a busy timeout. PostgreSQL: connections are pinged before use.
-    Extra keyword arguments go to :func:`sqlalchemy.create_engine`.
+    foreign keys and a busy timeout; SQLAlchemy (not the driver) begins transactions, so reads
+    inside a transaction belong to it (see the module docstring). PostgreSQL: connections are
+    pinged before use. Extra keyword arguments go to :func:`sqlalchemy.create_engine`.
     """
     sa_url = make_url(url)
     backend = sa_url.get_backend_name()
@@ -47,6 +71,7 @@ def make_engine(url: str | URL, **engine_kwargs: Any) -> Engine:
         _ensure_sqlite_parent_dir(sa_url)
         engine = create_engine(sa_url, **engine_kwargs)
         event.listen(engine, "connect", _configure_sqlite_connection)
+        event.listen(engine, "begin", _begin_sqlite_transaction)
         return engine
     if backend == "postgresql":
         engine_kwargs.setdefault("pool_pre_ping", True)
@@ -62,15 +87,74 @@ def _ensure_sqlite_parent_dir(url: URL) -> None:
 
 
 def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
-    """Per-connection SQLite pragmas; the busy timeout first so the WAL switch can wait."""
+    """Per-connection SQLite settings: busy timeout, WAL, foreign keys, no driver-made BEGIN.
+
+    ``isolation_level = None`` stops the stdlib driver from opening transactions by itself (it
+    only did so before INSERT/UPDATE/DELETE); :func:`_begin_sqlite_transaction` opens them instead.
+    """
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _enable_wal(cursor, SQLITE_BUSY_TIMEOUT_MS / 1000)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
     finally:
         cursor.close()
+
+
+def _enable_wal(cursor: sqlite3.Cursor, timeout_s: float) -> None:
+    """Switch the database to WAL, retrying while another connection holds a conflicting lock.
+
+    On a file that is not yet in WAL mode the switch needs the exclusive lock, and SQLite answers
+    SQLITE_BUSY at once, without its busy handler, when another connection reads the file at that
+    moment (several processes opening a fresh database). A failed try ends its statement and so
+    releases its locks; the next try starts from scratch, so retrying cannot deadlock. Once the
+    file is in WAL mode the pragma is a no-op that succeeds at the first try.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = _WAL_RETRY_FIRST_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_sqlite_busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        if pause == _WAL_RETRY_FIRST_S:
+            logger.info("SQLite database is locked; waiting to switch it to WAL")
+        time.sleep(pause)
+        pause = min(pause * 2, _WAL_RETRY_MAX_S)
+
+
+def _is_sqlite_busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` is SQLITE_BUSY (any extended code): another connection holds the lock."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:  # pragma: no cover - Python < 3.11 has no error codes on exceptions
+        return "database is locked" in str(exc)
+    return bool(code & 0xFF == sqlite3.SQLITE_BUSY)
+
+
+def _begin_sqlite_transaction(conn: Connection) -> None:
+    """Emit ``BEGIN``, or ``BEGIN IMMEDIATE`` when :data:`SQLITE_BEGIN_IMMEDIATE` is set."""
+    immediate = conn.get_execution_options().get(SQLITE_BEGIN_IMMEDIATE, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """Like ``engine.begin()``, for transactions that write: commit on success, else roll back.
+
+    On SQLite the transaction begins ``IMMEDIATE``: it takes the write lock before its first
+    read, waiting for other writers through the busy timeout, instead of failing with "database is
+    locked" when a read has to be upgraded to a write. Readers are not blocked (WAL). On
+    PostgreSQL this is exactly ``engine.begin()``.
+    """
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            conn.execution_options(**{SQLITE_BEGIN_IMMEDIATE: True})
+        with conn.begin():
+            yield conn
 
 
 def alembic_config() -> Config:
@@ -139,19 +223,17 @@ def migration_connection(engine: Engine) -> Iterator[Connection]:
 def _sqlite_migration_connection(engine: Engine) -> Iterator[Connection]:
     """SQLite: foreign keys off (batch table rebuilds), one ``BEGIN IMMEDIATE`` transaction.
 
-    pysqlite does not open transactions around DDL by itself, so the driver is switched to
-    autocommit mode and the transaction is opened explicitly; SQLAlchemy's commit/rollback then
-    ends it. The write lock is taken up front, which serialises concurrent migrators.
+    The foreign-keys pragma only works outside a transaction, so it is set on the driver
+    connection before SQLAlchemy begins (see :func:`_begin_sqlite_transaction`). The write lock is
+    taken up front, which serialises concurrent migrators; DDL is transactional.
     """
     with engine.connect() as conn:
         raw = conn.connection.dbapi_connection
         assert raw is not None
-        saved_isolation = raw.isolation_level
-        raw.isolation_level = None
+        conn.execution_options(**{SQLITE_BEGIN_IMMEDIATE: True})
         try:
             raw.execute("PRAGMA foreign_keys=OFF")
             with conn.begin():
-                raw.execute("BEGIN IMMEDIATE")
                 yield conn
                 violations = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                 if violations:
@@ -160,4 +242,3 @@ def _sqlite_migration_connection(engine: Engine) -> Iterator[Connection]:
             if raw.in_transaction:
                 raw.rollback()
             raw.execute("PRAGMA foreign_keys=ON")
-            raw.isolation_level = saved_isolation

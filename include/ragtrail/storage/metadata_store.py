@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL, RowMapping
 
 from ragtrail.records import QuarantineRecord
 from ragtrail.storage import tables as t
-from ragtrail.storage.db import make_engine, upgrade, utcnow
+from ragtrail.storage.db import make_engine, upgrade, utcnow, write_transaction
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -126,7 +126,7 @@ class SqlMetadataStore:
 
     def ensure_corpus(self, name: str) -> None:
         """Create the corpus row if it does not exist yet."""
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             _ensure_corpus(conn, name)
 
     def start_snapshot(
@@ -159,7 +159,7 @@ class SqlMetadataStore:
             **dict.fromkeys(SNAPSHOT_COUNT_COLUMNS, 0),
         }
         keep = {"snapshot_id", "created_at"}
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             _ensure_corpus(conn, corpus)
             _upsert(conn, t.snapshots, [row], ["snapshot_id"], [c for c in row if c not in keep])
             sd, q = t.snapshot_documents, t.quarantine
@@ -186,7 +186,7 @@ class SqlMetadataStore:
             **{k: int(v) for k, v in counts.items()},
         }
         s = t.snapshots
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             result = conn.execute(update(s).where(s.c.snapshot_id == snapshot_id).values(values))
             if result.rowcount == 0:
                 raise KeyError(f"no snapshot {snapshot_id!r}")
@@ -238,7 +238,7 @@ class SqlMetadataStore:
         doc_id = doc["doc_id"]
         chunks = [_checked_row(t.chunks, c, corpus=corpus, doc_id=doc_id) for c in chunk_rows]
         c = t.chunks
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             _ensure_corpus(conn, corpus)
             _upsert(conn, t.documents, [doc], ["corpus", "doc_id"])
             conn.execute(delete(c).where(c.c.corpus == corpus, c.c.doc_id == doc_id))
@@ -248,7 +248,7 @@ class SqlMetadataStore:
         """Delete documents and their chunks in one transaction; returns documents deleted."""
         d, c = t.documents, t.chunks
         deleted = 0
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             for batch in _batches(list(dict.fromkeys(doc_ids)), BATCH_SIZE):
                 conn.execute(delete(c).where(c.c.corpus == corpus, c.c.doc_id.in_(batch)))
                 result = conn.execute(delete(d).where(d.c.corpus == corpus, d.c.doc_id.in_(batch)))
@@ -287,7 +287,7 @@ class SqlMetadataStore:
     ) -> None:
         """Upsert (snapshot_id, doc_id) -> change / content_hash / version rows."""
         checked = [_checked_row(t.snapshot_documents, r, snapshot_id=snapshot_id) for r in rows]
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             _upsert(conn, t.snapshot_documents, checked, ["snapshot_id", "doc_id"])
 
     def get_snapshot_documents(self, snapshot_id: str) -> list[Row]:
@@ -316,7 +316,7 @@ class SqlMetadataStore:
             for r in records
         ]
         updated = ["corpus", "uri", "reason", "detail", "content_hash"]
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             _upsert(conn, t.quarantine, rows, ["snapshot_id", "rel_path"], updated)
 
     def list_quarantine(self, corpus: str, snapshot_id: str | None = None) -> list[Row]:

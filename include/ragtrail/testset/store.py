@@ -24,7 +24,7 @@ from sqlalchemy.engine import URL, RowMapping
 
 from ragtrail.records import CandidateStatus, Context, QACandidate, sha256_text
 from ragtrail.storage import tables as t
-from ragtrail.storage.db import make_engine, upgrade, utcnow
+from ragtrail.storage.db import make_engine, upgrade, utcnow, write_transaction
 from ragtrail.storage.metadata_store import BATCH_SIZE, Row, _as_dict, _batches, _upsert
 
 ACTIVE_STATUSES: tuple[CandidateStatus, ...] = (CandidateStatus.ACCEPTED, CandidateStatus.PENDING)
@@ -97,7 +97,7 @@ class TestSetStore:
         for cand in candidates:
             _check_candidate(cand, corpus)
         now = utcnow()
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             source_docs = _source_doc_ids(conn, corpus, candidates)
             rows = [_candidate_row(c, run_id, now, source_docs) for c in candidates]
             live = [r for r in rows if r["status"] != CandidateStatus.RETIRED]
@@ -159,7 +159,7 @@ class TestSetStore:
         qc = t.qa_candidates
         now = utcnow()
         retired = 0
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             for batch in _batches(list(dict.fromkeys(doc_ids)), BATCH_SIZE):
                 hit = or_(qc.c.doc_id.in_(batch), qc.c.source_doc_id.in_(batch))
                 stmt = (
@@ -193,7 +193,7 @@ class TestSetStore:
             qc.c.candidate_id, qc.c.doc_id, qc.c.doc_content_hash, qc.c.source_doc_id
         ).where(qc.c.corpus == corpus, active)
         retired = 0
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             by_reason: dict[str, list[str]] = {}
             for row in conn.execute(query):
                 reason = _stale_reason(row, current_doc_hashes, retire_missing)
@@ -230,7 +230,7 @@ class TestSetStore:
         ids = list(candidate_ids_in_order)
         _check_item_ids(ids)
         version = version_id_for(corpus, ids, seed)
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             if _version_row(conn, version) is not None:
                 return version
             _check_version_candidates(conn, corpus, ids)
@@ -304,7 +304,7 @@ class TestSetStore:
         """Record where ``version`` was exported (the only mutable field); KeyError if unknown."""
         qs = t.qa_sets
         stmt = update(qs).where(qs.c.version == version).values(artifact_uri=artifact_uri)
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             if conn.execute(stmt).rowcount == 0:
                 raise KeyError(f"no QA set version {version!r}")
 
