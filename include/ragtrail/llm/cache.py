@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.records import sha256_text
+from ragtrail.storage.db import write_transaction
 from ragtrail.storage.tables import llm_cache
 
 _SELECT_CHUNK = 500
@@ -176,14 +177,14 @@ class SqlLLMCache:
         insert_ignore = _insert_ignore_factory(self.engine)
         values = list(rows.values())
         if insert_ignore is not None:
-            with self.engine.begin() as conn:
+            with write_transaction(self.engine) as conn:
                 for start in range(0, len(values), _INSERT_CHUNK):
                     conn.execute(insert_ignore(values[start : start + _INSERT_CHUNK]))
             return
         # Other dialects: insert row by row and ignore duplicates.
         for row in values:
             try:
-                with self.engine.begin() as conn:
+                with write_transaction(self.engine) as conn:
                     conn.execute(llm_cache.insert().values(**row))
             except IntegrityError:
                 continue

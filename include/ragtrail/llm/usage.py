@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy import Engine, and_, select, update
 
+from ragtrail.storage.db import write_transaction
 from ragtrail.storage.tables import llm_usage
 
 
@@ -125,7 +126,7 @@ class UsageMeter:
             "cost_usd",
         ]
         dialect = engine.dialect.name
-        with engine.begin() as conn:
+        with write_transaction(engine) as conn:
             if dialect in ("sqlite", "postgresql"):
                 if dialect == "sqlite":
                     from sqlalchemy.dialects.sqlite import insert

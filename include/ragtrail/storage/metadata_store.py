@@ -367,7 +367,7 @@ class SqlMetadataStore:
                     "vector": arr.tobytes(),
                 }
             )
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             _upsert(conn, t.embedding_cache, rows, ["model_id", "content_hash"], [])
 
     # -- helpers ---------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from ragtrail.evaluation_records import (
 )
 from ragtrail.jsonsafe import check_finite
 from ragtrail.storage import tables as t
-from ragtrail.storage.db import make_engine, upgrade, utcnow
+from ragtrail.storage.db import make_engine, upgrade, utcnow, write_transaction
 
 RUNNING = "running"
 BATCH_SIZE = 2000
@@ -160,7 +160,7 @@ class RunStore:
             else _str_or_none(params.get("qa_set_version")),
         }
         r = t.runs
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             conn.execute(delete(r).where(r.c.run_id == run_id))
             conn.execute(r.insert(), [row])
 
@@ -168,7 +168,7 @@ class RunStore:
         """Record a run's final status and report location; KeyError for an unknown run."""
         r = t.runs
         values = {"status": status, "finished_at": utcnow(), "report_uri": report_uri}
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             result = conn.execute(update(r).where(r.c.run_id == run_id).values(values))
             if result.rowcount == 0:
                 raise KeyError(f"no run {run_id!r}")
@@ -228,7 +228,7 @@ class RunStore:
         """
         rows = _metric_rows(run_id, points, evaluation)
         m = t.metrics_history
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             _delete_run_rows(conn, m, run_id, evaluation)
             _insert(conn, m, rows)
 
@@ -273,7 +273,7 @@ class RunStore:
         """Replace the per-query values of one run and evaluation."""
         rows = _query_rows(run_id, evaluation, values)
         q = t.query_results
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             _delete_run_rows(conn, q, run_id, evaluation)
             _insert(conn, q, rows)
 
@@ -335,7 +335,7 @@ class RunStore:
         ]
         metric_rows = _metric_rows(run_id, points, result.evaluator)
         query_rows = _query_rows(run_id, result.evaluator, result.queries)
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             _delete_run_rows(conn, t.metrics_history, run_id, result.evaluator)
             _insert(conn, t.metrics_history, metric_rows)
             _delete_run_rows(conn, t.query_results, run_id, result.evaluator)
