@@ -60,7 +60,7 @@ def evaluate_retrieval(
     )
     params = {
         "corpus": corpus,
-        "snapshot_id": snapshot["snapshot_id"],
+        "snapshot_id": snapshot.snapshot_id,
         "qa_set": qa_source,
         "qa_set_version": qa_version,
         "text_weights": list(weights),
@@ -76,7 +76,7 @@ def evaluate_retrieval(
     history = [
         {
             "run_id": run_id,
-            "corpus_snapshot": snapshot["snapshot_id"],
+            "corpus_snapshot": snapshot.snapshot_id,
             "qa_set_version": qa_version,
             "backend": settings.index_backend,
             "model": settings.embedding_model,

@@ -106,17 +106,17 @@ def _contexts(rt: Runtime, corpus: str, snapshot_id: str, doc_ids: Iterable[str]
         if doc is None:
             continue
         for chunk in rt.store.get_chunks(corpus, doc_id):
-            if chunk["n_tokens"] >= min_tokens and chunk["kind"] == "text":
+            if chunk.n_tokens >= min_tokens and chunk.kind == "text":
                 out.append(
                     Context(
                         corpus=corpus,
                         snapshot_id=snapshot_id,
                         doc_id=doc_id,
-                        doc_content_hash=doc["content_hash"],
-                        chunk_id=chunk["chunk_id"],
-                        chunk_hash=chunk["content_hash"],
-                        text=chunk["text"],
-                        headings=tuple(chunk["headings"]),
+                        doc_content_hash=doc.content_hash,
+                        chunk_id=chunk.chunk_id,
+                        chunk_hash=chunk.content_hash,
+                        text=chunk.text,
+                        headings=chunk.headings,
                     )
                 )
     return out
@@ -183,19 +183,19 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
         if request.snapshot_id
         else rt.store.latest_snapshot(corpus)
     )
-    if snapshot is None or snapshot["status"] != "complete":
+    if snapshot is None or snapshot.status != "complete":
         raise ValueError(f"corpus {corpus!r} has no complete snapshot to generate from")
     unknown = set(request.labels) - set(LABELS)
     if unknown:
         raise ValueError(f"unknown labels {sorted(unknown)}; known: {', '.join(LABELS)}")
-    snapshot_id = snapshot["snapshot_id"]
+    snapshot_id = snapshot.snapshot_id
     seed = rt.settings.seed if request.seed is None else request.seed
     per_label = request.per_label or gen.per_label
     testsets = TestSetStore(rt.engine)
     docs = rt.store.get_documents(corpus)
 
     retired = testsets.retire_stale_hashes(
-        corpus, {d: row["content_hash"] for d, row in docs.items()}, snapshot_id
+        corpus, {d: row.content_hash for d, row in docs.items()}, snapshot_id
     )
     previous = testsets.latest_version(corpus)
     prev_items = testsets.version_items(previous["version"]) if previous else []
@@ -216,9 +216,7 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
     elif previous:  # documents added or updated since the previous version's snapshot
         # Snapshot ids start with a UTC timestamp, so they sort in creation order.
         first_docs = {
-            d
-            for d, row in docs.items()
-            if row["last_changed_snapshot_id"] > previous["snapshot_id"]
+            d for d, row in docs.items() if row.last_changed_snapshot_id > previous["snapshot_id"]
         }
     else:
         first_docs = set(docs)

@@ -112,7 +112,7 @@ def plan_ingest(
         snapshot_id,
         corpus,
         source_uri,
-        previous["snapshot_id"] if previous else None,
+        previous.snapshot_id if previous else None,
         settings.embedding_model,
         settings.index_backend,
         index_name,
@@ -141,7 +141,7 @@ def plan_ingest(
             row = known.get(src.rel_path)
             if row is None:
                 entry["planned"] = ChangeKind.ADDED.value
-            elif row["raw_hash"] == raw_hash:
+            elif row.raw_hash == raw_hash:
                 entry["planned"] = ChangeKind.UNCHANGED.value
             else:
                 entry["planned"] = ChangeKind.UPDATED.value
@@ -153,8 +153,8 @@ def plan_ingest(
         {
             "doc_id": f["rel_path"],
             "change": ChangeKind.UNCHANGED.value,
-            "content_hash": known[f["rel_path"]]["content_hash"],
-            "version": known[f["rel_path"]]["version"],
+            "content_hash": known[f["rel_path"]].content_hash,
+            "version": known[f["rel_path"]].version,
         }
         for f in files
         if f["planned"] == ChangeKind.UNCHANGED.value
@@ -173,7 +173,7 @@ def plan_ingest(
         "snapshot_id": snapshot_id,
         "corpus": corpus,
         "source_uri": source_uri,
-        "parent_snapshot_id": previous["snapshot_id"] if previous else None,
+        "parent_snapshot_id": previous.snapshot_id if previous else None,
         "embedding_model": settings.embedding_model,
         "index_backend": settings.index_backend,
         "files": files,
@@ -270,7 +270,7 @@ def ingest_shard(
     snapshot_rows: list[dict[str, Any]] = []
     for rel_path in rel_paths:
         src = read_source_file(
-            snapshot["source_uri"], rel_path, s3_endpoint_url=rt.settings.s3_endpoint_url
+            snapshot.source_uri, rel_path, s3_endpoint_url=rt.settings.s3_endpoint_url
         )
         if src is None:  # deleted since planning: the next ingest records it as removed
             log.warning("%s vanished since the snapshot was planned; skipped", rel_path)
@@ -280,14 +280,14 @@ def ingest_shard(
             quarantined.append(result)
         else:
             old = known.get(rel_path)
-            if old is not None and old["content_hash"] == result.content_hash:
+            if old is not None and old.content_hash == result.content_hash:
                 # Bytes changed but the normalised text did not (e.g. a re-saved file).
                 snapshot_rows.append(
                     {
                         "doc_id": rel_path,
                         "change": ChangeKind.UNCHANGED.value,
-                        "content_hash": old["content_hash"],
-                        "version": old["version"],
+                        "content_hash": old.content_hash,
+                        "version": old.version,
                     }
                 )
             else:
@@ -318,8 +318,8 @@ def ingest_shard(
         index.commit()
     for src, doc, chunks in parsed:
         old = known.get(doc.doc_id)
-        version = 1 if old is None else old["version"] + 1
-        first = snapshot_id if old is None else old["first_snapshot_id"]
+        version = 1 if old is None else old.version + 1
+        first = snapshot_id if old is None else old.first_snapshot_id
         store.upsert_document(
             corpus,
             _document_row(doc, src, chunks, version, first, snapshot_id),
@@ -356,13 +356,13 @@ def _reconcile_index(rt: Runtime, corpus: str) -> dict[str, int]:
         rows = [row for doc_id in missing for row in rt.store.get_chunks(corpus, doc_id)]
         chunks = [
             Chunk(
-                chunk_id=r["chunk_id"],
-                doc_id=r["doc_id"],
-                ordinal=r["ordinal"],
-                text=r["text"],
-                headings=tuple(r["headings"]),
-                n_tokens=r["n_tokens"],
-                kind=r["kind"],
+                chunk_id=r.chunk_id,
+                doc_id=r.doc_id,
+                ordinal=r.ordinal,
+                text=r.text,
+                headings=r.headings,
+                n_tokens=r.n_tokens,
+                kind=r.kind,
             )
             for r in rows
         ]
@@ -380,8 +380,8 @@ def finalize_ingest(rt: Runtime, corpus: str, snapshot_id: str) -> IngestSummary
     if snapshot is None:
         raise ValueError(f"unknown snapshot {snapshot_id!r}")
     changes = store.get_snapshot_documents(snapshot_id)
-    removed = sorted(r["doc_id"] for r in changes if r["change"] == ChangeKind.REMOVED.value)
-    if snapshot["status"] != "complete":  # a retried finalize after success changes nothing
+    removed = sorted(r.doc_id for r in changes if r.change == ChangeKind.REMOVED.value)
+    if snapshot.status != "complete":  # a retried finalize after success changes nothing
         index = rt.index(corpus)
         index.begin_snapshot(snapshot_id, resume=True)
         if removed:
@@ -391,7 +391,7 @@ def finalize_ingest(rt: Runtime, corpus: str, snapshot_id: str) -> IngestSummary
         _reconcile_index(rt, corpus)
         index.publish()
 
-    by_change = Counter(r["change"] for r in changes)
+    by_change = Counter(r.change for r in changes)
     quarantined = store.list_quarantine(corpus, snapshot_id)
     summary = IngestSummary(
         snapshot=snapshot_id,
@@ -405,9 +405,9 @@ def finalize_ingest(rt: Runtime, corpus: str, snapshot_id: str) -> IngestSummary
         chunks=store.count_chunks(corpus),
         manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, snapshot_id)),
         changed_doc_ids=sorted(
-            r["doc_id"]
+            r.doc_id
             for r in changes
-            if r["change"] in {ChangeKind.ADDED.value, ChangeKind.UPDATED.value}
+            if r.change in {ChangeKind.ADDED.value, ChangeKind.UPDATED.value}
         ),
         removed_doc_ids=removed,
     )
