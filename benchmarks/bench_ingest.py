@@ -27,13 +27,13 @@ from ragtrail.runtime import Runtime
 def _chunk_texts(rt: Runtime, corpus: str) -> list[str]:
     return [
         Chunk(
-            chunk_id=r["chunk_id"],
-            doc_id=r["doc_id"],
-            ordinal=r["ordinal"],
-            text=r["text"],
-            headings=tuple(r["headings"]),
-            n_tokens=r["n_tokens"],
-            kind=r["kind"],
+            chunk_id=r.chunk_id,
+            doc_id=r.doc_id,
+            ordinal=r.ordinal,
+            text=r.text,
+            headings=r.headings,
+            n_tokens=r.n_tokens,
+            kind=r.kind,
         ).index_text()
         for r in rt.store.get_chunks(corpus)
     ]

@@ -7,6 +7,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -228,11 +229,11 @@ def corpus_quarantine(corpus: CorpusOpt = "handbook", as_json: JsonFlag = False)
     with _runtime() as rt:
         rows = rt.store.list_quarantine(corpus)
     if as_json:
-        _emit(rows)
+        _emit([asdict(row) for row in rows])
         return
     table = Table("path", "reason", "detail")
     for row in rows:
-        table.add_row(row["rel_path"], row["reason"], row["detail"][:120])
+        table.add_row(row.rel_path, row.reason, row.detail[:120])
     Console().print(table)
 
 
@@ -242,14 +243,17 @@ def corpus_snapshots(corpus: CorpusOpt = "handbook", as_json: JsonFlag = False) 
     with _runtime() as rt:
         rows = rt.store.list_snapshots(corpus)
     if as_json:
-        _emit(rows)
+        _emit([asdict(row) for row in rows])
         return
     table = Table("snapshot", "status", "added", "updated", "unchanged", "removed", "quarantined")
     for r in rows:
         table.add_row(
-            r["snapshot_id"],
-            r["status"],
-            *(str(r[k]) for k in ("added", "updated", "unchanged", "removed", "quarantined")),
+            r.snapshot_id,
+            r.status,
+            *(
+                str(getattr(r, k))
+                for k in ("added", "updated", "unchanged", "removed", "quarantined")
+            ),
         )
     Console().print(table)
 
@@ -341,8 +345,7 @@ def testset_export(
         if format == "beir":
             corpus = items[0].context.corpus if items else ""
             chunks = {
-                c["chunk_id"]: (" > ".join(c["headings"]), c["text"])
-                for c in rt.store.get_chunks(corpus)
+                c.chunk_id: (" > ".join(c.headings), c.text) for c in rt.store.get_chunks(corpus)
             }
             export.write_beir(items, chunks, target, qids=qids)
         else:

@@ -71,7 +71,7 @@ def test_one_changed_document_is_the_only_one_reembedded(make_runtime, corpus_di
     doc_chunks = rt.store.get_chunks("hb", rel)
     # Only the changed document's new chunk texts are embedded (unchanged chunks hit the cache).
     assert 1 <= second.embedded <= len(doc_chunks)
-    assert rt.store.get_documents("hb")[rel]["version"] == 2
+    assert rt.store.get_documents("hb")[rel].version == 2
     assert _index_state(rt, "hb")[1] == second.chunks
 
 
@@ -147,7 +147,7 @@ def test_killed_ingest_rerun_matches_a_clean_run(make_runtime, corpus_dir, tmp_p
     assert (resumed.documents, resumed.chunks) == (clean.documents, clean.chunks)
     assert resumed.unchanged >= killed_at
     assert _index_state(rerun, "hb") == _index_state(clean_rt, "hb")
-    running = [s for s in rerun.store.list_snapshots("hb") if s["status"] == "running"]
+    running = [s for s in rerun.store.list_snapshots("hb") if s.status == "running"]
     assert len(running) == 1  # the killed snapshot stays visibly unfinished
 
 
@@ -159,10 +159,10 @@ def test_malformed_files_are_quarantined_and_the_rest_ingested(make_runtime, cor
     written = write_malformed_files(bad, duplicate_of=sorted(corpus_dir.rglob("*.md"))[0])
     rt = make_runtime(max_file_bytes=200_000)
     summary = ingest(rt, str(corpus_dir), "hb")
-    rows = {r["rel_path"]: r for r in rt.store.list_quarantine("hb")}
+    rows = {r.rel_path: r for r in rt.store.list_quarantine("hb")}
     for name, reason in written.items():
-        assert rows[f"zz-incoming/{name}"]["reason"] == reason, name
-        assert rows[f"zz-incoming/{name}"]["detail"]
+        assert rows[f"zz-incoming/{name}"].reason == reason, name
+        assert rows[f"zz-incoming/{name}"].detail
     assert summary.quarantined == len(written)
     assert summary.documents >= 28
     indexed = rt.index("hb").document_ids()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import uuid
@@ -20,6 +21,7 @@ from sqlalchemy.engine import make_url
 
 from ragtrail.records import QuarantineReason, QuarantineRecord
 from ragtrail.storage import tables
+from ragtrail.storage.corpus_store import SnapshotRecord
 from ragtrail.storage.db import (
     alembic_config,
     current_revision,
@@ -29,7 +31,9 @@ from ragtrail.storage.db import (
     upgrade,
     utcnow,
 )
+from ragtrail.storage.document_store import ChunkRecord, DocumentRecord, SnapshotDocumentRecord
 from ragtrail.storage.metadata_store import MetadataStore, SqlMetadataStore
+from ragtrail.storage.quarantine_store import QuarantineEntry
 
 HEAD = head_revisions()[0]
 PG_SKIP = "PostgreSQL not configured: set RAGTRAIL_TEST_PG_URL (make test starts one)"
@@ -235,6 +239,27 @@ def test_utcnow_is_aware_utc() -> None:
     assert now.tzinfo is not None and now.utcoffset() == timedelta(0)
 
 
+@pytest.mark.parametrize(
+    ("record", "table"),
+    [
+        (SnapshotRecord, tables.snapshots),
+        (DocumentRecord, tables.documents),
+        (ChunkRecord, tables.chunks),
+        (SnapshotDocumentRecord, tables.snapshot_documents),
+        (QuarantineEntry, tables.quarantine),
+    ],
+)
+def test_records_have_exactly_the_table_columns(record: type, table: Any) -> None:
+    assert [f.name for f in dataclasses.fields(record)] == list(table.c.keys())
+
+
+def test_records_are_frozen(store: SqlMetadataStore) -> None:
+    _start(store, "s1")
+    snap = store.get_snapshot("s1")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.status = "complete"  # type: ignore[misc]
+
+
 # -- corpora and snapshots -------------------------------------------------------------------
 
 
@@ -263,23 +288,23 @@ def test_snapshot_lifecycle(store: SqlMetadataStore) -> None:
     _start(store, "s1")
     snap = store.get_snapshot("s1")
     assert snap is not None
-    assert snap["status"] == "running" and snap["corpus"] == CORPUS
-    assert snap["created_at"].utcoffset() == timedelta(0)
+    assert snap.status == "running" and snap.corpus == CORPUS
+    assert snap.created_at.utcoffset() == timedelta(0)
     assert store.latest_snapshot(CORPUS) is None
-    assert store.latest_snapshot(CORPUS, status=None)["snapshot_id"] == "s1"
+    assert store.latest_snapshot(CORPUS, status=None).snapshot_id == "s1"
 
     counts = {"added": 3, "updated": 1, "removed": 2, "n_documents": 4, "n_chunks": 40}
     store.finish_snapshot("s1", status="complete", counts=counts, manifest_uri="s3://b/m.json")
     snap = store.get_snapshot("s1")
-    assert {k: snap[k] for k in counts} == counts
-    assert snap["unchanged"] == 0 and snap["manifest_uri"] == "s3://b/m.json"
-    assert snap["finished_at"] >= snap["created_at"]
+    assert {k: getattr(snap, k) for k in counts} == counts
+    assert snap.unchanged == 0 and snap.manifest_uri == "s3://b/m.json"
+    assert snap.finished_at >= snap.created_at
 
     _start(store, "s2", parent="s1")
     store.finish_snapshot("s2", status="failed", counts={}, manifest_uri=None)
-    assert store.latest_snapshot(CORPUS)["snapshot_id"] == "s1"
-    assert store.latest_snapshot(CORPUS, status="failed")["snapshot_id"] == "s2"
-    assert [s["snapshot_id"] for s in store.list_snapshots(CORPUS)] == ["s2", "s1"]
+    assert store.latest_snapshot(CORPUS).snapshot_id == "s1"
+    assert store.latest_snapshot(CORPUS, status="failed").snapshot_id == "s2"
+    assert [s.snapshot_id for s in store.list_snapshots(CORPUS)] == ["s2", "s1"]
     assert store.list_snapshots("other") == []
     assert store.get_snapshot("nope") is None
 
@@ -303,9 +328,9 @@ def test_start_snapshot_twice_resets_it(store: SqlMetadataStore) -> None:
 
     _start(store, "s1")
     again = store.get_snapshot("s1")
-    assert again["status"] == "running" and again["added"] == 0
-    assert again["finished_at"] is None and again["manifest_uri"] is None
-    assert again["created_at"] == first["created_at"]
+    assert again.status == "running" and again.added == 0
+    assert again.finished_at is None and again.manifest_uri is None
+    assert again.created_at == first.created_at
     assert store.get_snapshot_documents("s1") == []
     assert store.list_quarantine(CORPUS, "s1") == []
     assert len(store.list_snapshots(CORPUS)) == 1
@@ -319,9 +344,9 @@ def test_upsert_document_inserts_and_replaces_chunks(store: SqlMetadataStore) ->
     store.upsert_document(CORPUS, _doc("b.md"), _chunks("b.md", 2))
     docs = store.get_documents(CORPUS)
     assert set(docs) == {"a.md", "b.md"}
-    assert docs["a.md"]["n_chunks"] == 3
-    assert docs["a.md"]["doc_metadata"] == {"author": "ana", "tags": ["a", "b"]}
-    assert docs["a.md"]["updated_at"].utcoffset() == timedelta(0)
+    assert docs["a.md"].n_chunks == 3
+    assert docs["a.md"].doc_metadata == {"author": "ana", "tags": ["a", "b"]}
+    assert docs["a.md"].updated_at.utcoffset() == timedelta(0)
     assert store.count_documents(CORPUS) == 2 and store.count_chunks(CORPUS) == 5
 
     store.upsert_document(
@@ -330,13 +355,13 @@ def test_upsert_document_inserts_and_replaces_chunks(store: SqlMetadataStore) ->
         _chunks("a.md", 2, "v2"),
     )
     docs = store.get_documents(CORPUS)
-    assert docs["a.md"]["version"] == 2 and docs["a.md"]["content_hash"] == "d" * 64
-    assert docs["a.md"]["last_changed_snapshot_id"] == "s2" and docs["a.md"]["n_chunks"] == 2
+    assert docs["a.md"].version == 2 and docs["a.md"].content_hash == "d" * 64
+    assert docs["a.md"].last_changed_snapshot_id == "s2" and docs["a.md"].n_chunks == 2
     chunks = store.get_chunks(CORPUS, "a.md")
-    assert [c["chunk_id"] for c in chunks] == ["a.md#0v2", "a.md#1v2"]
-    assert chunks[1]["headings"] == ["Intro", "Part 1"]
+    assert [c.chunk_id for c in chunks] == ["a.md#0v2", "a.md#1v2"]
+    assert chunks[1].headings == ("Intro", "Part 1")
     assert store.count_chunks(CORPUS) == 4
-    assert [c["doc_id"] for c in store.get_chunks(CORPUS)] == ["a.md", "a.md", "b.md", "b.md"]
+    assert [c.doc_id for c in store.get_chunks(CORPUS)] == ["a.md", "a.md", "b.md", "b.md"]
     assert store.get_documents("other") == {} and store.count_chunks("other") == 0
 
 
@@ -354,8 +379,8 @@ def test_upsert_document_is_atomic(store: SqlMetadataStore) -> None:
     bad[1]["chunk_id"] = bad[0]["chunk_id"]  # duplicate primary key -> the insert fails
     with pytest.raises(Exception):  # noqa: B017 - IntegrityError differs per driver
         store.upsert_document(CORPUS, _doc("a.md", version=9), bad)
-    assert store.get_documents(CORPUS)["a.md"]["version"] == 1
-    assert [c["chunk_id"] for c in store.get_chunks(CORPUS)] == ["a.md#0", "a.md#1"]
+    assert store.get_documents(CORPUS)["a.md"].version == 1
+    assert [c.chunk_id for c in store.get_chunks(CORPUS)] == ["a.md#0", "a.md#1"]
 
 
 def test_delete_documents_removes_chunks(store: SqlMetadataStore) -> None:
@@ -364,7 +389,7 @@ def test_delete_documents_removes_chunks(store: SqlMetadataStore) -> None:
     store.upsert_document("other", _doc("a.md"), _chunks("a.md", 1))
     assert store.delete_documents(CORPUS, ["a.md", "c.md", "zzz.md"]) == 2
     assert set(store.get_documents(CORPUS)) == {"b.md"}
-    assert {c["doc_id"] for c in store.get_chunks(CORPUS)} == {"b.md"}
+    assert {c.doc_id for c in store.get_chunks(CORPUS)} == {"b.md"}
     assert store.count_documents("other") == 1 and store.count_chunks("other") == 1
     assert store.delete_documents(CORPUS, []) == 0
 
@@ -390,7 +415,7 @@ def test_record_snapshot_documents_upserts(store: SqlMetadataStore) -> None:
     store.record_snapshot_documents("s1", rows)
     store.record_snapshot_documents("s1", [{**rows[0], "change": "updated", "version": 2}])
     got = store.get_snapshot_documents("s1")
-    assert [(r["doc_id"], r["change"], r["version"]) for r in got] == [
+    assert [(r.doc_id, r.change, r.version) for r in got] == [
         ("a.md", "updated", 2),
         ("b.md", "removed", None),
     ]
@@ -414,19 +439,17 @@ def test_quarantine_records_and_listing(store: SqlMetadataStore) -> None:
     store.record_quarantine(CORPUS, "s2", records)  # retried: still one row
 
     latest = store.list_quarantine(CORPUS)
-    assert [(q["rel_path"], q["reason"], q["snapshot_id"]) for q in latest] == [
+    assert [(q.rel_path, q.reason, q.snapshot_id) for q in latest] == [
         ("big.txt", "too_large", "s2")
     ]
     s1 = store.list_quarantine(CORPUS, "s1")
-    assert [q["rel_path"] for q in s1] == ["empty.md", "z.pdf"]
-    assert s1[0]["reason"] == "empty" and s1[1]["content_hash"] == "h" * 64
-    assert s1[0]["created_at"].utcoffset() == timedelta(0)
+    assert [q.rel_path for q in s1] == ["empty.md", "z.pdf"]
+    assert s1[0].reason == "empty" and s1[1].content_hash == "h" * 64
+    assert s1[0].created_at.utcoffset() == timedelta(0)
 
     updated = [QuarantineRecord("file:///x/big.txt", "big.txt", QuarantineReason.CORRUPT, "bad")]
     store.record_quarantine(CORPUS, "s2", updated)
-    assert [(q["reason"], q["detail"]) for q in store.list_quarantine(CORPUS)] == [
-        ("corrupt", "bad")
-    ]
+    assert [(q.reason, q.detail) for q in store.list_quarantine(CORPUS)] == [("corrupt", "bad")]
     assert store.list_quarantine("other") == []
 
 

@@ -72,7 +72,7 @@ def evaluate_retrieval(
     )
     params = {
         "corpus": corpus,
-        "snapshot_id": snapshot["snapshot_id"],
+        "snapshot_id": snapshot.snapshot_id,
         "qa_set": qa_source,
         "qa_set_version": qa_version,
         "text_weights": list(weights),
@@ -92,7 +92,7 @@ def evaluate_retrieval(
         run_id,
         evaluation,
         corpus=corpus,
-        corpus_snapshot=snapshot["snapshot_id"],
+        corpus_snapshot=snapshot.snapshot_id,
         qa_set_version=qa_version,
         models=producing_models(settings.index_backend, settings.embedding_model, backends),
         judges={},

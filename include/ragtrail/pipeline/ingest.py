@@ -40,6 +40,7 @@ from ragtrail.records import (
     sha256_text,
 )
 from ragtrail.runtime import Runtime
+from ragtrail.storage.corpus_store import SnapshotRecord
 from ragtrail.storage.db import utcnow
 
 Progress = Callable[[int], None]
@@ -144,7 +145,7 @@ def plan_ingest(
             row = known.get(src.rel_path)
             if row is None:
                 entry["planned"] = ChangeKind.ADDED.value
-            elif row["raw_hash"] == raw_hash:
+            elif row.raw_hash == raw_hash:
                 entry["planned"] = ChangeKind.UNCHANGED.value
             else:
                 entry["planned"] = ChangeKind.UPDATED.value
@@ -153,13 +154,13 @@ def plan_ingest(
     listed = {f["rel_path"] for f in files if f["planned"] != "quarantined"}
     removed = sorted(set(known) - listed)
     if previous is not None and _same_as_snapshot(rt, previous, source_uri, files):
-        log.info("source unchanged since snapshot %s: no new snapshot", previous["snapshot_id"])
+        log.info("source unchanged since snapshot %s: no new snapshot", previous.snapshot_id)
         return IngestPlan(
-            snapshot_id=previous["snapshot_id"],
+            snapshot_id=previous.snapshot_id,
             corpus=corpus,
             source_uri=source_uri,
             shards=[],
-            manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, previous["snapshot_id"])),
+            manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, previous.snapshot_id)),
             counts={"unchanged": len(files)},
             changed=False,
         )
@@ -171,7 +172,7 @@ def plan_ingest(
         snapshot_id,
         corpus,
         source_uri,
-        previous["snapshot_id"] if previous else None,
+        previous.snapshot_id if previous else None,
         settings.embedding_model,
         settings.index_backend,
         index_name,
@@ -180,8 +181,8 @@ def plan_ingest(
         {
             "doc_id": f["rel_path"],
             "change": ChangeKind.UNCHANGED.value,
-            "content_hash": known[f["rel_path"]]["content_hash"],
-            "version": known[f["rel_path"]]["version"],
+            "content_hash": known[f["rel_path"]].content_hash,
+            "version": known[f["rel_path"]].version,
         }
         for f in files
         if f["planned"] == ChangeKind.UNCHANGED.value
@@ -200,7 +201,7 @@ def plan_ingest(
         "snapshot_id": snapshot_id,
         "corpus": corpus,
         "source_uri": source_uri,
-        "parent_snapshot_id": previous["snapshot_id"] if previous else None,
+        "parent_snapshot_id": previous.snapshot_id if previous else None,
         "embedding_model": settings.embedding_model,
         "index_backend": settings.index_backend,
         "files": files,
@@ -220,18 +221,18 @@ def plan_ingest(
 
 
 def _same_as_snapshot(
-    rt: Runtime, snapshot: dict[str, Any], source_uri: str, files: list[dict[str, Any]]
+    rt: Runtime, snapshot: SnapshotRecord, source_uri: str, files: list[dict[str, Any]]
 ) -> bool:
     """True when ``files`` are exactly the files (paths and bytes) the snapshot was built from,
     read from the same source with the same embedding model and index backend."""
     settings = rt.settings
-    if (snapshot["source_uri"], snapshot["embedding_model"], snapshot["index_backend"]) != (
+    if (snapshot.source_uri, snapshot.embedding_model, snapshot.index_backend) != (
         source_uri,
         settings.embedding_model,
         settings.index_backend,
     ):
         return False
-    key = manifest_key(snapshot["corpus"], snapshot["snapshot_id"])
+    key = manifest_key(snapshot.corpus, snapshot.snapshot_id)
     if not rt.artifacts.exists(key):
         return False
     manifest = json.loads(rt.artifacts.get_bytes(key))
@@ -317,7 +318,7 @@ def ingest_shard(
     snapshot_rows: list[dict[str, Any]] = []
     for rel_path in rel_paths:
         src = read_source_file(
-            snapshot["source_uri"], rel_path, s3_endpoint_url=rt.settings.s3_endpoint_url
+            snapshot.source_uri, rel_path, s3_endpoint_url=rt.settings.s3_endpoint_url
         )
         if src is None:  # deleted since planning: the next ingest records it as removed
             log.warning("%s vanished since the snapshot was planned; skipped", rel_path)
@@ -327,14 +328,14 @@ def ingest_shard(
             quarantined.append(result)
         else:
             old = known.get(rel_path)
-            if old is not None and old["content_hash"] == result.content_hash:
+            if old is not None and old.content_hash == result.content_hash:
                 # Bytes changed but the normalised text did not (e.g. a re-saved file).
                 snapshot_rows.append(
                     {
                         "doc_id": rel_path,
                         "change": ChangeKind.UNCHANGED.value,
-                        "content_hash": old["content_hash"],
-                        "version": old["version"],
+                        "content_hash": old.content_hash,
+                        "version": old.version,
                     }
                 )
             else:
@@ -365,8 +366,8 @@ def ingest_shard(
         index.commit()
     for src, doc, chunks in parsed:
         old = known.get(doc.doc_id)
-        version = 1 if old is None else old["version"] + 1
-        first = snapshot_id if old is None else old["first_snapshot_id"]
+        version = 1 if old is None else old.version + 1
+        first = snapshot_id if old is None else old.first_snapshot_id
         store.upsert_document(
             corpus,
             _document_row(doc, src, chunks, version, first, snapshot_id),
@@ -415,13 +416,13 @@ def _reconcile_index(rt: Runtime, corpus: str) -> dict[str, int]:
         rows = [row for doc_id in missing for row in rt.store.get_chunks(corpus, doc_id)]
         chunks = [
             Chunk(
-                chunk_id=r["chunk_id"],
-                doc_id=r["doc_id"],
-                ordinal=r["ordinal"],
-                text=r["text"],
-                headings=tuple(r["headings"]),
-                n_tokens=r["n_tokens"],
-                kind=r["kind"],
+                chunk_id=r.chunk_id,
+                doc_id=r.doc_id,
+                ordinal=r.ordinal,
+                text=r.text,
+                headings=r.headings,
+                n_tokens=r.n_tokens,
+                kind=r.kind,
             )
             for r in rows
         ]
@@ -456,8 +457,8 @@ def finalize_ingest(
             changed=False,
         )
     changes = store.get_snapshot_documents(snapshot_id)
-    removed = sorted(r["doc_id"] for r in changes if r["change"] == ChangeKind.REMOVED.value)
-    if snapshot["status"] != "complete":  # a retried finalize after success changes nothing
+    removed = sorted(r.doc_id for r in changes if r.change == ChangeKind.REMOVED.value)
+    if snapshot.status != "complete":  # a retried finalize after success changes nothing
         index = rt.index(corpus)
         index.begin_snapshot(snapshot_id, resume=True)
         if removed:
@@ -467,7 +468,7 @@ def finalize_ingest(
         _reconcile_index(rt, corpus)
         index.publish()
 
-    by_change = Counter(r["change"] for r in changes)
+    by_change = Counter(r.change for r in changes)
     quarantined = store.list_quarantine(corpus, snapshot_id)
     summary = IngestSummary(
         snapshot=snapshot_id,
@@ -482,9 +483,9 @@ def finalize_ingest(
         embedded=_embedded_in_snapshot(rt, corpus, snapshot_id),
         manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, snapshot_id)),
         changed_doc_ids=sorted(
-            r["doc_id"]
+            r.doc_id
             for r in changes
-            if r["change"] in {ChangeKind.ADDED.value, ChangeKind.UPDATED.value}
+            if r.change in {ChangeKind.ADDED.value, ChangeKind.UPDATED.value}
         ),
         removed_doc_ids=removed,
     )

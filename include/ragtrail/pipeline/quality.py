@@ -6,6 +6,7 @@ broken corpus); warn-severity ones are listed in the report and Data Docs only.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +19,22 @@ from ragtrail.runtime import Runtime
 def corpus_frames(rt: Runtime, corpus: str, snapshot_id: str) -> dict[str, pd.DataFrame]:
     """Documents, chunks and quarantine rows of the corpus as DataFrames for validation."""
     docs = rt.store.get_documents(corpus)
-    chunks = pd.DataFrame(rt.store.get_chunks(corpus))
+    chunks = pd.DataFrame(
+        [{**asdict(c), "headings": list(c.headings)} for c in rt.store.get_chunks(corpus)]
+    )
     if chunks.empty:
         chunks = pd.DataFrame(columns=["chunk_id", "doc_id", "ordinal", "text", "n_tokens", "kind"])
     chars = chunks.groupby("doc_id")["text"].apply(lambda s: int(s.str.len().sum())).to_dict()
     documents = pd.DataFrame(
         [
             {
-                "doc_id": d["doc_id"],
-                "title": d["title"],
-                "format": d["format"],
-                "content_hash": d["content_hash"],
-                "size_bytes": d["size_bytes"],
-                "n_chunks": d["n_chunks"],
-                "text_chars": chars.get(d["doc_id"], 0),
+                "doc_id": d.doc_id,
+                "title": d.title,
+                "format": d.format,
+                "content_hash": d.content_hash,
+                "size_bytes": d.size_bytes,
+                "n_chunks": d.n_chunks,
+                "text_chars": chars.get(d.doc_id, 0),
             }
             for d in docs.values()
         ],
@@ -46,7 +49,10 @@ def corpus_frames(rt: Runtime, corpus: str, snapshot_id: str) -> dict[str, pd.Da
         ],
     )
     quarantine = pd.DataFrame(
-        rt.store.list_quarantine(corpus, snapshot_id),
+        [
+            {**asdict(q), "reason": q.reason.value}
+            for q in rt.store.list_quarantine(corpus, snapshot_id)
+        ],
         columns=["rel_path", "uri", "reason", "detail", "content_hash"],
     )
     return {"documents": documents, "chunks": chunks, "quarantine": quarantine}

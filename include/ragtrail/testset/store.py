@@ -9,7 +9,8 @@ already contain them stay reproducible. A version is identified by a hash of its
 ids and seed, so creating the same set twice is a no-op and a version's content never changes.
 
 SQLAlchemy Core on SQLite or PostgreSQL, one transaction per method, like
-:class:`ragtrail.storage.metadata_store.SqlMetadataStore`.
+:class:`ragtrail.storage.metadata_store.SqlMetadataStore`; the SQL helpers are
+:mod:`ragtrail.storage.sql`'s.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, or_, select, update
-from sqlalchemy.engine import URL, RowMapping
+from sqlalchemy import Connection, func, or_, select, update
+from sqlalchemy.engine import RowMapping
 
 from ragtrail.records import CandidateStatus, Context, QACandidate, sha256_text
 from ragtrail.storage import tables as t
-from ragtrail.storage.db import make_engine, upgrade, utcnow, write_transaction
-from ragtrail.storage.metadata_store import BATCH_SIZE, Row, _as_dict, _batches, _upsert
+from ragtrail.storage.db import utcnow, write_transaction
+from ragtrail.storage.sql import BATCH_SIZE, Row, SqlStore, as_dict, batches, upsert
 
 ACTIVE_STATUSES: tuple[CandidateStatus, ...] = (CandidateStatus.ACCEPTED, CandidateStatus.PENDING)
 """Statuses that retirement applies to; rejected and failed candidates keep their verdict."""
@@ -64,21 +65,10 @@ def doc_id_from_chunk_id(chunk_id: str) -> str | None:
     return doc_id if sep and doc_id and ordinal.isdigit() else None
 
 
-class TestSetStore:
+class TestSetStore(SqlStore):
     """QA candidates, their retirement, and immutable QA set versions in the metadata database."""
 
     __test__ = False  # not a pytest test class despite the name
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    @classmethod
-    def from_url(cls, url: str | URL, *, migrate: bool = True) -> TestSetStore:
-        """Open the database at ``url``, migrating it to the latest schema unless told not to."""
-        engine = make_engine(url)
-        if migrate:
-            upgrade(engine)
-        return cls(engine)
 
     # -- candidates ------------------------------------------------------------------------
 
@@ -103,9 +93,9 @@ class TestSetStore:
             live = [r for r in rows if r["status"] != CandidateStatus.RETIRED]
             retired = [r for r in rows if r["status"] == CandidateStatus.RETIRED]
             keep = {"candidate_id", "created_at"}
-            _upsert(conn, t.qa_candidates, live, ["candidate_id"], _columns_except(keep))
+            upsert(conn, t.qa_candidates, live, ["candidate_id"], _columns_except(keep))
             keep_retired = keep | set(_RETIREMENT_COLUMNS)
-            _upsert(conn, t.qa_candidates, retired, ["candidate_id"], _columns_except(keep_retired))
+            upsert(conn, t.qa_candidates, retired, ["candidate_id"], _columns_except(keep_retired))
             _stamp_retirement(conn, [r["candidate_id"] for r in retired], now)
 
     def get_candidates(
@@ -128,7 +118,7 @@ class TestSetStore:
                 rows = list(conn.execute(query).mappings())
             else:
                 rows = []
-                for batch in _batches(list(dict.fromkeys(doc_ids)), BATCH_SIZE):
+                for batch in batches(list(dict.fromkeys(doc_ids)), BATCH_SIZE):
                     rows.extend(conn.execute(query.where(qc.c.doc_id.in_(batch))).mappings())
         return [_candidate_from_row(r) for r in sorted(rows, key=lambda r: r["candidate_id"])]
 
@@ -137,9 +127,9 @@ class TestSetStore:
         qc = t.qa_candidates
         out: dict[str, Row] = {}
         with self.engine.connect() as conn:
-            for batch in _batches(list(dict.fromkeys(candidate_ids)), BATCH_SIZE):
+            for batch in batches(list(dict.fromkeys(candidate_ids)), BATCH_SIZE):
                 query = select(qc).where(qc.c.candidate_id.in_(batch))
-                out.update({r["candidate_id"]: _as_dict(r) for r in conn.execute(query).mappings()})
+                out.update({r["candidate_id"]: as_dict(r) for r in conn.execute(query).mappings()})
         return out
 
     def count_candidates(self, corpus: str) -> dict[str, int]:
@@ -160,7 +150,7 @@ class TestSetStore:
         now = utcnow()
         retired = 0
         with write_transaction(self.engine) as conn:
-            for batch in _batches(list(dict.fromkeys(doc_ids)), BATCH_SIZE):
+            for batch in batches(list(dict.fromkeys(doc_ids)), BATCH_SIZE):
                 hit = or_(qc.c.doc_id.in_(batch), qc.c.source_doc_id.in_(batch))
                 stmt = (
                     update(qc)
@@ -201,7 +191,7 @@ class TestSetStore:
                     by_reason.setdefault(reason, []).append(row.candidate_id)
             for reason, ids in sorted(by_reason.items()):
                 values = _retirement(now, reason, snapshot_id)
-                for batch in _batches(ids, BATCH_SIZE):
+                for batch in batches(ids, BATCH_SIZE):
                     stmt = update(qc).where(qc.c.candidate_id.in_(batch), active).values(values)
                     retired += conn.execute(stmt).rowcount
         return retired
@@ -253,8 +243,8 @@ class TestSetStore:
                 {"version": version, "candidate_id": cid, "qid": qid_for(cid), "position": pos}
                 for pos, cid in enumerate(ids)
             ]
-            _upsert(conn, t.qa_sets, [row], ["version"], [])
-            _upsert(conn, t.qa_set_items, items, ["version", "candidate_id"], [])
+            upsert(conn, t.qa_sets, [row], ["version"], [])
+            upsert(conn, t.qa_set_items, items, ["version", "candidate_id"], [])
         return version
 
     def get_version(self, version: str) -> Row | None:
@@ -317,7 +307,7 @@ class TestSetStore:
             .limit(limit)
         )
         with self.engine.connect() as conn:
-            return [_as_dict(r) for r in conn.execute(query).mappings()]
+            return [as_dict(r) for r in conn.execute(query).mappings()]
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -344,7 +334,7 @@ def _source_doc_ids(
     wanted = list(dict.fromkeys(c.source_chunk_id for c in candidates if c.source_chunk_id))
     ch = t.chunks
     out: dict[str, str] = {}
-    for batch in _batches(wanted, BATCH_SIZE):
+    for batch in batches(wanted, BATCH_SIZE):
         query = select(ch.c.chunk_id, ch.c.doc_id).where(
             ch.c.corpus == corpus, ch.c.chunk_id.in_(batch)
         )
@@ -402,7 +392,7 @@ def _json_safe(value: Any) -> Any:
 def _stamp_retirement(conn: Connection, candidate_ids: Sequence[str], now: Any) -> None:
     """Give retired-on-upsert candidates without a retirement record one."""
     qc = t.qa_candidates
-    for batch in _batches(list(candidate_ids), BATCH_SIZE):
+    for batch in batches(list(candidate_ids), BATCH_SIZE):
         conn.execute(
             update(qc)
             .where(qc.c.candidate_id.in_(batch), qc.c.retired_at.is_(None))
@@ -486,7 +476,7 @@ def _check_version_candidates(conn: Connection, corpus: str, ids: Sequence[str])
     """Every id must be an ACCEPTED candidate of ``corpus``."""
     qc = t.qa_candidates
     found: dict[str, tuple[str, str]] = {}
-    for batch in _batches(list(ids), BATCH_SIZE):
+    for batch in batches(list(ids), BATCH_SIZE):
         query = select(qc.c.candidate_id, qc.c.corpus, qc.c.status).where(
             qc.c.candidate_id.in_(batch)
         )
@@ -505,7 +495,7 @@ def _check_version_candidates(conn: Connection, corpus: str, ids: Sequence[str])
 def _version_row(conn: Connection, version: str) -> Row | None:
     qs = t.qa_sets
     row = conn.execute(select(qs).where(qs.c.version == version)).mappings().first()
-    return _as_dict(row) if row is not None else None
+    return as_dict(row) if row is not None else None
 
 
 __all__ = [

@@ -46,19 +46,19 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
         if request.snapshot_id
         else rt.store.latest_snapshot(corpus)
     )
-    if snapshot is None or snapshot["status"] != "complete":
+    if snapshot is None or snapshot.status != "complete":
         raise ValueError(f"corpus {corpus!r} has no complete snapshot to generate from")
     unknown = set(request.labels) - set(LABELS)
     if unknown:
         raise ValueError(f"unknown labels {sorted(unknown)}; known: {', '.join(LABELS)}")
-    snapshot_id = snapshot["snapshot_id"]
+    snapshot_id = snapshot.snapshot_id
     seed = rt.settings.seed if request.seed is None else request.seed
     per_label = request.per_label or gen.per_label
     testsets = TestSetStore(rt.engine)
     docs = rt.store.get_documents(corpus)
 
     retired = testsets.retire_stale_hashes(
-        corpus, {d: row["content_hash"] for d, row in docs.items()}, snapshot_id
+        corpus, {d: row.content_hash for d, row in docs.items()}, snapshot_id
     )
     previous = testsets.latest_version(corpus)
     prev_items = testsets.version_items(previous["version"]) if previous else []
@@ -79,9 +79,7 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
     elif previous:  # documents added or updated since the previous version's snapshot
         # Snapshot ids start with a UTC timestamp, so they sort in creation order.
         first_docs = {
-            d
-            for d, row in docs.items()
-            if row["last_changed_snapshot_id"] > previous["snapshot_id"]
+            d for d, row in docs.items() if row.last_changed_snapshot_id > previous["snapshot_id"]
         }
     else:
         first_docs = set(docs)

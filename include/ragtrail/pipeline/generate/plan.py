@@ -71,17 +71,17 @@ def contexts_of_documents(
         if doc is None:
             continue
         for chunk in rt.store.get_chunks(corpus, doc_id):
-            if chunk["n_tokens"] >= min_tokens and chunk["kind"] == "text":
+            if chunk.n_tokens >= min_tokens and chunk.kind == "text":
                 out.append(
                     Context(
                         corpus=corpus,
                         snapshot_id=snapshot_id,
                         doc_id=doc_id,
-                        doc_content_hash=doc["content_hash"],
-                        chunk_id=chunk["chunk_id"],
-                        chunk_hash=chunk["content_hash"],
-                        text=chunk["text"],
-                        headings=tuple(chunk["headings"]),
+                        doc_content_hash=doc.content_hash,
+                        chunk_id=chunk.chunk_id,
+                        chunk_hash=chunk.content_hash,
+                        text=chunk.text,
+                        headings=chunk.headings,
                     )
                 )
     return out
