@@ -20,23 +20,11 @@ from sentence_transformers import SentenceTransformer
 from benchmarks._common import machine_line, require_shared, timer, write_section
 from ragtrail.config import load_settings
 from ragtrail.pipeline.ingest import ingest
-from ragtrail.records import Chunk
 from ragtrail.runtime import Runtime
 
 
 def _chunk_texts(rt: Runtime, corpus: str) -> list[str]:
-    return [
-        Chunk(
-            chunk_id=r.chunk_id,
-            doc_id=r.doc_id,
-            ordinal=r.ordinal,
-            text=r.text,
-            headings=r.headings,
-            n_tokens=r.n_tokens,
-            kind=r.kind,
-        ).index_text()
-        for r in rt.store.get_chunks(corpus)
-    ]
+    return [r.to_chunk().index_text() for r in rt.store.get_chunks(corpus)]
 
 
 def _peak_rss_mb(source: Path) -> float:

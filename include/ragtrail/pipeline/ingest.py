@@ -413,18 +413,8 @@ def _reconcile_index(rt: Runtime, corpus: str) -> dict[str, int]:
     if extra:
         index.delete_documents(extra)
     if missing:
-        rows = [row for doc_id in missing for row in rt.store.get_chunks(corpus, doc_id)]
         chunks = [
-            Chunk(
-                chunk_id=r.chunk_id,
-                doc_id=r.doc_id,
-                ordinal=r.ordinal,
-                text=r.text,
-                headings=r.headings,
-                n_tokens=r.n_tokens,
-                kind=r.kind,
-            )
-            for r in rows
+            row.to_chunk() for doc_id in missing for row in rt.store.get_chunks(corpus, doc_id)
         ]
         vectors = rt.cached_embedder.encode_chunks([c.index_text() for c in chunks])
         index.upsert_documents(missing, chunks, vectors)

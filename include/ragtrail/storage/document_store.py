@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.engine import RowMapping
 
+from ragtrail.records import Chunk
 from ragtrail.storage import tables as t
 from ragtrail.storage.corpus_store import ensure_corpus
 from ragtrail.storage.db import utcnow, write_transaction
@@ -62,6 +63,18 @@ class ChunkRecord:
     kind: str
     n_tokens: int
     content_hash: str
+
+    def to_chunk(self) -> Chunk:
+        """The stored chunk as the pipeline's record (e.g. to re-index or re-embed it)."""
+        return Chunk(
+            chunk_id=self.chunk_id,
+            doc_id=self.doc_id,
+            ordinal=self.ordinal,
+            text=self.text,
+            headings=self.headings,
+            n_tokens=self.n_tokens,
+            kind=self.kind,
+        )
 
     @classmethod
     def from_row(cls, row: RowMapping) -> ChunkRecord:

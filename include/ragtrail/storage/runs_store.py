@@ -10,9 +10,9 @@ metadata database, whether that is a local SQLite file or PostgreSQL beside S3.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, and_, delete, func, select, update
@@ -29,6 +29,7 @@ from ragtrail.evaluation_records import (
 from ragtrail.jsonsafe import check_finite
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import make_engine, upgrade, utcnow, write_transaction
+from ragtrail.storage.sql import batches, insert, utc
 
 RUNNING = "running"
 BATCH_SIZE = 2000
@@ -192,7 +193,7 @@ class RunStore:
             metric_counts: dict[str, int] = {}
             evaluations: dict[str, set[str]] = {}
             query_counts: dict[str, int] = {}
-            for batch in _batches(ids, 500):
+            for batch in batches(ids, 500):
                 per_eval = (
                     select(m.c.run_id, m.c.evaluation, func.count())
                     .where(m.c.run_id.in_(batch))
@@ -230,7 +231,7 @@ class RunStore:
         m = t.metrics_history
         with write_transaction(self.engine) as conn:
             _delete_run_rows(conn, m, run_id, evaluation)
-            _insert(conn, m, rows)
+            insert(conn, m, rows)
 
     def metrics_history(
         self,
@@ -275,7 +276,7 @@ class RunStore:
         q = t.query_results
         with write_transaction(self.engine) as conn:
             _delete_run_rows(conn, q, run_id, evaluation)
-            _insert(conn, q, rows)
+            insert(conn, q, rows)
 
     def query_results(self, run_id: str, evaluation: str | None = None) -> list[StoredQueryValue]:
         """Per-query values of a run (optionally one evaluation), in a stable order."""
@@ -337,9 +338,9 @@ class RunStore:
         query_rows = _query_rows(run_id, result.evaluator, result.queries)
         with write_transaction(self.engine) as conn:
             _delete_run_rows(conn, t.metrics_history, run_id, result.evaluator)
-            _insert(conn, t.metrics_history, metric_rows)
+            insert(conn, t.metrics_history, metric_rows)
             _delete_run_rows(conn, t.query_results, run_id, result.evaluator)
-            _insert(conn, t.query_results, query_rows)
+            insert(conn, t.query_results, query_rows)
         return points
 
 
@@ -418,18 +419,13 @@ def _delete_run_rows(conn: Connection, table: Any, run_id: str, evaluation: str 
     conn.execute(query)
 
 
-def _insert(conn: Connection, table: Any, rows: Sequence[Mapping[str, Any]]) -> None:
-    for batch in _batches(list(rows), BATCH_SIZE):
-        conn.execute(table.insert(), list(batch))
-
-
 def _run(row: RowMapping) -> RunRecord:
     return RunRecord(
         run_id=row["run_id"],
         kind=row["kind"],
         status=row["status"],
-        started_at=_utc(row["started_at"]),
-        finished_at=_utc(row["finished_at"]) if row["finished_at"] is not None else None,
+        started_at=utc(row["started_at"]),
+        finished_at=utc(row["finished_at"]) if row["finished_at"] is not None else None,
         params=dict(row["params"] or {}),
         report_uri=row["report_uri"],
         corpus=row["corpus"],
@@ -454,19 +450,9 @@ def _point(row: RowMapping) -> MetricPoint:
         models=dict(row["models"]),
         judges=dict(row["judges"]),
         undefined=dict(row["undefined"]),
-        created_at=_utc(row["created_at"]),
+        created_at=utc(row["created_at"]),
     )
-
-
-def _utc(value: datetime) -> datetime:
-    """SQLite drops the zone of stored datetimes: treat naive values as UTC."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
-
-
-def _batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
