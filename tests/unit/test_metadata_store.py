@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,8 +13,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, inspect, select
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, inspect, select
 
 from ragtrail.records import QuarantineReason, QuarantineRecord
 from ragtrail.storage import tables
@@ -36,40 +32,10 @@ from ragtrail.storage.metadata_store import MetadataStore, SqlMetadataStore
 from ragtrail.storage.quarantine_store import QuarantineEntry
 
 HEAD = head_revisions()[0]
-PG_SKIP = "PostgreSQL not configured: set RAGTRAIL_TEST_PG_URL (make test starts one)"
 CORPUS = "handbook"
 
 
 # -- fixtures --------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database: a fresh SQLite file, or a fresh PostgreSQL schema dropped afterwards."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'meta' / 'ragtrail.db'}"
-        return
-    base = os.environ.get("RAGTRAIL_TEST_PG_URL")
-    if not base:
-        pytest.skip(PG_SKIP)
-    schema = f"rt_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.dispose()
-
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    eng = make_engine(db_url)
-    yield eng
-    eng.dispose()
 
 
 @pytest.fixture

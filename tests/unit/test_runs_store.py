@@ -6,54 +6,18 @@ Includes migration 0003 on existing rows: points written by the 0002 schema beco
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError
 
 from ragtrail.evaluate.contract import Aggregate, EvaluationResult, QueryValue, facet_key
 from ragtrail.storage import tables
-from ragtrail.storage.db import alembic_config, make_engine, upgrade, utcnow
+from ragtrail.storage.db import alembic_config, upgrade, utcnow
 from ragtrail.storage.runs_store import MetricPoint, RunRecord, RunStore
-
-PG_SKIP = "PostgreSQL not configured: set RAGTRAIL_TEST_PG_URL (make test starts one)"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database: a fresh SQLite file, or a fresh PostgreSQL schema dropped afterwards."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'meta' / 'ragtrail.db'}"
-        return
-    base = os.environ.get("RAGTRAIL_TEST_PG_URL")
-    if not base:
-        pytest.skip(PG_SKIP)
-    schema = f"rt_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.dispose()
-
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    eng = make_engine(db_url)
-    yield eng
-    eng.dispose()
 
 
 @pytest.fixture

@@ -9,18 +9,14 @@ for a writer either. See :mod:`ragtrail.storage.db`.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import sqlite3
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, func, select
-from sqlalchemy.engine import make_url
+from sqlalchemy import func, select
 
 from ragtrail.storage import tables
 from ragtrail.storage.db import (
@@ -32,31 +28,7 @@ from ragtrail.storage.db import (
 )
 from tests.unit import _concurrent_store_worker as worker
 
-PG_SKIP = "PostgreSQL not configured: set RAGTRAIL_TEST_PG_URL (make test starts one)"
 N_PROCESSES = 6
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def fresh_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A URL of a database nobody has opened: a SQLite path that does not exist yet, or an empty
-    PostgreSQL schema (dropped afterwards)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'home' / 'ragtrail.db'}"
-        return
-    base = os.environ.get("RAGTRAIL_TEST_PG_URL")
-    if not base:
-        pytest.skip(PG_SKIP)
-    schema = f"rt_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.dispose()
 
 
 class _Workers:
@@ -115,10 +87,10 @@ def _check_final_state(url: str) -> None:
         engine.dispose()
 
 
-def test_processes_migrate_and_write_one_fresh_database(fresh_db_url: str) -> None:
+def test_processes_migrate_and_write_one_fresh_database(db_url: str) -> None:
     """Processes released together: first-use migration and concurrent writes all succeed."""
-    _finish_workers(_Workers(fresh_db_url), {})
-    _check_final_state(fresh_db_url)
+    _finish_workers(_Workers(db_url), {})
+    _check_final_state(db_url)
 
 
 def test_processes_wait_while_another_one_switches_the_new_file(tmp_path: Path) -> None:

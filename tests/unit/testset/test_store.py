@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, func, select
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, func, select
 
 from ragtrail.records import CandidateStatus
 from ragtrail.storage import tables
@@ -28,7 +24,6 @@ from ragtrail.testset.store import (
 )
 from tests.unit.testset import CORPUS, cid, make_candidate
 
-PG_SKIP = "PostgreSQL not configured: set RAGTRAIL_TEST_PG_URL (make test starts one)"
 ACCEPTED, REJECTED, RETIRED = (
     CandidateStatus.ACCEPTED,
     CandidateStatus.REJECTED,
@@ -36,32 +31,13 @@ ACCEPTED, REJECTED, RETIRED = (
 )
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    """A migrated, empty database: a SQLite file, or a fresh PostgreSQL schema dropped after."""
-    if request.param == "sqlite":
-        eng = make_engine(f"sqlite:///{tmp_path / 'meta' / 'ragtrail.db'}")
-        upgrade(eng)
-        yield eng
-        eng.dispose()
-        return
-    base = os.environ.get("RAGTRAIL_TEST_PG_URL")
-    if not base:
-        pytest.skip(PG_SKIP)
-    schema = f"rt_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    eng = make_engine(url)
-    try:
-        upgrade(eng)
-        yield eng
-    finally:
-        eng.dispose()
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.dispose()
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    """A migrated, empty database on :func:`tests.unit.conftest.db_url` (SQLite and PostgreSQL)."""
+    eng = make_engine(db_url)
+    upgrade(eng)
+    yield eng
+    eng.dispose()
 
 
 @pytest.fixture
