@@ -117,8 +117,6 @@ def _kinds() -> str:
 
 def _load_scripted(target: str, **kwargs: Any) -> LLMBackend:
     """Import ``module:callable`` and return the test-double backend the callable builds."""
-    import importlib
-
     module_name, sep, attr = target.rpartition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"scripted LLM spec needs 'scripted:<module>:<callable>', got {target!r}")

@@ -436,12 +436,13 @@ def finalize_ingest(
     if snapshot is None:
         raise ValueError(f"unknown snapshot {snapshot_id!r}")
     if not changed:
+        documents = store.count_documents(corpus)
         return IngestSummary(
             snapshot=snapshot_id,
             corpus=corpus,
-            unchanged=store.count_documents(corpus),
+            unchanged=documents,
             quarantined=len(store.list_quarantine(corpus, snapshot_id)),
-            documents=store.count_documents(corpus),
+            documents=documents,
             chunks=store.count_chunks(corpus),
             manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, snapshot_id)),
             changed=False,
