@@ -199,6 +199,14 @@ STATEMENT_KINDS: dict[str, str] = {
 """Statement kind -> the label a question written from it is requested to have (METHODS §2)."""
 
 
+class LabelSource(StrEnum):
+    """Where an item's label comes from: the labeller's verdict (a labeller whose calibration
+    passed its bar), or the label it was requested to have (the labeller only advised)."""
+
+    JUDGE = "judge"
+    REQUESTED = "requested"
+
+
 class RejectKind(StrEnum):
     """Why the funnel rejected a candidate. The stored ``reject_reason`` is the kind, optionally
     followed by ``:`` and details (see :func:`format_reject_reason`)."""
@@ -285,6 +293,8 @@ class QACandidate:
     source_chunk_id: str | None = None  # unanswerable: the chunk the question was written from
     observed_label: str | None = None
     label_reason: str = ""
+    label_source: str | None = None  # a LabelSource once labelled
+    label_judge: str | None = None  # the labeller's "name@version"
     critiques: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> rating, evaluation
     status: CandidateStatus = CandidateStatus.PENDING
     reject_reason: str | None = None
@@ -294,5 +304,16 @@ class QACandidate:
 
     @property
     def effective_label(self) -> str:
-        """The label the item stands for: the observed one once labelled, else the requested one."""
+        """The label the item stands for: the observed one when the labeller decides labels,
+        else (advisory labeller, or not labelled yet) the requested one."""
+        if self.label_source == LabelSource.REQUESTED:
+            return self.requested_label
         return self.observed_label or self.requested_label
+
+    @property
+    def label_matches(self) -> bool:
+        """Whether the item may stand for its requested label: the labeller (deciding) agreed,
+        or the label is the requested one because the labeller only advised."""
+        if self.label_source == LabelSource.REQUESTED:
+            return True
+        return self.observed_label is not None and self.observed_label == self.requested_label

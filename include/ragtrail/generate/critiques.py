@@ -13,14 +13,16 @@ other key in the reply, has no path into a candidate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
+from ragtrail.generate.judges import critique_judge_name, failed_verdict, llm_judge_spec
 from ragtrail.generate.prompts import CRITIQUE_NAMES, CRITIQUE_PROMPTS, CritiqueOutput
-from ragtrail.generate.steps import failure_from_outcome, params_for
+from ragtrail.generate.steps import params_for
+from ragtrail.judges.contract import JudgeInput, JudgeRole, JudgeSpec, Verdict, VerdictType
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.prompts import Prompt
 from ragtrail.records import (
@@ -37,6 +39,7 @@ __all__ = [
     "CRITERIA",
     "DEFAULT_THRESHOLD",
     "Criterion",
+    "LlmCritiqueJudge",
     "apply_thresholds",
     "critique_candidates",
     "resolve_thresholds",
@@ -75,10 +78,6 @@ class Criterion:
         if candidate.effective_label in self.skip_labels:
             return False
         return all(_field(candidate, f) for f in self.needs)
-
-    def input_for(self, candidate: QACandidate) -> BaseModel:
-        """The prompt input built from the candidate's fields."""
-        return self.prompt.input_model(**{f: _field(candidate, f) for f in self.needs})
 
     def default_threshold(self, label: str) -> int:
         return int(self.label_thresholds.get(label, self.threshold))
@@ -133,6 +132,67 @@ def _stage(name: str) -> str:
     return f"critique.{name}"
 
 
+class LlmCritiqueJudge:
+    """A 1-5 rating of one critique criterion, asked of an LLM (that criterion's prompt).
+
+    Only the fields the criterion reads are sent; identical inputs (e.g. one context shared by
+    many questions for ``c_clarity``) are sent once and share the verdict.
+    """
+
+    def __init__(
+        self,
+        criterion: str,
+        client: LLMClient,
+        params: GenerationParams | None = None,
+        *,
+        budgets: Mapping[str, int] | None = None,
+    ) -> None:
+        if criterion not in CRITERIA:
+            raise KeyError(f"unknown criterion {criterion!r}; known: {list(CRITERIA)}")
+        self.criterion = CRITERIA[criterion]
+        self._client = client
+        self._params = params_for(self.criterion.prompt.name, params, budgets)
+        self._spec = llm_judge_spec(
+            critique_judge_name(criterion),
+            JudgeRole.CRITIQUE,
+            client,
+            self.criterion.prompt,
+            self._params,
+            VerdictType.RATING,
+            description=f"LLM 1-5 rating of {criterion}",
+        )
+
+    @property
+    def spec(self) -> JudgeSpec:
+        return self._spec
+
+    def judge(self, items: Sequence[JudgeInput]) -> list[Verdict]:
+        if not items:
+            return []
+        crit = self.criterion
+        inputs: dict[str, BaseModel] = {}
+        keys: list[str] = []
+        for item in items:
+            inp = crit.prompt.input_model(**{f: getattr(item, f) for f in crit.needs})
+            key = inp.model_dump_json()
+            inputs.setdefault(key, inp)
+            keys.append(key)
+        unique = list(inputs)
+        outs = self._client.run(
+            crit.prompt, [inputs[k] for k in unique], stage=_stage(crit.name), params=self._params
+        )
+        ref = self._spec.ref
+        by_key: dict[str, Verdict] = {}
+        for key, out in zip(unique, outs, strict=True):
+            if out.ok and out.value is not None:
+                by_key[key] = Verdict(
+                    judge=ref, value=int(out.value.rating), reason=out.value.evaluation
+                )
+            else:
+                by_key[key] = failed_verdict(ref, out)
+        return [by_key[k] for k in keys]
+
+
 def critique_candidates(
     client: LLMClient,
     candidates: Sequence[QACandidate],
@@ -140,21 +200,24 @@ def critique_candidates(
     criteria: Sequence[str] = ALL,
     *,
     budgets: Mapping[str, int] | None = None,
-) -> None:
+) -> dict[str, JudgeSpec]:
     """Rate every pending candidate on each criterion; one batched stage per criterion.
 
     ``client`` is the critic's (``Runtime.llm(ModelRole.CRITIC)`` in the pipeline), which may be
-    a different model from the one that wrote the questions.
+    a different model from the one that wrote the questions. Returns the judge of each criterion
+    run; every stored entry names its judge (``"judge": "name@version"``).
 
     Only criteria that apply (see :meth:`Criterion.applies_to`) are run, and only where no rating
-    is stored yet (a failed entry is retried). Identical inputs (e.g. one context shared by many
-    candidates for ``c_clarity``) are sent once and the result is shared.
+    is stored yet (a failed entry is retried).
     """
     unknown = [n for n in criteria if n not in CRITERIA]
     if unknown:
         raise KeyError(f"unknown criteria {unknown}; known: {list(CRITERIA)}")
+    specs: dict[str, JudgeSpec] = {}
     for name in criteria:
         crit = CRITERIA[name]
+        judge = LlmCritiqueJudge(name, client, params, budgets=budgets)
+        specs[name] = judge.spec
         todo = [
             c
             for c in candidates
@@ -162,33 +225,28 @@ def critique_candidates(
             and crit.applies_to(c)
             and c.critiques.get(name, {}).get("rating") is None
         ]
-        if not todo:
-            continue
-        inputs: dict[str, BaseModel] = {}
-        keys: list[str] = []
-        for cand in todo:
-            inp = crit.input_for(cand)
-            key = inp.model_dump_json()
-            inputs.setdefault(key, inp)
-            keys.append(key)
-        unique = list(inputs)
-        outs = client.run(
-            crit.prompt,
-            [inputs[k] for k in unique],
-            stage=_stage(name),
-            params=params_for(crit.prompt.name, params, budgets),
-        )
-        by_key = dict(zip(unique, outs, strict=True))
-        for cand, key in zip(todo, keys, strict=True):
-            out = by_key[key]
-            if out.ok and out.value is not None:
+        verdicts = judge.judge([_judge_input(c) for c in todo])
+        for cand, verdict in zip(todo, verdicts, strict=True):
+            if verdict.ok:
                 cand.critiques[name] = {
-                    "rating": int(out.value.rating),
-                    "evaluation": out.value.evaluation,
+                    "rating": int(verdict.value),  # type: ignore[arg-type]
+                    "evaluation": verdict.reason,
+                    "judge": verdict.judge,
                 }
             else:
-                fail = failure_from_outcome(out)
-                cand.critiques[name] = {"rating": None, "error": fail.cause, "raw": list(fail.raw)}
+                cand.critiques[name] = {
+                    "rating": None,
+                    "error": verdict.error,
+                    "raw": list(verdict.raw),
+                    "judge": verdict.judge,
+                }
+    return specs
+
+
+def _judge_input(candidate: QACandidate) -> JudgeInput:
+    return JudgeInput(
+        context=candidate.context.text, question=candidate.question, answer=candidate.answer
+    )
 
 
 def resolve_thresholds(thresholds: Mapping[str, int] | None) -> dict[str, int]:
@@ -218,9 +276,15 @@ def threshold_for(name: str, label: str, overrides: Mapping[str, int]) -> int:
 
 
 def apply_thresholds(
-    candidates: Sequence[QACandidate], thresholds: Mapping[str, int] | None = None
+    candidates: Sequence[QACandidate],
+    thresholds: Mapping[str, int] | None = None,
+    gating: Collection[str] | None = None,
 ) -> None:
     """Fail or reject pending candidates on their stored critiques; ratings are kept.
+
+    Only criteria in ``gating`` (default: all) decide anything — the others are advisory: their
+    ratings and failed calls stay recorded on the candidate but reject nothing. For the gating
+    criteria:
 
     * any failed critique call -> ``FAILED``, ``failure_cause = "critique_failed:<name>[,...]"``
       (the raw outputs are appended to ``raw_outputs``);
@@ -232,6 +296,7 @@ def apply_thresholds(
     summary and reasoning questions): ``{"stand_alone": 4, "q_to_c_groundedness:summary": 3}``.
     """
     overrides = resolve_thresholds(thresholds)
+    deciding = set(CRITERIA if gating is None else gating)
     for cand in candidates:
         if cand.status is not CandidateStatus.PENDING:
             continue
@@ -240,7 +305,7 @@ def apply_thresholds(
         below: list[str] = []
         for name in CRITERIA:
             entry = cand.critiques.get(name)
-            if entry is None:
+            if entry is None or name not in deciding:
                 continue
             rating = entry.get("rating")
             if rating is None:

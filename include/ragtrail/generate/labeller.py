@@ -1,8 +1,9 @@
 """The LLM labeller of the question taxonomy (METHODS §1) and the agreement statistics for it.
 
-:func:`label_candidates` asks the model which of the four labels a (context, question) pair has;
+:class:`LlmLabellerJudge` asks the model which of the four labels a (context, question) pair has;
 the prompt lists the labels with their descriptions and the output model only admits those four
-names, so anything else is a validation failure, never a guessed label.
+names, so anything else is a validation failure, never a guessed label. :func:`label_candidates`
+runs it on candidates and applies the gate decision (judge-decided or requested labels).
 
 :func:`fleiss_kappa` and :func:`agreement_vs_majority` measure how far labellers agree: the
 method validates the LLM labeller against human annotators by comparing each annotator with the
@@ -16,14 +17,17 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ragtrail.generate.judges import LABELLER, failed_verdict, llm_judge_spec
 from ragtrail.generate.prompts import LABEL, LabelInput
-from ragtrail.generate.steps import failure_from_outcome, params_for
+from ragtrail.generate.steps import params_for
+from ragtrail.judges.contract import JudgeInput, JudgeRole, JudgeSpec, Verdict, VerdictType
 from ragtrail.llm.client import GenerationParams, LLMClient
-from ragtrail.records import LABELS, CandidateStatus, QACandidate
+from ragtrail.records import LABELS, CandidateStatus, LabelSource, QACandidate
 
 __all__ = [
     "LABEL_STAGE",
     "Agreement",
+    "LlmLabellerJudge",
     "agreement_vs_majority",
     "fleiss_kappa",
     "fleiss_kappa_from_counts",
@@ -33,43 +37,105 @@ __all__ = [
 LABEL_STAGE = "generate.label"
 
 
+class LlmLabellerJudge:
+    """Which taxonomy label a (context, question) pair has, asked of an LLM (the ``label`` prompt).
+
+    The output model only admits the four label names, so anything else is a failed verdict with
+    its raw text, never a guessed label.
+    """
+
+    def __init__(
+        self,
+        client: LLMClient,
+        params: GenerationParams | None = None,
+        *,
+        budgets: Mapping[str, int] | None = None,
+    ) -> None:
+        self._client = client
+        self._params = params_for(LABEL.name, params, budgets)
+        self._spec = llm_judge_spec(
+            LABELLER,
+            JudgeRole.LABELLER,
+            client,
+            LABEL,
+            self._params,
+            VerdictType.CATEGORY,
+            categories=LABELS,
+            description="LLM labeller of the question taxonomy (label prompt)",
+        )
+
+    @property
+    def spec(self) -> JudgeSpec:
+        return self._spec
+
+    def judge(self, items: Sequence[JudgeInput]) -> list[Verdict]:
+        if not items:
+            return []
+        outs = self._client.run(
+            LABEL,
+            [LabelInput(context=i.context, question=i.question) for i in items],
+            stage=LABEL_STAGE,
+            params=self._params,
+        )
+        ref = self._spec.ref
+        verdicts = []
+        for out in outs:
+            if out.ok and out.value is not None:
+                verdicts.append(
+                    Verdict(
+                        judge=ref,
+                        value=str(out.value.label_name),
+                        reason=out.value.reason,
+                        raw=tuple(out.raw_texts),
+                    )
+                )
+            else:
+                verdicts.append(failed_verdict(ref, out))
+        return verdicts
+
+
 def label_candidates(
     client: LLMClient,
     candidates: Sequence[QACandidate],
     params: GenerationParams | None = None,
     *,
     budgets: Mapping[str, int] | None = None,
-) -> None:
-    """Fill ``observed_label`` and ``label_reason`` of every pending candidate with a question.
+    gates: bool = True,
+) -> JudgeSpec:
+    """Label every pending candidate with a question; returns the labeller's identity.
 
     ``client`` is the labeller's (``Runtime.llm(ModelRole.LABELLER)`` in the pipeline), which
-    may be a different model from the one that wrote the questions.
+    may be a different model from the one that wrote the questions. Every labelled candidate
+    records the judge (``label_judge``) and where its label comes from (``label_source``).
 
-    One batched stage. A failed call (unparsable output, a label outside the taxonomy...) marks
-    the candidate ``FAILED`` with ``failure_cause = "label_failed:<cause>"`` and keeps every raw
-    output in ``raw_outputs``. Already labelled candidates are left alone (a re-run is a no-op).
+    ``gates``: whether the labeller's calibration lets it decide labels. If so, the observed
+    label is the item's label (``label_source = "judge"``) and a failed call marks the candidate
+    ``FAILED`` with ``failure_cause = "label_failed:<cause>"``. If not, the verdict only advises:
+    it is stored (``observed_label``, ``label_reason``, raw outputs) but the item keeps its
+    requested label (``label_source = "requested"``) and a failed call fails nothing.
+    Already labelled candidates are left alone (a re-run is a no-op).
     """
+    judge = LlmLabellerJudge(client, params, budgets=budgets)
     todo = [
         c
         for c in candidates
         if c.status is CandidateStatus.PENDING and c.question and c.observed_label is None
     ]
-    if not todo:
-        return
-    outs = client.run(
-        LABEL,
-        [LabelInput(context=c.context.text, question=c.question) for c in todo],
-        stage=LABEL_STAGE,
-        params=params_for(LABEL.name, params, budgets),
-    )
-    for cand, out in zip(todo, outs, strict=True):
-        cand.raw_outputs.extend(out.raw_texts)
-        if out.ok and out.value is not None:
-            cand.observed_label = out.value.label_name
-            cand.label_reason = out.value.reason
-        else:
+    verdicts = judge.judge([JudgeInput(context=c.context.text, question=c.question) for c in todo])
+    source = LabelSource.JUDGE if gates else LabelSource.REQUESTED
+    for cand, verdict in zip(todo, verdicts, strict=True):
+        cand.raw_outputs.extend(verdict.raw)
+        cand.label_judge = verdict.judge
+        cand.label_source = source
+        if verdict.ok:
+            cand.observed_label = str(verdict.value)
+            cand.label_reason = verdict.reason
+        elif gates:
             cand.status = CandidateStatus.FAILED
-            cand.failure_cause = f"label_failed:{failure_from_outcome(out).cause}"
+            cand.failure_cause = f"label_failed:{verdict.error}"
+        else:
+            cand.label_reason = f"label_failed:{verdict.error}"
+    return judge.spec
 
 
 # --------------------------------------------------------------------------- agreement

@@ -73,7 +73,9 @@ def test_all_criteria_run_once_per_stage_and_store_scores() -> None:
     assert calls["critique_c_clarity"] == 2 and calls["critique_stand_alone"] == 2
     for c in cands:
         assert set(c.critiques) == set(ALL)
-        assert all(v == {"rating": 4, "evaluation": "ok"} for v in c.critiques.values())
+        for name, v in c.critiques.items():
+            assert v["rating"] == 4 and v["evaluation"] == "ok"
+            assert v["judge"].startswith(f"critique.{name}@j-")  # every rating names its judge
     apply_thresholds(cands)
     assert all(c.status is CandidateStatus.PENDING for c in cands)
     assert len(ALL) == 8 and list(CRITERIA) == list(ALL)
@@ -201,10 +203,11 @@ def test_injected_context_cannot_escape_the_schema() -> None:
     assert any(INJECTION in f.get("context", "") for f in seen_inputs)
     for name, entry in c.critiques.items():
         assert entry["rating"] is None or 1 <= entry["rating"] <= 5, name
-        assert set(entry) <= {"rating", "evaluation", "error", "raw"}
+        assert set(entry) <= {"rating", "evaluation", "error", "raw", "judge"}
     assert c.critiques["q_to_c_groundedness"]["rating"] is None  # 7 is invalid, not clamped
     assert c.critiques["q_to_c_groundedness"]["error"] == "validation_error"
-    assert c.critiques["stand_alone"] == {"rating": 5, "evaluation": "x"}  # extras ignored
+    stand_alone = c.critiques["stand_alone"]
+    assert (stand_alone["rating"], stand_alone["evaluation"]) == (5, "x")  # extras ignored
     assert c.observed_label == "fact_single"
     apply_thresholds([c])
     assert c.status is CandidateStatus.FAILED and c.observed_label == "fact_single"
