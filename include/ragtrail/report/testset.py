@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from ragtrail.generate.prompts import CRITIQUE_NAMES
 from ragtrail.records import LABELS
 from ragtrail.report.html import ReportSection, render_section
+from ragtrail.report.judges import judges_section
 
 LABEL_CHART = "label_distribution.png"
 
@@ -40,7 +41,8 @@ def funnel_section(summary: dict[str, Any]) -> ReportSection:
         "Test set: acceptance funnel",
         ["stage", "items", "of candidates"],
         rows,
-        note="Only items whose observed label matches the requested label count toward quotas.",
+        note="When the labeller gates, only items whose observed label matches the requested "
+        "label count toward quotas; when it only advises, every item keeps its requested label.",
     )
 
 
@@ -83,7 +85,8 @@ def label_matrix_section(summary: dict[str, Any]) -> ReportSection:
         "Test set: requested vs observed label",
         ["requested \\ observed", *observed],
         rows,
-        note="Contexts differ in what they support; a mismatch is rejected, not relabelled.",
+        note="Contexts differ in what they support; a mismatch is rejected (not relabelled) when "
+        "the labeller gates, and only recorded when it advises.",
     )
 
 
@@ -197,6 +200,7 @@ def testset_sections(summary: dict[str, Any], out_dir: Path) -> list[ReportSecti
         html=f'<img src="{LABEL_CHART}" alt="label distribution, ours vs baseline">',
     )
     return [
+        judges_section(summary.get("judges", {})),
         funnel_section(summary),
         balance_section(summary),
         chart,

@@ -144,7 +144,7 @@ def _refusal(
     max_per_document: int | None,
 ) -> str | None:
     """Why ``cand`` cannot be selected now, or None if it can."""
-    if cand.observed_label is None or cand.observed_label != cand.requested_label:
+    if not cand.label_matches:
         return LABEL_MISMATCH
     if per_label[cand.requested_label] >= targets.get(cand.requested_label, 0):
         return QUOTA_FULL

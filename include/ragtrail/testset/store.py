@@ -132,6 +132,11 @@ class TestSetStore(SqlStore):
                 out.update({r["candidate_id"]: as_dict(r) for r in conn.execute(query).mappings()})
         return out
 
+    def get_candidates_by_id(self, candidate_ids: Iterable[str]) -> list[QACandidate]:
+        """The candidates of ``candidate_ids`` that exist, in the order given."""
+        rows = self.get_candidate_rows(candidate_ids)
+        return [_candidate_from_row(rows[i]) for i in dict.fromkeys(candidate_ids) if i in rows]
+
     def count_candidates(self, corpus: str) -> dict[str, int]:
         """status -> number of candidates of ``corpus`` (statuses without any are absent)."""
         qc = t.qa_candidates
@@ -370,6 +375,8 @@ def _candidate_row(cand: QACandidate, run_id: str, now: Any, source_docs: Mappin
         "source_doc_id": source_doc,
         "observed_label": cand.observed_label,
         "label_reason": cand.label_reason,
+        "label_source": cand.label_source,
+        "label_judge": cand.label_judge,
         "critiques": _json_safe(cand.critiques),
         "status": CandidateStatus(cand.status).value,
         "reject_reason": cand.reject_reason,
@@ -424,6 +431,8 @@ def _candidate_from_row(row: RowMapping | Mapping[str, Any]) -> QACandidate:
         source_chunk_id=row["source_chunk_id"],
         observed_label=row["observed_label"],
         label_reason=row["label_reason"],
+        label_source=row.get("label_source"),
+        label_judge=row.get("label_judge"),
         critiques=dict(row["critiques"] or {}),
         status=CandidateStatus(row["status"]),
         reject_reason=row["reject_reason"],

@@ -11,7 +11,8 @@ from collections.abc import Iterable
 
 from ragtrail.config import ModelRole
 from ragtrail.generate.baseline import single_prompt_baseline
-from ragtrail.generate.critiques import apply_thresholds, critique_candidates
+from ragtrail.generate.critiques import CRITERIA, apply_thresholds, critique_candidates
+from ragtrail.generate.judges import LABELLER, critique_judge_name
 from ragtrail.generate.labeller import label_candidates
 from ragtrail.generate.steps import extract_statements, make_candidates, write_questions
 from ragtrail.llm import GenerationParams
@@ -78,17 +79,25 @@ def statement_candidates(
 
 
 def label_and_critique(rt: Runtime, plan: GenerationPlan, cands: list[QACandidate]) -> None:
-    """Label every pending pair; only label matches are critiqued (others are rejected)."""
+    """Label and critique every pending pair, under the run's gate decisions.
+
+    A labeller that gates rejects label mismatches (only matches are critiqued); an advisory one
+    leaves every item its requested label. Only gating critiques reject; advisory ratings are
+    recorded on the items all the same.
+    """
     params = generation_params(rt, plan)
-    label_candidates(rt.llm(ModelRole.LABELLER), pending(cands), params)
+    label_candidates(
+        rt.llm(ModelRole.LABELLER), pending(cands), params, gates=plan.gates(LABELLER)
+    )
     matched = []
     for c in pending(cands):
-        if c.observed_label == c.requested_label:
+        if c.label_matches:
             matched.append(c)
         else:
             reject([c], f"label_mismatch:{c.requested_label}->{c.observed_label}")
     critique_candidates(rt.llm(ModelRole.CRITIC), matched, params)
-    apply_thresholds(matched, rt.settings.generation.critique_thresholds)
+    gating = [name for name in CRITERIA if plan.gates(critique_judge_name(name))]
+    apply_thresholds(matched, rt.settings.generation.critique_thresholds, gating)
 
 
 def dedup(

@@ -22,6 +22,7 @@ from ragtrail.pipeline.generate.plan import (
     plan_key,
 )
 from ragtrail.pipeline.generate.report_data import generation_summary
+from ragtrail.pipeline.judges import gate_decisions, generation_judges
 from ragtrail.pipeline.generate.rounds import initial_deficit, run_rounds, settle, undo_finalize
 from ragtrail.records import LABELS, CandidateStatus
 from ragtrail.runtime import Runtime
@@ -69,7 +70,7 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
         c
         for c in prev_items
         if c.candidate_id in live
-        and c.observed_label not in request.labels
+        and c.effective_label not in request.labels
         and c.context.doc_id not in request.doc_ids
     ]
     kept_ids = {c.candidate_id for c in existing}
@@ -100,7 +101,7 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
             if c.chunk_id not in used_chunks
         ]
     )
-    have = Counter(c.observed_label for c in existing)
+    have = Counter(c.effective_label for c in existing)
     quotas_met = all(have[lb] >= per_label for lb in LABELS)
     # The first round draws only from changed documents; later rounds top up from the rest.
     first_round = [] if quotas_met else (first_pool or rest_pool)[: gen.contexts_per_round]
@@ -125,6 +126,10 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
             "doc_ids": list(request.doc_ids),
             "llm": rt.settings.model_for(ModelRole.GENERATOR),
             "models": {role.value: rt.settings.model_for(role) for role in GENERATION_ROLES},
+        },
+        judges={
+            name: decision.as_dict()
+            for name, decision in gate_decisions(rt, generation_judges(rt)).items()
         },
     )
     rt.artifacts.put_bytes(plan.key(), json.dumps(asdict(plan), indent=1).encode())

@@ -10,7 +10,7 @@ import json
 import random
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ragtrail.records import Context
@@ -46,6 +46,13 @@ class GenerationPlan:
     shards: list[list[str]]  # the first round's contexts, split for mapped generation
     retired: int
     params: dict[str, Any]
+    # judge name -> its gate decision (GateDecision.as_dict()), fixed when the run is planned so
+    # every shard applies the same policy even if a calibration lands mid-run
+    judges: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def gates(self, judge: str) -> bool:
+        """Whether ``judge`` may reject items in this run (no decision recorded: it advises)."""
+        return self.judges.get(judge, {}).get("mode") == "gate"
 
     def key(self) -> str:
         return plan_key(self.corpus, self.run_id)

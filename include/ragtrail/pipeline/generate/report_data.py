@@ -26,7 +26,7 @@ def critique_stats(cands: Sequence[QACandidate]) -> dict[str, dict[str, dict[str
     """Per label and criterion: how many ratings, their mean and a 1-5 histogram."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for label in LABELS:
-        rated = [c for c in cands if c.observed_label == label and c.critiques]
+        rated = [c for c in cands if c.effective_label == label and c.critiques]
         per: dict[str, dict[str, Any]] = {}
         for criterion in CRITERIA:
             ratings = [
@@ -72,7 +72,7 @@ def _has_reason(cand: QACandidate, prefix: str) -> bool:
 def funnel(candidates: Sequence[QACandidate]) -> list[dict[str, Any]]:
     """Counts per acceptance stage, derived from each candidate's final status and reason."""
     parsed = [c for c in candidates if c.question]
-    matched = [c for c in parsed if c.observed_label and c.observed_label == c.requested_label]
+    matched = [c for c in parsed if c.label_matches]
     passed = [
         c for c in matched if not (_has_reason(c, "critique") or c.status == CandidateStatus.FAILED)
     ]
@@ -109,7 +109,7 @@ def generation_summary(
         for (stage, _backend, model), c in sorted(usage.snapshot().items())
     ]
     totals = usage.totals()
-    accepted = Counter(c.observed_label for c in selected)
+    accepted = Counter(c.effective_label for c in selected)
     return {
         "version": version,
         "corpus": plan.corpus,
@@ -133,4 +133,5 @@ def generation_summary(
         "cache_hits": totals.cache_hits,
         "failures": failures(candidates),
         "backends": rt.backends(),
+        "judges": plan.judges,
     }

@@ -32,8 +32,8 @@ FINALIZE_REJECTIONS = ("quota_full", "document_cap", "duplicate_of")
 
 def initial_deficit(rt: Runtime, plan: GenerationPlan) -> dict[str, int]:
     """Items still missing per label once the kept items of the previous version count."""
-    existing = TestSetStore(rt.engine).get_candidate_rows(plan.existing_ids)
-    have = Counter(row["observed_label"] for row in existing.values())
+    existing = TestSetStore(rt.engine).get_candidates_by_id(plan.existing_ids)
+    have = Counter(c.effective_label for c in existing)
     return {lb: max(0, n - have[lb]) for lb, n in plan.targets.items()}
 
 

@@ -1,0 +1,361 @@
+"""The configured judges, their calibration against human references, and who may reject.
+
+The judges a night uses are built here from the settings (the labeller and one critique judge per
+criterion on their model roles; the entailment judge from ``nli_model`` or its documented
+fallback). Calibration measures a judge on labelled references and stores the result with the
+judge's exact version (:class:`~ragtrail.storage.judge_store.JudgeStore`); the gate decision then
+reads the latest calibration of that version against the configured bar:
+
+* the labeller is calibrated on golden QA sets — each item's context is the ground chunk that
+  holds its answer (or, for unanswerable items, the named ground document's chunk closest to the
+  question) — with Cohen's kappa against the human label;
+* each critique judge on seeded contrasts (:mod:`ragtrail.judges.contrasts`) built from golden
+  items and accepted test-set items;
+* an entailment judge on (premise, hypothesis, label) references such as the HAGRID
+  attributable flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragtrail import jsonsafe
+from ragtrail.config import ModelRole
+from ragtrail.generate.critiques import CRITERIA, LlmCritiqueJudge
+from ragtrail.generate.judges import LABELLER, critique_judge_name
+from ragtrail.generate.labeller import LlmLabellerJudge
+from ragtrail.judges.calibration import calibrate_categorical, calibrate_contrasts
+from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput, JudgeRole, JudgeSpec
+from ragtrail.judges.contrasts import ContrastSource, build_contrasts
+from ragtrail.judges.gate import GateBar, GateDecision, decide
+from ragtrail.llm.client import GenerationParams
+from ragtrail.records import QAItem, QuestionLabel
+from ragtrail.runtime import Runtime
+from ragtrail.storage.judge_store import CalibrationRecord, JudgeStore
+from ragtrail.text import text_key
+
+ENTAILMENT_JUDGES = ("entailment.nli", "entailment.embedding", "entailment.llm")
+"""The entailment judges by name: an NLI model, the approximate embedding fallback, the LLM."""
+
+
+class CalibrationError(ValueError):
+    """A calibration that cannot run: unknown judge, missing reference, too few items."""
+
+
+# ------------------------------------------------------------------------------ the judges
+
+
+def judge_params(rt: Runtime) -> GenerationParams:
+    """The decoding settings the generation judges run with (the seed is not part of a version)."""
+    return GenerationParams(temperature=rt.settings.generation.temperature, seed=rt.settings.seed)
+
+
+def labeller_judge(rt: Runtime) -> LlmLabellerJudge:
+    return LlmLabellerJudge(rt.llm(ModelRole.LABELLER), judge_params(rt))
+
+
+def critique_judge(rt: Runtime, criterion: str) -> LlmCritiqueJudge:
+    return LlmCritiqueJudge(criterion, rt.llm(ModelRole.CRITIC), judge_params(rt))
+
+
+def generation_judges(rt: Runtime) -> list[Judge]:
+    """The judges whose verdicts can reject test-set items: the labeller and the critiques."""
+    return [labeller_judge(rt), *(critique_judge(rt, name) for name in CRITERIA)]
+
+
+def entailment_judge(rt: Runtime, name: str = "entailment") -> Judge:
+    """An entailment judge by name; ``"entailment"`` is the configured one: the NLI model when
+    ``nli_model`` is set, else the documented fallback ``judges.entailment_fallback``."""
+    from ragtrail.judges.entailment import EmbeddingSimilarityJudge, LlmEntailmentJudge
+    from ragtrail.judges.nli import load_nli_judge
+
+    settings = rt.settings
+    if name == "entailment":
+        name = "entailment.nli" if settings.nli_model else settings.judges.entailment_fallback
+    if name == "entailment.nli":
+        if not settings.nli_model:
+            raise CalibrationError(
+                "no NLI model is configured (nli_model is none; none exists offline): set "
+                "RAGTRAIL_NLI_MODEL to an HF id, local path or s3:// URI, or use "
+                "entailment.embedding (approximate) or entailment.llm"
+            )
+        return load_nli_judge(
+            settings.nli_model.removeprefix("hf:"),
+            cache_dir=settings.resolved_model_cache_dir,
+            device=settings.device,
+        )
+    if name == "entailment.embedding":
+        return EmbeddingSimilarityJudge(
+            rt.embedder, threshold=settings.judges.embedding_entailment_threshold
+        )
+    if name == "entailment.llm":
+        return LlmEntailmentJudge(rt.llm(ModelRole.JUDGE), judge_params(rt))
+    raise CalibrationError(f"unknown entailment judge {name!r}; known: {list(ENTAILMENT_JUDGES)}")
+
+
+def judge_by_name(rt: Runtime, name: str) -> Judge:
+    """``labeller``, ``critique.<criterion>`` or an entailment judge name."""
+    if name == LABELLER:
+        return labeller_judge(rt)
+    if name.startswith("critique."):
+        criterion = name.removeprefix("critique.")
+        if criterion not in CRITERIA:
+            raise CalibrationError(f"unknown critique {criterion!r}; known: {list(CRITERIA)}")
+        return critique_judge(rt, criterion)
+    if name == "entailment" or name in ENTAILMENT_JUDGES:
+        return entailment_judge(rt, name)
+    known = [LABELLER, *(critique_judge_name(c) for c in CRITERIA), "entailment", *ENTAILMENT_JUDGES]
+    raise CalibrationError(f"unknown judge {name!r}; known: {', '.join(known)}")
+
+
+# --------------------------------------------------------------------------- gate decisions
+
+
+def bar_for(rt: Runtime, spec: JudgeSpec) -> GateBar:
+    """The bar a judge's calibration must meet before it may reject anything."""
+    bars = rt.settings.judges
+    if spec.role is JudgeRole.LABELLER:
+        return GateBar(spec.name, "kappa", bars.labeller_min_kappa)
+    if spec.role is JudgeRole.CRITIQUE:
+        return GateBar(spec.name, "contrast_accuracy", bars.critique_min_contrast)
+    return GateBar(spec.name, "kappa", bars.entailment_min_kappa)
+
+
+def gate_decisions(rt: Runtime, judges: Iterable[Judge]) -> dict[str, GateDecision]:
+    """Judge name -> gate or advise, from the latest calibration of the judge's exact version."""
+    store = JudgeStore(rt.engine)
+    return {
+        j.spec.name: decide(j.spec, store.latest(j.spec.name, j.spec.version), bar_for(rt, j.spec))
+        for j in judges
+    }
+
+
+# ------------------------------------------------------------------------------- references
+
+
+def ground_context(rt: Runtime, corpus: str, item: QAItem) -> str | None:
+    """The text a labeller should see for a golden item (None when the corpus has none of it).
+
+    Ground chunk ids name it directly. Otherwise the ground documents' chunks are searched: for
+    an answerable item the chunk that contains the answer verbatim (after folding), else the one
+    closest to question + answer by embedding; for an unanswerable item the chunk closest to the
+    question (the document is on topic but must not answer it).
+    """
+    if item.ground_chunk_ids:
+        texts = rt.store.get_chunk_texts(corpus, item.ground_chunk_ids)
+        found = [texts[c] for c in item.ground_chunk_ids if c in texts]
+        if found:
+            return "\n\n".join(found)
+    chunks = [c for d in item.ground_doc_ids for c in rt.store.get_chunks(corpus, d)]
+    if not chunks:
+        return None
+    answerable = item.label != QuestionLabel.UNANSWERABLE and item.answer.strip()
+    if answerable:
+        needle = text_key(item.answer)
+        holding = [c for c in chunks if needle and needle in text_key(c.text)]
+        if holding:
+            return holding[0].text
+    probe = f"{item.question} {item.answer}" if answerable else item.question
+    vectors = rt.embedder.encode([probe, *(c.text for c in chunks)])
+    best = int(np.argmax(vectors[1:] @ vectors[0]))
+    return chunks[best].text
+
+
+def stratified_sample(items: Sequence[QAItem], per_label: int, seed: int) -> list[QAItem]:
+    """Up to ``per_label`` items of each label, drawn with a seeded generator, in label order."""
+    rng = random.Random(seed)
+    out: list[QAItem] = []
+    for label in QuestionLabel:
+        pool = [i for i in items if i.label == label]
+        out += rng.sample(pool, min(per_label, len(pool)))
+    return out
+
+
+@dataclass(frozen=True)
+class LabelledExample:
+    item_id: str
+    context: str
+    question: str
+    label: str
+
+
+def labeller_examples(
+    rt: Runtime, corpus: str, items: Sequence[QAItem], per_label: int, seed: int
+) -> tuple[list[LabelledExample], list[str]]:
+    """The labeller's calibration examples from QA items, and the items left out (with why)."""
+    examples, skipped = [], []
+    for item in stratified_sample(items, per_label, seed):
+        context = ground_context(rt, corpus, item)
+        if context is None:
+            skipped.append(f"{item.qid}: none of its ground chunks/documents is in {corpus!r}")
+            continue
+        examples.append(LabelledExample(item.qid, context, item.question, item.label))
+    return examples, skipped
+
+
+def contrast_sources(
+    rt: Runtime, corpus: str, items: Sequence[QAItem], accepted: Sequence[Any] = ()
+) -> list[ContrastSource]:
+    """Answerable golden items (context = their ground chunk) and accepted test-set items."""
+    sources = []
+    for item in items:
+        if item.label == QuestionLabel.UNANSWERABLE or not item.answer.strip():
+            continue
+        context = ground_context(rt, corpus, item)
+        if context is not None:
+            doc = item.ground_doc_ids[0] if item.ground_doc_ids else item.ground_chunk_ids[0]
+            sources.append(
+                ContrastSource(f"golden:{item.qid}", doc, context, item.question, item.answer)
+            )
+    for cand in accepted:
+        if cand.effective_label != QuestionLabel.UNANSWERABLE and cand.answer:
+            sources.append(
+                ContrastSource(
+                    f"testset:{cand.candidate_id}",
+                    cand.context.doc_id,
+                    cand.context.text,
+                    cand.question,
+                    cand.answer,
+                )
+            )
+    return sources
+
+
+def reference_id(kind: str, payload: Any) -> str:
+    """``"<kind>:<12 hex>"``: what a calibration was measured on, by content."""
+    blob = json.dumps(payload, sort_keys=True, default=str).encode()
+    return f"{kind}:{hashlib.sha256(blob).hexdigest()[:12]}"
+
+
+# ------------------------------------------------------------------------------ calibrating
+
+
+def _store(
+    rt: Runtime,
+    spec: JudgeSpec,
+    kind: str,
+    reference: str,
+    metric: str,
+    figures: dict[str, Any],
+    details: list[dict[str, Any]],
+) -> CalibrationRecord:
+    key = f"judges/{spec.name}/{spec.version}/{reference.replace(':', '-')}.json"
+    uri = rt.artifacts.put_bytes(
+        key, jsonsafe.dumps({"spec": spec.as_dict(), "items": details}, "calibration").encode()
+    )
+    value = figures.get(metric)
+    ci = figures.get(f"{metric}_ci") or [None, None]
+    return JudgeStore(rt.engine).record(
+        judge=spec.name,
+        judge_version=spec.version,
+        role=str(spec.role),
+        kind=kind,
+        spec=spec.as_dict(),
+        reference=reference,
+        n=int(figures["n"]),
+        metric=metric,
+        value=value,
+        ci_low=ci[0],
+        ci_high=ci[1],
+        metrics=figures,
+        details_uri=uri,
+    )
+
+
+def calibrate_labeller(
+    rt: Runtime, corpus: str, items: Sequence[QAItem], *, per_label: int | None = None
+) -> CalibrationRecord:
+    """Cohen's kappa (bootstrap CI), accuracy and confusion of the labeller on golden items."""
+    settings = rt.settings
+    judge = labeller_judge(rt)
+    examples, skipped = labeller_examples(
+        rt, corpus, items, per_label or settings.judges.labeller_items_per_label, settings.seed
+    )
+    if len(examples) < 2:
+        raise CalibrationError(
+            f"the labeller needs labelled examples with their ground context in {corpus!r}; "
+            f"found {len(examples)} ({'; '.join(skipped[:5]) or 'no items'})"
+        )
+    calibration, verdicts = calibrate_categorical(
+        judge,
+        [JudgeInput(context=e.context, question=e.question) for e in examples],
+        [e.label for e in examples],
+        n_resamples=settings.judges.bootstrap_samples,
+        seed=settings.seed,
+        item_ids=[e.item_id for e in examples],
+    )
+    figures = {**calibration.as_dict(), "skipped": skipped}
+    details = [
+        {"item": e.item_id, "reference": e.label, **v.as_dict()}
+        for e, v in zip(examples, verdicts, strict=True)
+    ]
+    reference = reference_id("qa", [(e.item_id, e.question, e.label) for e in examples])
+    return _store(rt, judge.spec, "categorical", reference, "kappa", figures, details)
+
+
+def calibrate_critique(
+    rt: Runtime, criterion: str, sources: Sequence[ContrastSource], *, n: int | None = None
+) -> CalibrationRecord:
+    """How often the critique rates an intact item above its perturbed twin (Wilson CI)."""
+    settings = rt.settings
+    judge = critique_judge(rt, criterion)
+    pairs = build_contrasts(
+        criterion,
+        sources,
+        n=n or settings.judges.contrast_pairs_per_criterion,
+        seed=settings.seed,
+    )
+    if not pairs:
+        raise CalibrationError(f"no contrast pairs could be built for {criterion!r}")
+    calibration, verdicts = calibrate_contrasts(judge, pairs, seed=settings.seed)
+    details = [
+        {
+            "source": p.source_id,
+            "perturbation": p.perturbation,
+            "intact": a.as_dict(),
+            "perturbed": b.as_dict(),
+        }
+        for p, (a, b) in zip(pairs, verdicts, strict=True)
+    ]
+    reference = reference_id("contrasts", [(p.source_id, p.perturbation) for p in pairs])
+    figures = calibration.as_dict()
+    return _store(rt, judge.spec, "contrast", reference, "contrast_accuracy", figures, details)
+
+
+def calibrate_entailment(rt: Runtime, name: str, reference_path: Path) -> CalibrationRecord:
+    """Kappa, accuracy and precision/recall of "supported" on (premise, hypothesis, label) rows.
+
+    The reference is a JSONL of premise/hypothesis/label rows, or the HAGRID CSV (its answer
+    sentences' human ``attributable`` flags against the quotes they cite).
+    """
+    from ragtrail.judges.references import hagrid_attribution_pairs, load_entailment_reference
+
+    judge = entailment_judge(rt, name)
+    if reference_path.suffix.lower() == ".csv":
+        examples = hagrid_attribution_pairs(reference_path)
+    else:
+        examples = load_entailment_reference(reference_path)
+    calibration, verdicts = calibrate_categorical(
+        judge,
+        [JudgeInput(premise=e.premise, hypothesis=e.hypothesis) for e in examples],
+        [e.label for e in examples],
+        positive=SUPPORTED,
+        n_resamples=rt.settings.judges.bootstrap_samples,
+        seed=rt.settings.seed,
+        item_ids=[e.source_id for e in examples],
+    )
+    details = [
+        {"item": e.source_id, "reference": e.label, **v.as_dict()}
+        for e, v in zip(examples, verdicts, strict=True)
+    ]
+    reference = reference_id("entailment", [(e.source_id, e.label) for e in examples])
+    figures = calibration.as_dict()
+    return _store(rt, judge.spec, "categorical", reference, "kappa", figures, details)

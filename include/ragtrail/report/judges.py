@@ -1,0 +1,70 @@
+"""The report's "judges" section: every judge of the run, its calibration and whether it gated.
+
+Input is the ``judges`` mapping a run records (judge name -> its gate decision as a dict:
+``judge_ref``, ``mode``, ``metric``, ``value``, ``ci_low``, ``ci_high``, ``n``, ``bar``,
+``reason``), so the section can be rebuilt from stored summaries alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ragtrail.report.html import ReportSection, render_section
+
+LABELLER = "labeller"
+
+
+def _figure(decision: Mapping[str, Any]) -> str:
+    value = decision.get("value")
+    if value is None:
+        return "not calibrated" if not decision.get("n") else "undefined"
+    low, high = decision.get("ci_low"), decision.get("ci_high")
+    ci = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+    return f"{decision.get('metric')} {value:.2f}{ci}"
+
+
+def label_source_note(judges: Mapping[str, Mapping[str, Any]]) -> str:
+    """One sentence saying where the test set's labels come from, and why."""
+    labeller = judges.get(LABELLER)
+    if labeller is None:
+        return "No labeller decision was recorded for this run."
+    if labeller.get("mode") == "gate":
+        return (
+            "Labels are the labeller's: its calibration met the bar "
+            f"({_figure(labeller)}, n={labeller.get('n')}, bar {labeller.get('bar')})."
+        )
+    return (
+        "Labels are the requested ones, unverified: the labeller only advised because "
+        f"{labeller.get('reason') or 'it has no calibration'}."
+    )
+
+
+def judges_section(judges: Mapping[str, Mapping[str, Any]]) -> ReportSection:
+    """A table of the run's judges with their calibration (CI, n), bar and gate/advise mode."""
+    rows = [
+        [
+            name,
+            decision.get("judge_ref", name),
+            _figure(decision),
+            decision.get("n") or "–",
+            decision.get("bar") if decision.get("bar") is not None else "–",
+            "gated" if decision.get("mode") == "gate" else "advised only",
+            decision.get("reason", ""),
+        ]
+        for name, decision in judges.items()
+    ]
+    note = (
+        f"{label_source_note(judges)} A judge rejects items only when its latest calibration for "
+        "its exact version meets its bar (point estimate; the 95% CI is shown). Below the bar, or "
+        "without a calibration, its verdicts are recorded on every item but reject nothing. "
+        "Model-free checks (question mentions the passage, answer repeats the question, empty "
+        "answer, question unrelated to its statement) always gate."
+    )
+    html = render_section(
+        "table_section.html",
+        columns=["judge", "version", "calibration", "n", "bar", "this run", "why"],
+        rows=rows,
+        note=note,
+    )
+    return ReportSection(title="Judges", html=str(html))
