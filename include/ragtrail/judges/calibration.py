@@ -168,7 +168,10 @@ def wilson_interval(successes: int, n: int, alpha: float = 0.05) -> tuple[float,
     denominator = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
     half = z / denominator * math.sqrt(p * (1.0 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at 0 (or n) successes the bound is exactly 0 (or 1); float residue would say 2e-17
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
 
 
 # -- estimates -----------------------------------------------------------------------------------
