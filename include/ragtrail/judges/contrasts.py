@@ -69,8 +69,9 @@ class Perturbation:
 
     ``apply(source, foreign, rng)`` returns the damaged source; ``foreign`` is a source of another
     document when ``needs_foreign`` (else None). ``eligible`` says whether a source can be damaged
-    this way (beyond having the criterion's fields); ``foreign_eligible`` whether a source can
-    lend its text. ``description`` is what the report and README show.
+    this way (beyond having the criterion's fields); ``lends_to(lender, source)`` whether a
+    source of another document has text to lend that ``source`` does not already hold.
+    ``description`` is what the report and README show.
     """
 
     name: str
@@ -79,7 +80,9 @@ class Perturbation:
     apply: Apply
     needs_foreign: bool = False
     eligible: Callable[[ContrastSource], bool] = lambda source: True
-    foreign_eligible: Callable[[ContrastSource], bool] = lambda source: True
+    lends_to: Callable[[ContrastSource, ContrastSource], bool] = lambda lender, source: (
+        lender.context.strip() != source.context.strip()
+    )
 
 
 # -- the perturbations ---------------------------------------------------------------------------
@@ -136,7 +139,7 @@ def _foreign_context(
 def _foreign_statement(
     source: ContrastSource, foreign: ContrastSource | None, rng: random.Random
 ) -> ContrastSource:
-    return replace(source, answer=rng.choice(statements(_lender(foreign).context)))
+    return replace(source, answer=rng.choice(_new_statements(_lender(foreign), source)))
 
 
 def _vague_fragment(
@@ -164,8 +167,14 @@ def _shuffled_words(
     return replace(source, context=" ".join(shuffled))
 
 
-def _has_statement(source: ContrastSource) -> bool:
-    return bool(statements(source.context))
+def _new_statements(lender: ContrastSource, source: ContrastSource) -> list[str]:
+    """The statements of ``lender``'s context that ``source``'s context does not hold (shared
+    boilerplate would still be supported)."""
+    return [s for s in statements(lender.context) if s not in source.context]
+
+
+def _has_new_statement(lender: ContrastSource, source: ContrastSource) -> bool:
+    return bool(_new_statements(lender, source))
 
 
 def _not_passage_bound(source: ContrastSource) -> bool:
@@ -201,10 +210,11 @@ PERTURBATIONS: dict[str, Perturbation] = {
         "foreign_statement",
         "a_to_c_groundedness",
         "the answer replaced by a sentence (5-40 words, seeded pick) from the context of a "
-        "source from another document: a statement the context does not support",
+        "source from another document, one its own context does not hold: a statement the "
+        "context does not support",
         _foreign_statement,
         needs_foreign=True,
-        foreign_eligible=_has_statement,
+        lends_to=_has_new_statement,
     ),
     "q_feasibility": Perturbation(
         "foreign_context",
@@ -277,7 +287,7 @@ def build_contrasts(
 
     Sources are eligible when they hold non-empty text in every field the criterion reads and
     pass the perturbation's own check; for a perturbation that borrows text, when some source of
-    another document can lend it (``foreign_eligible``). The sample, the foreign picks and any
+    another document can lend it (``lends_to``; by default its context differs). The sample, the foreign picks and any
     shuffles come from one ``random.Random`` seeded by ``seed`` and the criterion, over sources in
     ``source_id`` order, so the input order does not matter. Fewer eligible sources than ``n``
     give fewer pairs and a warning; none at all is an error.
@@ -292,13 +302,10 @@ def build_contrasts(
         raise ValueError(f"duplicate contrast source ids {duplicates}")
     perturbation = PERTURBATIONS[criterion]
     ordered = sorted(sources, key=lambda s: s.source_id)
-    lenders = [s for s in ordered if perturbation.foreign_eligible(s)]
 
     def foreign_for(source: ContrastSource) -> list[ContrastSource]:
         return [
-            s
-            for s in lenders
-            if s.doc_id != source.doc_id and s.context.strip() != source.context.strip()
+            s for s in ordered if s.doc_id != source.doc_id and perturbation.lends_to(s, source)
         ]
 
     eligible = [
