@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,7 +149,10 @@ def test_default_bars_follow_settings() -> None:
     assert [b.minimum for b in default_bars(custom)] == [0.6, 0.5, 0.4]
 
 
-def test_settings_defaults_env_and_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_settings_defaults_env_and_ranges(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # no project YAML file in sight
+    for name in ("RAGTRAIL_CONFIG", "RAGTRAIL_HOME"):
+        monkeypatch.delenv(name, raising=False)
     defaults = Settings().judges
     assert (
         defaults.labeller_min_kappa,
