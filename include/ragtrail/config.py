@@ -143,6 +143,48 @@ class ModelSettings(BaseModel):
         return None if v is None else check_llm_spec(v)
 
 
+class JudgeSettings(BaseModel):
+    """Judge calibration samples and the gate bars a judge must meet before it may reject items.
+
+    The small default samples keep the nightly on 2 CPU cores with the 135M local model under 10
+    minutes; their intervals are wide, and larger samples are a setting away.
+    """
+
+    labeller_min_kappa: float = Field(
+        0.4, ge=-1.0, le=1.0, description="the labeller gates when its Cohen's kappa is >= this"
+    )
+    critique_min_contrast: float = Field(
+        0.75,
+        ge=0.0,
+        le=1.0,
+        description="a critique gates when it rates the intact item above its perturbed twin "
+        "on at least this share of contrast pairs",
+    )
+    entailment_min_kappa: float = Field(
+        0.4, ge=-1.0, le=1.0, description="an entailment judge gates when its kappa is >= this"
+    )
+    labeller_items_per_label: int = Field(
+        6,
+        ge=1,
+        le=10_000,
+        description="golden items per label the labeller is calibrated on; the small default "
+        "keeps the nightly on 2 CPU cores under 10 minutes, raise it for tighter intervals",
+    )
+    contrast_pairs_per_criterion: int = Field(
+        4,
+        ge=1,
+        le=10_000,
+        description="contrast pairs per critique criterion; the small default keeps the nightly "
+        "on 2 CPU cores under 10 minutes, raise it for tighter intervals",
+    )
+    bootstrap_samples: int = Field(
+        1000,
+        ge=0,
+        le=100_000,
+        description="bootstrap resamples for kappa intervals (0: no interval, null with a reason)",
+    )
+
+
 class Settings(BaseSettings):
     """Settings for one ragtrail installation. Build with :func:`load_settings`."""
 
@@ -195,6 +237,7 @@ class Settings(BaseSettings):
     retrieval: RetrievalEvalSettings = RetrievalEvalSettings()
     generation: GenerationSettings = GenerationSettings()
     models: ModelSettings = ModelSettings()
+    judges: JudgeSettings = JudgeSettings()
     nli_model: str | None = Field(
         None,
         description="NLI model for entailment judges: 'hf:<HF id, local path or s3:// URI>'; "

@@ -261,6 +261,10 @@ qa_candidates = Table(
     Column("retired_at", DateTime(timezone=True), nullable=True),
     Column("retired_reason", Text, nullable=True),
     Column("retired_snapshot_id", String(64), nullable=True),
+    # 0005: who gave the label the candidate is filed under ("judge" | "requested") and, when a
+    # judge did, which one ("name@version").
+    Column("label_source", String(16), nullable=True),
+    Column("label_judge", String(160), nullable=True),
     Index("ix_qa_candidates_corpus_status", "corpus", "status"),
     Index("ix_qa_candidates_corpus_doc", "corpus", "doc_id"),
 )
@@ -288,4 +292,29 @@ qa_set_items = Table(
     Column("candidate_id", String(64), ForeignKey("qa_candidates.candidate_id"), primary_key=True),
     Column("qid", String(64), nullable=False),  # stable question id: "q-" + candidate_id[:16]
     Column("position", Integer, nullable=False),
+)
+
+# -- judges (judges/) ---------------------------------------------------------------------------
+
+# One row per calibration of one judge version against one reference set.
+judge_calibrations = Table(
+    "judge_calibrations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("judge", String(128), nullable=False),  # JudgeSpec.name
+    Column("judge_version", String(32), nullable=False),  # JudgeSpec.version
+    Column("role", String(32), nullable=False),
+    Column("kind", String(16), nullable=False),  # categorical | contrast
+    Column("spec", JSON, nullable=False),  # JudgeSpec.as_dict()
+    Column("reference", String(512), nullable=False),  # what it was measured on
+    Column("n", Integer, nullable=False),
+    Column("metric", String(64), nullable=False),  # the headline: kappa | contrast_accuracy
+    Column("value", Float, nullable=True),  # NULL = undefined, reason in metrics["undefined"]
+    Column("ci_low", Float, nullable=True),
+    Column("ci_high", Float, nullable=True),
+    Column("undefined", JSON, nullable=False),  # field -> reason for every NULL number
+    Column("metrics", JSON, nullable=False),  # the calibration's full as_dict()
+    Column("details_uri", Text, nullable=True),  # artifact with the per-item verdicts
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_judge_calibrations_judge_version", "judge", "judge_version"),
 )
