@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -33,14 +34,17 @@ from ragtrail.generate.critiques import CRITERIA, LlmCritiqueJudge
 from ragtrail.generate.judges import LABELLER, critique_judge_name
 from ragtrail.generate.labeller import LlmLabellerJudge
 from ragtrail.judges.calibration import calibrate_categorical, calibrate_contrasts
-from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput, JudgeRole, JudgeSpec
+from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput
 from ragtrail.judges.contrasts import ContrastSource, build_contrasts
-from ragtrail.judges.gate import GateBar, GateDecision, decide
+from ragtrail.judges.gate import GateDecision, bar_for, decide, default_bars
+from ragtrail.judges.recording import Calibration, store_calibration
 from ragtrail.llm.client import GenerationParams
 from ragtrail.records import QAItem, QuestionLabel
 from ragtrail.runtime import Runtime
 from ragtrail.storage.judge_store import CalibrationRecord, JudgeStore
 from ragtrail.text import text_key
+
+log = logging.getLogger(__name__)
 
 ENTAILMENT_JUDGES = ("entailment.nli", "entailment.embedding", "entailment.llm")
 """The entailment judges by name: an NLI model, the approximate embedding fallback, the LLM."""
@@ -112,28 +116,26 @@ def judge_by_name(rt: Runtime, name: str) -> Judge:
         return critique_judge(rt, criterion)
     if name == "entailment" or name in ENTAILMENT_JUDGES:
         return entailment_judge(rt, name)
-    known = [LABELLER, *(critique_judge_name(c) for c in CRITERIA), "entailment", *ENTAILMENT_JUDGES]
+    known = [
+        LABELLER,
+        *(critique_judge_name(c) for c in CRITERIA),
+        "entailment",
+        *ENTAILMENT_JUDGES,
+    ]
     raise CalibrationError(f"unknown judge {name!r}; known: {', '.join(known)}")
 
 
 # --------------------------------------------------------------------------- gate decisions
 
 
-def bar_for(rt: Runtime, spec: JudgeSpec) -> GateBar:
-    """The bar a judge's calibration must meet before it may reject anything."""
-    bars = rt.settings.judges
-    if spec.role is JudgeRole.LABELLER:
-        return GateBar(spec.name, "kappa", bars.labeller_min_kappa)
-    if spec.role is JudgeRole.CRITIQUE:
-        return GateBar(spec.name, "contrast_accuracy", bars.critique_min_contrast)
-    return GateBar(spec.name, "kappa", bars.entailment_min_kappa)
-
-
 def gate_decisions(rt: Runtime, judges: Iterable[Judge]) -> dict[str, GateDecision]:
     """Judge name -> gate or advise, from the latest calibration of the judge's exact version."""
     store = JudgeStore(rt.engine)
+    bars = default_bars(rt.settings.judges)
     return {
-        j.spec.name: decide(j.spec, store.latest(j.spec.name, j.spec.version), bar_for(rt, j.spec))
+        j.spec.name: decide(
+            j.spec, store.latest(j.spec.name, j.spec.version), bar_for(j.spec, bars)
+        )
         for j in judges
     }
 
@@ -240,33 +242,19 @@ def reference_id(kind: str, payload: Any) -> str:
 
 def _store(
     rt: Runtime,
-    spec: JudgeSpec,
-    kind: str,
+    judge: Judge,
+    calibration: Calibration,
     reference: str,
-    metric: str,
-    figures: dict[str, Any],
     details: list[dict[str, Any]],
 ) -> CalibrationRecord:
+    """Keep the per-item verdicts as an artifact and the figures as a calibration row."""
+    spec = judge.spec
     key = f"judges/{spec.name}/{spec.version}/{reference.replace(':', '-')}.json"
     uri = rt.artifacts.put_bytes(
         key, jsonsafe.dumps({"spec": spec.as_dict(), "items": details}, "calibration").encode()
     )
-    value = figures.get(metric)
-    ci = figures.get(f"{metric}_ci") or [None, None]
-    return JudgeStore(rt.engine).record(
-        judge=spec.name,
-        judge_version=spec.version,
-        role=str(spec.role),
-        kind=kind,
-        spec=spec.as_dict(),
-        reference=reference,
-        n=int(figures["n"]),
-        metric=metric,
-        value=value,
-        ci_low=ci[0],
-        ci_high=ci[1],
-        metrics=figures,
-        details_uri=uri,
+    return store_calibration(
+        JudgeStore(rt.engine), spec, calibration, reference=reference, details_uri=uri
     )
 
 
@@ -292,13 +280,14 @@ def calibrate_labeller(
         seed=settings.seed,
         item_ids=[e.item_id for e in examples],
     )
-    figures = {**calibration.as_dict(), "skipped": skipped}
+    if skipped:
+        log.warning("labeller calibration left out %d items: %s", len(skipped), skipped[:5])
     details = [
         {"item": e.item_id, "reference": e.label, **v.as_dict()}
         for e, v in zip(examples, verdicts, strict=True)
     ]
     reference = reference_id("qa", [(e.item_id, e.question, e.label) for e in examples])
-    return _store(rt, judge.spec, "categorical", reference, "kappa", figures, details)
+    return _store(rt, judge, calibration, reference, details)
 
 
 def calibrate_critique(
@@ -326,8 +315,7 @@ def calibrate_critique(
         for p, (a, b) in zip(pairs, verdicts, strict=True)
     ]
     reference = reference_id("contrasts", [(p.source_id, p.perturbation) for p in pairs])
-    figures = calibration.as_dict()
-    return _store(rt, judge.spec, "contrast", reference, "contrast_accuracy", figures, details)
+    return _store(rt, judge, calibration, reference, details)
 
 
 def calibrate_entailment(rt: Runtime, name: str, reference_path: Path) -> CalibrationRecord:
@@ -357,5 +345,4 @@ def calibrate_entailment(rt: Runtime, name: str, reference_path: Path) -> Calibr
         for e, v in zip(examples, verdicts, strict=True)
     ]
     reference = reference_id("entailment", [(e.source_id, e.label) for e in examples])
-    figures = calibration.as_dict()
-    return _store(rt, judge.spec, "categorical", reference, "kappa", figures, details)
+    return _store(rt, judge, calibration, reference, details)

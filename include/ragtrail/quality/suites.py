@@ -27,7 +27,7 @@ import great_expectations.expectations as gxe
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
-from ragtrail.records import DocFormat, QuarantineReason, QuestionLabel
+from ragtrail.records import DocFormat, LabelSource, QuarantineReason, QuestionLabel
 from ragtrail.text import text_key
 
 Severity = Literal["fail", "warn"]
@@ -348,6 +348,7 @@ TESTSET_COLUMNS: Final = (
     "chunk_hash",
     "statement_kind",
     "requested_label",
+    "label_source",
     "generator",
     "critiques",
 )
@@ -381,8 +382,12 @@ def prepare_testset(items: pd.DataFrame, expected_critiques: Iterable[int]) -> p
     )
 
     def rated(raw: str) -> int:
+        # a rating, or the recorded failure of an advisory critique (a failed *gating* critique
+        # fails its item, which then never reaches a version)
         scores = json.loads(raw) if isinstance(raw, str) else raw
-        return sum(1 for v in (scores or {}).values() if isinstance(v.get("rating"), int))
+        return sum(
+            1 for v in (scores or {}).values() if isinstance(v.get("rating"), int) or v.get("error")
+        )
 
     expected = list(expected_critiques)
     out["critiques_complete"] = [
@@ -396,7 +401,8 @@ def testset_suite() -> gx.ExpectationSuite:
 
     fail: columns present; unique qids and questions; known labels; no question that refers to
     "the context/passage/document"; answerable items have answers; complete lineage (snapshot,
-    document + content hash, chunk + hash, generator); every critique rated.
+    document + content hash, chunk + hash, generator); every critique left a verdict.
+    warn: labels not verified by a calibrated labeller (``label_source`` other than "judge").
     """
     from ragtrail.records import LABELS
 
@@ -432,7 +438,16 @@ def testset_suite() -> gx.ExpectationSuite:
         gxe.ExpectColumnValuesToBeInSet(
             column="critiques_complete",
             value_set=[True],
-            meta=policy(FAIL, "acceptance was decided on all critique scores"),
+            meta=policy(FAIL, "every critique that applies left its verdict on the item"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="label_source",
+            value_set=[LabelSource.JUDGE.value],
+            meta=policy(
+                WARN,
+                "labels are unverified: the labeller's calibration did not meet its bar, so "
+                "items carry the label they were requested to have",
+            ),
         ),
         *lineage,
     ]

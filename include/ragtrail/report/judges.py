@@ -1,8 +1,8 @@
 """The report's "judges" section: every judge of the run, its calibration and whether it gated.
 
-Input is the ``judges`` mapping a run records (judge name -> its gate decision as a dict:
-``judge_ref``, ``mode``, ``metric``, ``value``, ``ci_low``, ``ci_high``, ``n``, ``bar``,
-``reason``), so the section can be rebuilt from stored summaries alone.
+Input is the ``judges`` mapping a run records (judge name -> its gate decision as a dict, see
+:meth:`ragtrail.judges.gate.GateDecision.as_dict`), so the section can be rebuilt from stored
+summaries alone.
 """
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ def _figure(decision: Mapping[str, Any]) -> str:
     return f"{decision.get('metric')} {value:.2f}{ci}"
 
 
+def _bar(decision: Mapping[str, Any]) -> str:
+    bar = decision.get("bar")
+    return f"{bar['metric']} >= {bar['minimum']:.2f}" if bar else "–"
+
+
 def label_source_note(judges: Mapping[str, Mapping[str, Any]]) -> str:
     """One sentence saying where the test set's labels come from, and why."""
     labeller = judges.get(LABELLER)
@@ -32,7 +37,7 @@ def label_source_note(judges: Mapping[str, Mapping[str, Any]]) -> str:
     if labeller.get("mode") == "gate":
         return (
             "Labels are the labeller's: its calibration met the bar "
-            f"({_figure(labeller)}, n={labeller.get('n')}, bar {labeller.get('bar')})."
+            f"({_figure(labeller)}, n={labeller.get('n')}, bar {_bar(labeller)})."
         )
     return (
         "Labels are the requested ones, unverified: the labeller only advised because "
@@ -45,10 +50,10 @@ def judges_section(judges: Mapping[str, Mapping[str, Any]]) -> ReportSection:
     rows = [
         [
             name,
-            decision.get("judge_ref", name),
+            decision.get("judge", name),
             _figure(decision),
             decision.get("n") or "–",
-            decision.get("bar") if decision.get("bar") is not None else "–",
+            _bar(decision),
             "gated" if decision.get("mode") == "gate" else "advised only",
             decision.get("reason", ""),
         ]

@@ -74,6 +74,8 @@ def _row(cand: QACandidate, qid: str) -> dict[str, Any]:
         "statement": cand.statement,
         "statement_kind": cand.statement_kind,
         "requested_label": cand.requested_label,
+        "label_source": cand.label_source or "",
+        "label_judge": cand.label_judge or "",
         "theme": cand.theme,
         "source_chunk_id": cand.source_chunk_id,
         "critiques": _dumps(cand.critiques),

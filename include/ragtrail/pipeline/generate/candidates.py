@@ -86,9 +86,7 @@ def label_and_critique(rt: Runtime, plan: GenerationPlan, cands: list[QACandidat
     recorded on the items all the same.
     """
     params = generation_params(rt, plan)
-    label_candidates(
-        rt.llm(ModelRole.LABELLER), pending(cands), params, gates=plan.gates(LABELLER)
-    )
+    label_candidates(rt.llm(ModelRole.LABELLER), pending(cands), params, gates=plan.gates(LABELLER))
     matched = []
     for c in pending(cands):
         if c.label_matches:

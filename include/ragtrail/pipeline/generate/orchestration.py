@@ -22,8 +22,8 @@ from ragtrail.pipeline.generate.plan import (
     plan_key,
 )
 from ragtrail.pipeline.generate.report_data import generation_summary
-from ragtrail.pipeline.judges import gate_decisions, generation_judges
 from ragtrail.pipeline.generate.rounds import initial_deficit, run_rounds, settle, undo_finalize
+from ragtrail.pipeline.judges import gate_decisions, generation_judges
 from ragtrail.records import LABELS, CandidateStatus
 from ragtrail.runtime import Runtime
 from ragtrail.testset.store import TestSetStore
