@@ -26,7 +26,11 @@ runs_app = typer.Typer(help="List evaluation runs and compare two of them.", no_
 app.add_typer(eval_app, name="eval")
 app.add_typer(corpus_app, name="corpus")
 app.add_typer(testset_app, name="testset")
+judge_app = typer.Typer(
+    help="Judges: calibrate them against human references, see which gate.", no_args_is_help=True
+)
 app.add_typer(runs_app, name="runs")
+app.add_typer(judge_app, name="judge")
 console = Console(stderr=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")]
@@ -351,6 +355,131 @@ def testset_export(
         else:
             writers[format](items, target, qids=qids)
     console.print(f"wrote {len(items)} items to {target}")
+
+
+def _calibration_view(rt: Runtime, record: Any) -> dict[str, Any]:
+    """A stored calibration with the gate decision it leads to under the configured bars."""
+    from ragtrail.judges.gate import bar_for, decide, default_bars
+    from ragtrail.pipeline.judges import judge_by_name
+
+    spec = judge_by_name(rt, record.judge).spec
+    decision = decide(spec, record, bar_for(spec, default_bars(rt.settings.judges)))
+    return {
+        "judge": record.judge,
+        "version": record.judge_version,
+        "reference": record.reference,
+        "created_at": str(record.created_at),
+        "metrics": record.metrics,
+        "details_uri": record.details_uri,
+        "decision": decision.as_dict(),
+    }
+
+
+def _print_calibration(view: dict[str, Any]) -> None:
+    decision, metrics = view["decision"], view["metrics"]
+    mode = "[green]gates[/green]" if decision["gates"] else "[yellow]advises only[/yellow]"
+    console.print(f"{view['judge']}@{view['version']}: {mode} — {decision['reason']}")
+    confusion = metrics.get("confusion")
+    if confusion:
+        columns = list(next(iter(confusion.values())))
+        table = Table("reference \\ judged", *columns, title="confusion matrix")
+        for ref, row in confusion.items():
+            table.add_row(ref, *(str(row.get(c, 0)) for c in columns))
+        Console().print(table)
+    for key in ("accuracy", "precision", "recall"):
+        figure = metrics.get(key)
+        if isinstance(figure, dict) and figure.get("value") is not None:
+            console.print(
+                f"  {key}: {figure['value']:.3f} [{figure['ci_low']:.3f}, {figure['ci_high']:.3f}]"
+                f" n={figure['n']}"
+            )
+
+
+@judge_app.command("calibrate")
+def judge_calibrate(
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="labeller, critique.<criterion>, critiques (all eight), entailment (the "
+            "configured one), entailment.nli, entailment.embedding or entailment.llm."
+        ),
+    ],
+    reference: Annotated[
+        Path,
+        typer.Option(
+            "--reference",
+            help="Labeller and critiques: a QA set (JSONL/CSV/Parquet, golden-set schema). "
+            "Entailment: a JSONL of premise/hypothesis/label rows, or the HAGRID CSV.",
+        ),
+    ],
+    corpus: CorpusOpt = "handbook",
+    per_label: Annotated[
+        int | None, typer.Option(min=1, help="Labeller: items per label (default: setting).")
+    ] = None,
+    pairs: Annotated[
+        int | None, typer.Option(min=1, help="Critiques: contrast pairs (default: setting).")
+    ] = None,
+    sample: Annotated[
+        int | None, typer.Option(min=2, help="Entailment: a seeded sample of this many rows.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Measure a judge against labelled references and store the result with its version."""
+    from ragtrail.evaluate.qaset import load_qa_set
+    from ragtrail.generate.critiques import CRITERIA
+    from ragtrail.pipeline import judges as pj
+
+    with _runtime() as rt:
+        if name == "labeller":
+            items, _ = load_qa_set(reference)
+            records = [pj.calibrate_labeller(rt, corpus, items, per_label=per_label)]
+        elif name == "critiques" or name.startswith("critique."):
+            items, _ = load_qa_set(reference)
+            sources = pj.contrast_sources(rt, corpus, items)
+            criteria = list(CRITERIA) if name == "critiques" else [name.removeprefix("critique.")]
+            pj.judge_by_name(rt, f"critique.{criteria[0]}")  # unknown criterion: clear error
+            records = [pj.calibrate_critique(rt, c, sources, n=pairs) for c in criteria]
+        else:
+            records = [pj.calibrate_entailment(rt, name, reference, sample=sample)]
+        views = [_calibration_view(rt, r) for r in records]
+    if as_json:
+        _emit(views if len(views) > 1 else views[0])
+        return
+    for view in views:
+        _print_calibration(view)
+
+
+@judge_app.command("list")
+def judge_list(as_json: JsonFlag = False) -> None:
+    """The configured judges, their latest calibration and whether they gate."""
+    from ragtrail.judges.gate import bar_for, decide, default_bars
+    from ragtrail.pipeline import judges as pj
+    from ragtrail.storage.judge_store import JudgeStore
+
+    rows = []
+    with _runtime() as rt:
+        judges = pj.generation_judges(rt)
+        try:
+            judges.append(pj.entailment_judge(rt))
+        except (ValueError, OSError) as exc:
+            console.print(f"[yellow]entailment judge unavailable:[/yellow] {exc}")
+        store, bars = JudgeStore(rt.engine), default_bars(rt.settings.judges)
+        for judge in judges:
+            spec = judge.spec
+            decision = decide(spec, store.latest(spec.name, spec.version), bar_for(spec, bars))
+            rows.append({"spec": spec.as_dict(), "decision": decision.as_dict()})
+    if as_json:
+        _emit(rows)
+        return
+    table = Table("judge", "version", "backend", "model", "this judge", "why")
+    for row in rows:
+        spec, decision = row["spec"], row["decision"]
+        backend = spec["backend"] + (" (approximate)" if spec["approximate"] else "")
+        mode = "gates" if decision["gates"] else "advises"
+        table.add_row(
+            spec["name"], spec["version"], backend, spec["model"], mode, decision["reason"]
+        )
+    Console().print(table)
 
 
 @runs_app.command("list")

@@ -34,7 +34,7 @@ from ragtrail.generate.critiques import CRITERIA, LlmCritiqueJudge
 from ragtrail.generate.judges import LABELLER, critique_judge_name
 from ragtrail.generate.labeller import LlmLabellerJudge
 from ragtrail.judges.calibration import calibrate_categorical, calibrate_contrasts
-from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput
+from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput, JudgeRole
 from ragtrail.judges.contrasts import ContrastSource, build_contrasts
 from ragtrail.judges.gate import GateDecision, bar_for, decide, default_bars
 from ragtrail.judges.recording import Calibration, store_calibration
@@ -318,11 +318,14 @@ def calibrate_critique(
     return _store(rt, judge, calibration, reference, details)
 
 
-def calibrate_entailment(rt: Runtime, name: str, reference_path: Path) -> CalibrationRecord:
+def calibrate_entailment(
+    rt: Runtime, name: str, reference_path: Path, *, sample: int | None = None
+) -> CalibrationRecord:
     """Kappa, accuracy and precision/recall of "supported" on (premise, hypothesis, label) rows.
 
     The reference is a JSONL of premise/hypothesis/label rows, or the HAGRID CSV (its answer
-    sentences' human ``attributable`` flags against the quotes they cite).
+    sentences' human ``attributable`` flags against the quotes they cite); ``sample`` draws a
+    seeded subset of that many rows.
     """
     from ragtrail.judges.references import hagrid_attribution_pairs, load_entailment_reference
 
@@ -331,6 +334,8 @@ def calibrate_entailment(rt: Runtime, name: str, reference_path: Path) -> Calibr
         examples = hagrid_attribution_pairs(reference_path)
     else:
         examples = load_entailment_reference(reference_path)
+    if sample is not None and sample < len(examples):
+        examples = random.Random(rt.settings.seed).sample(examples, sample)
     calibration, verdicts = calibrate_categorical(
         judge,
         [JudgeInput(premise=e.premise, hypothesis=e.hypothesis) for e in examples],
@@ -346,3 +351,72 @@ def calibrate_entailment(rt: Runtime, name: str, reference_path: Path) -> Calibr
     ]
     reference = reference_id("entailment", [(e.source_id, e.label) for e in examples])
     return _store(rt, judge, calibration, reference, details)
+
+
+# --------------------------------------------------------------------------- the nightly
+
+
+def golden_items(rt: Runtime, corpus: str) -> tuple[list[QAItem], list[str]]:
+    """The items of every golden set's latest version for ``corpus`` (one copy of each question),
+    and those versions."""
+    from ragtrail.testset.golden import GoldenSetStore
+
+    store = GoldenSetStore(rt.engine)
+    versions = store.latest(corpus)
+    items: dict[str, QAItem] = {}
+    for version in versions:
+        for item in store.items(version.version):
+            items.setdefault(text_key(item.question), item)
+    return list(items.values()), [v.version for v in versions]
+
+
+def accepted_items(rt: Runtime, corpus: str) -> list[Any]:
+    """The items of the corpus's latest generated test-set version (none before the first)."""
+    from ragtrail.testset.store import TestSetStore
+
+    store = TestSetStore(rt.engine)
+    latest = store.latest_version(corpus)
+    return store.version_items(latest["version"]) if latest else []
+
+
+def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, dict[str, Any]]:
+    """Calibrate each generation judge that has no calibration for its version yet.
+
+    References: the corpus's golden sets (labeller and contrasts) and its accepted test-set items
+    (contrasts). A judge that cannot be calibrated (no golden set, too few items) is reported with
+    the reason and advises. Model calls go through the cache, so a rerun costs nothing.
+    """
+    store = JudgeStore(rt.engine)
+    items, versions = golden_items(rt, corpus)
+    sources: list[ContrastSource] | None = None
+    report: dict[str, dict[str, Any]] = {}
+    for judge in generation_judges(rt):
+        spec = judge.spec
+        if store.latest(spec.name, spec.version) is not None:
+            report[spec.name] = {"status": "cached", "judge": spec.ref}
+            continue
+        try:
+            if spec.role is JudgeRole.LABELLER:
+                if not items:
+                    raise CalibrationError(
+                        f"corpus {corpus!r} has no golden QA set (ragtrail qaset add)"
+                    )
+                record = calibrate_labeller(rt, corpus, items)
+            else:
+                if sources is None:
+                    sources = contrast_sources(rt, corpus, items, accepted_items(rt, corpus))
+                record = calibrate_critique(rt, spec.name.removeprefix("critique."), sources)
+        except (CalibrationError, ValueError) as exc:
+            log.warning("%s not calibrated: %s", spec.ref, exc)
+            report[spec.name] = {"status": "not calibrated", "judge": spec.ref, "reason": str(exc)}
+            continue
+        log.info("%s calibrated: %s %s on n=%d", spec.ref, record.metric, record.value, record.n)
+        report[spec.name] = {
+            "status": "calibrated",
+            "judge": spec.ref,
+            "metric": record.metric,
+            "value": record.value,
+            "n": record.n,
+            "golden_versions": versions,
+        }
+    return report

@@ -312,6 +312,13 @@ GENERATE = Flow(
     resolver=_resolve_generation,
     steps=(
         Step(
+            "calibrate",
+            "calibrate_judges",
+            "calibrates the labeller and critiques on golden sets when their version has none",
+            inputs=("corpus",),
+            pool="llm_api",
+        ),
+        Step(
             "plan",
             "plan_generation",
             "retires items of changed documents, orders and shards contexts (changed first)",

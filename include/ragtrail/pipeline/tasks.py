@@ -89,6 +89,20 @@ def check_corpus(
 # -------------------------------------------------------------------------------- generation
 
 
+def calibrate_judges(rt: Runtime, *, corpus: str) -> dict[str, Any]:
+    """Measure the generation judges that have no calibration for their version yet.
+
+    The plan that follows reads the stored calibrations: a judge gates only when its own meets
+    the bar. Model calls are cached, so the step is cheap once a version is calibrated.
+    """
+    from ragtrail.pipeline.judges import calibrate_missing
+
+    judges = calibrate_missing(rt, corpus)
+    for name, outcome in judges.items():
+        log.info("judge %s: %s", name, outcome)
+    return {"corpus": corpus, "judges": judges}
+
+
 def plan_generation(
     rt: Runtime,
     *,
