@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -208,14 +209,14 @@ def test_a_corpus_without_snapshot_is_a_clear_error(store, meta, tmp_path) -> No
 @pytest.mark.parametrize("name", ["Team", "-x", "", "a b", "x" * 65, "generated"])
 def test_invalid_and_reserved_names_are_refused(store, meta, tmp_path, name) -> None:
     path = write_jsonl(tmp_path / "qa.jsonl", ROWS)
-    with pytest.raises(GoldenSetError, match=repr(name)):
+    with pytest.raises(GoldenSetError, match=re.escape(repr(name))):
         add_golden_set(store, meta, path, corpus=CORPUS, name=name)
 
 
 def test_the_same_content_under_a_second_name_is_refused(store, meta, tmp_path) -> None:
     path = write_jsonl(tmp_path / "qa.jsonl", ROWS)
     add_golden_set(store, meta, path, corpus=CORPUS, name="first")
-    with pytest.raises(GoldenSetError, match="already registered .* as golden set 'first'"):
+    with pytest.raises(GoldenSetError, match=r"already registered .* as golden set 'first'"):
         add_golden_set(store, meta, path, corpus=CORPUS, name="second")
 
 
