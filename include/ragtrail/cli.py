@@ -23,6 +23,9 @@ eval_app = typer.Typer(help="Evaluate retrieval.", no_args_is_help=True)
 corpus_app = typer.Typer(help="Inspect ingested corpora.", no_args_is_help=True)
 testset_app = typer.Typer(help="Inspect and export test-set versions.", no_args_is_help=True)
 runs_app = typer.Typer(help="List evaluation runs and compare two of them.", no_args_is_help=True)
+qaset_app = typer.Typer(
+    help="Register and list golden (human-written) QA sets.", no_args_is_help=True
+)
 app.add_typer(eval_app, name="eval")
 app.add_typer(corpus_app, name="corpus")
 app.add_typer(testset_app, name="testset")
@@ -31,6 +34,7 @@ judge_app = typer.Typer(
 )
 app.add_typer(runs_app, name="runs")
 app.add_typer(judge_app, name="judge")
+app.add_typer(qaset_app, name="qaset")
 console = Console(stderr=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")]
@@ -425,7 +429,7 @@ def judge_calibrate(
     as_json: JsonFlag = False,
 ) -> None:
     """Measure a judge against labelled references and store the result with its version."""
-    from ragtrail.evaluate.qaset import load_qa_set
+    from ragtrail.testset.qaset import load_qa_set
     from ragtrail.generate.critiques import CRITERIA
     from ragtrail.pipeline import judges as pj
 
@@ -478,6 +482,78 @@ def judge_list(as_json: JsonFlag = False) -> None:
         mode = "gates" if decision["gates"] else "advises"
         table.add_row(
             spec["name"], spec["version"], backend, spec["model"], mode, decision["reason"]
+        )
+    Console().print(table)
+
+
+def _label_counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{label} {n}" for label, n in counts.items() if n)
+
+
+def _print_quality(quality: dict[str, Any]) -> None:
+    stats = quality.get("statistics", {})
+    verdict = "passed" if quality["success"] else "FAILED"
+    if quality["success"] and quality["warnings"]:
+        verdict = "passed with warnings"
+    console.print(
+        f"quality ({quality['name']}): {verdict}, "
+        f"{stats.get('successful', 0)}/{stats.get('evaluated', 0)} expectations met",
+        highlight=False,
+    )
+    for line in (*quality["failures"], *quality["warnings"]):
+        console.print(f"  {line}", highlight=False)
+
+
+@qaset_app.command("add")
+def qaset_add(
+    file: Annotated[Path, typer.Argument(help="JSONL, CSV or Parquet QA set.", dir_okay=False)],
+    name: Annotated[str, typer.Option("--name", help="Golden set name (lowercase slug).")],
+    corpus: CorpusOpt = "handbook",
+    as_json: JsonFlag = False,
+) -> None:
+    """Register FILE as a golden QA set of the corpus (a new version when its content changed).
+
+    Every row and every ground document is checked against the corpus's latest snapshot first;
+    the Great Expectations result is stored beside the version.
+    """
+    from ragtrail.pipeline.golden import register_golden_set
+
+    with _runtime() as rt:
+        added = register_golden_set(rt, file, corpus=corpus, name=name)
+    if as_json:
+        _emit(added)
+        return
+    state = "added new version" if added["created"] else "unchanged, already registered as"
+    console.print(
+        f"golden set {added['name']} ({corpus}): {state} {added['version']} — "
+        f"{added['n_items']} questions ({_label_counts(added['questions_per_label'])})",
+        highlight=False,
+    )
+    _print_quality(added["quality"])
+    console.print(f"quality result: {added['quality_uri']}", highlight=False)
+
+
+@qaset_app.command("list")
+def qaset_list(corpus: CorpusOpt = "handbook", as_json: JsonFlag = False) -> None:
+    """List the corpus's golden QA set versions, most recently added first."""
+    from ragtrail.testset.golden import GoldenSetStore
+
+    with _runtime() as rt:
+        store = GoldenSetStore(rt.engine)
+        versions = store.versions(corpus)
+        latest = {v.version for v in store.latest(corpus)}
+    if as_json:
+        _emit([{**v.as_dict(), "latest": v.version in latest} for v in versions])
+        return
+    table = Table("name", "version", "n", "per label", "created", "source", title=corpus)
+    for v in versions:
+        table.add_row(
+            v.name,
+            v.version + (" (latest)" if v.version in latest else ""),
+            str(v.n_items),
+            _label_counts(v.questions_per_label),
+            f"{v.created_at:%Y-%m-%d %H:%M:%S}",
+            v.source,
         )
     Console().print(table)
 

@@ -18,7 +18,9 @@ from ragtrail.quality.suites import (
     WARN,
     chunks_suite,
     documents_suite,
+    golden_set_suite,
     prepare_chunks,
+    prepare_golden_set,
     prepare_retrieval_results,
     quarantine_suite,
     retrieval_results_suite,
@@ -130,6 +132,7 @@ def failed(result: QualityResult, fragment: str) -> bool:
         chunks_suite(MAX_TOKENS, MAX_TABLE_TOKENS),
         retrieval_results_suite(ALL_LABELS, WEIGHTS, MIN_QUESTIONS),
         quarantine_suite(),
+        golden_set_suite(),
     ],
     ids=lambda s: s.name,
 )
@@ -350,3 +353,58 @@ def test_null_intervals_with_reasons_from_metrics_json_pass(runner: QualityRunne
         record["undefined"] = {"ci_low": "no bootstrap", "ci_high": "no bootstrap"}
     frame = pd.DataFrame(json.loads(json.dumps(records)))
     assert validate_metrics(runner, frame).success
+
+
+# ------------------------------------------------------------------------------------------------
+# golden sets
+# ------------------------------------------------------------------------------------------------
+
+
+def good_golden_set() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "qid": ["g1", "g2", "g3", "g4"],
+            "question": ["How many days?", "Summarise it.", "Why so?", "Who is on Mars?"],
+            "label": ["fact_single", "summary", "reasoning", "unanswerable"],
+            "answer": ["5", "short", "because", ""],
+            "ground_doc_ids": [["a.md"], ["a.md", "b.md"], [], ["b.md"]],
+            "ground_chunk_ids": [[], [], ["b.md#1"], []],
+        }
+    )
+
+
+def validate_golden(runner: QualityRunner, frame: pd.DataFrame) -> QualityResult:
+    return runner.validate("golden_set", prepare_golden_set(frame), golden_set_suite())
+
+
+def test_good_golden_set_passes_without_warnings(runner: QualityRunner) -> None:
+    result = validate_golden(runner, good_golden_set())
+    assert result.success and result.failures == [] and result.warnings == []
+    assert result.statistics["evaluated"] == len(golden_set_suite().expectations)
+
+
+def test_golden_set_broken_invariants_fail(runner: QualityRunner) -> None:
+    frame = good_golden_set()
+    frame.loc[1, "qid"] = "g1"
+    frame.loc[2, "label"] = "trivia"
+    frame.loc[3, "question"] = "   "
+    frame.at[0, "ground_doc_ids"] = []
+    result = validate_golden(runner, frame)
+    assert not result.success
+    failed = " ".join(result.failures)
+    assert "expect_column_values_to_be_unique(qid)" in failed
+    assert "expect_column_values_to_be_in_set(label)" in failed
+    assert "question_chars" in failed and "n_ground_ids" in failed
+    assert len(result.failures) == 4
+
+
+def test_golden_set_smells_only_warn(runner: QualityRunner) -> None:
+    frame = good_golden_set().iloc[:3].copy()  # no unanswerable question
+    frame.loc[0, "answer"] = " "  # answerable without an answer
+    frame.loc[1, "question"] = "how many DAYS?"  # same dedup key as row 0
+    result = validate_golden(runner, frame)
+    assert result.success and result.failures == []
+    warned = " ".join(result.warnings)
+    assert len(result.warnings) == 3
+    assert "answer_ok" in warned and "question_key" in warned
+    assert "expect_column_distinct_values_to_contain_set(label)" in warned

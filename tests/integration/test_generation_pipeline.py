@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from ragtrail.config import ModelRole
-from ragtrail.evaluate.qaset import load_qa_set
 from ragtrail.generate.critiques import CRITERIA
 from ragtrail.generate.labeller import LABEL_STAGE
 from ragtrail.llm import LLMClient
@@ -33,6 +32,7 @@ from ragtrail.pipeline.generate import (
 from ragtrail.pipeline.ingest import ingest
 from ragtrail.records import LABELS, CandidateStatus
 from ragtrail.testset.export import write_jsonl
+from ragtrail.testset.qaset import load_qa_set
 from ragtrail.testset.store import TestSetStore
 from tests.unit.generate import calls_by_prompt, label_by_kind, routed_backend
 

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from ragtrail.evaluate.qaset import QASetError, load_qa_set
+from ragtrail.testset.qaset import QASetError, load_qa_set
 
 ROWS = [
     {

@@ -19,7 +19,6 @@ from typing import Any
 import pandas as pd
 
 from ragtrail import jsonsafe
-from ragtrail.evaluate.qaset import load_qa_set
 from ragtrail.evaluate.retrieval import (
     PRIMARY_METRIC,
     RetrievalEvaluator,
@@ -32,6 +31,7 @@ from ragtrail.records import INCLUSIVE, LABELS, QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 from ragtrail.storage.runs_store import RunStore
+from ragtrail.testset.qaset import load_qa_set
 
 
 def run_prefix(run_id: str) -> str:

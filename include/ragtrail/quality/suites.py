@@ -501,3 +501,84 @@ def balance_frame(achieved: dict[str, int], targets: dict[str, int]) -> pd.DataF
             }
         )
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# golden (human-written) QA sets
+# ------------------------------------------------------------------------------------------------
+
+GOLDEN_SET_SUITE: Final = "golden_set"
+GOLDEN_SET_COLUMNS: Final = (
+    "qid",
+    "question",
+    "label",
+    "answer",
+    "ground_doc_ids",
+    "ground_chunk_ids",
+)
+
+
+def prepare_golden_set(items: pd.DataFrame) -> pd.DataFrame:
+    """Add the derived columns the golden-set suite checks (one row per item, columns
+    :data:`GOLDEN_SET_COLUMNS`; the id columns hold sequences).
+
+    ``question_chars`` (length of the stripped question), ``question_key`` (the dedup key of
+    :func:`ragtrail.text.text_key`), ``n_ground_ids`` (document plus chunk ids) and ``answer_ok``
+    (unanswerable, or a non-blank answer).
+    """
+    out = items.copy()
+    question = out["question"].fillna("").astype(str)
+    out["question_chars"] = question.str.strip().str.len()
+    out["question_key"] = question.map(text_key)
+    out["n_ground_ids"] = out["ground_doc_ids"].map(len) + out["ground_chunk_ids"].map(len)
+    answer = out["answer"].fillna("").astype(str).str.strip()
+    out["answer_ok"] = (out["label"] == QuestionLabel.UNANSWERABLE.value) | (answer.str.len() > 0)
+    return out
+
+
+def golden_set_suite() -> gx.ExpectationSuite:
+    """Suite over one golden set (validate :func:`prepare_golden_set` output).
+
+    fail: columns present; qids not null and unique; a non-empty question; a known label; at least
+    one ground document or chunk id.
+    warn: answerable items carry an answer (retrieval does not need it, answer grading does); no
+    two questions with the same dedup key; every label of the taxonomy has questions.
+    """
+    labels = [label.value for label in QuestionLabel]
+    expectations: list[gxe.Expectation] = [
+        _columns_present(GOLDEN_SET_COLUMNS),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="qid", meta=policy(FAIL, "qids key per-question results and comparisons")
+        ),
+        gxe.ExpectColumnValuesToBeUnique(
+            column="qid", meta=policy(FAIL, "a repeated qid would merge two questions' results")
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="question_chars",
+            min_value=1,
+            meta=policy(FAIL, "an empty question cannot be searched"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="label", value_set=labels, meta=policy(FAIL, "the label taxonomy is closed")
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="n_ground_ids",
+            min_value=1,
+            meta=policy(FAIL, "recall needs the ground documents or chunks"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="answer_ok",
+            value_set=[True],
+            meta=policy(WARN, "an answerable question without a reference answer cannot be graded"),
+        ),
+        gxe.ExpectColumnValuesToBeUnique(
+            column="question_key",
+            meta=policy(WARN, "the same question twice weighs its label's score twice"),
+        ),
+        gxe.ExpectColumnDistinctValuesToContainSet(
+            column="label",
+            value_set=labels,
+            meta=policy(WARN, "a label without questions is not measured on this set"),
+        ),
+    ]
+    return _suite(GOLDEN_SET_SUITE, "the items of one golden QA set", expectations)

@@ -318,3 +318,35 @@ judge_calibrations = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_judge_calibrations_judge_version", "judge", "judge_version"),
 )
+
+# -- golden (human-written) QA sets (testset/golden.py) -----------------------------------------
+
+golden_sets = Table(
+    "golden_sets",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("corpus", String(128), nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("version", String(64), nullable=False),  # "gs-" + content hash of the items
+    Column("n_items", Integer, nullable=False),
+    Column("questions_per_label", JSON, nullable=False),
+    Column("source", Text, nullable=False),  # the file it was first added from
+    Column("content_hash", String(64), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("last_added_at", DateTime(timezone=True), nullable=False),  # newest add wins "latest"
+    UniqueConstraint("corpus", "name", "version", name="uq_golden_sets_corpus_name_version"),
+    Index("ix_golden_sets_version", "version"),
+)
+
+golden_items = Table(
+    "golden_items",
+    metadata,
+    Column("version", String(64), primary_key=True),
+    Column("qid", String(128), primary_key=True),
+    Column("question", Text, nullable=False),
+    Column("label", String(32), nullable=False),
+    Column("answer", Text, nullable=False),
+    Column("ground_doc_ids", JSON, nullable=False),
+    Column("ground_chunk_ids", JSON, nullable=False),
+    Column("position", Integer, nullable=False),
+)

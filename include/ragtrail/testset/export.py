@@ -1,7 +1,7 @@
 """Export test-set items: JSONL / CSV / Parquet for the evaluator, and BEIR folders.
 
 The JSONL, CSV and Parquet files carry the evaluation columns that
-:func:`ragtrail.evaluate.qaset.load_qa_set` reads (qid, question, label, answer, ground_doc_ids,
+:func:`ragtrail.testset.qaset.load_qa_set` reads (qid, question, label, answer, ground_doc_ids,
 ground_chunk_ids) followed by the lineage of every item, so a file on its own says where each
 question came from. In CSV the id lists and the critiques / generator objects are JSON strings.
 """

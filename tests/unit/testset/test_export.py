@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ragtrail.evaluate.qaset import load_qa_set
 from ragtrail.records import QAItem
 from ragtrail.testset.export import (
     COLUMNS,
@@ -19,6 +18,7 @@ from ragtrail.testset.export import (
     write_jsonl,
     write_parquet,
 )
+from ragtrail.testset.qaset import load_qa_set
 from ragtrail.testset.store import qid_for
 from tests.unit.testset import CORPUS, make_candidate
 

@@ -1,0 +1,83 @@
+"""Registering golden QA sets as a pipeline step: validate, gate on data quality, store, record.
+
+``ragtrail qaset add``, ``ragtrail nightly --golden`` and the nightly's registration of the shipped
+sample set all go through :func:`register_golden_set`: the file is loaded and checked against the
+corpus (:mod:`ragtrail.testset.golden`), validated with the golden-set GX suite before anything is
+stored (a failed fail-severity expectation refuses the set), and the validation result is kept as
+an artifact beside the version (``golden/<corpus>/<name>/<version>/quality.json``). Adding the same
+content again reuses that stored result instead of validating again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ragtrail import jsonsafe
+from ragtrail.records import QAItem
+from ragtrail.runtime import Runtime
+from ragtrail.testset.golden import (
+    GoldenSetError,
+    GoldenSetStore,
+    add_golden_set,
+    item_record,
+    version_for,
+)
+
+
+def golden_quality_key(corpus: str, name: str, version: str) -> str:
+    """Artifact key of a golden version's GX validation result."""
+    return f"golden/{corpus}/{name}/{version}/quality.json"
+
+
+def validate_golden_items(rt: Runtime, items: Sequence[QAItem], name: str) -> dict[str, Any]:
+    """Run the golden-set suite on ``items``; the :class:`QualityResult` as a dict."""
+    from ragtrail.quality.runner import QualityRunner
+    from ragtrail.quality.suites import golden_set_suite, prepare_golden_set
+
+    frame = pd.DataFrame([item_record(item) for item in items])
+    runner = QualityRunner(rt.settings.home / "reports" / "golden")
+    return runner.validate(
+        f"golden_set.{name}", prepare_golden_set(frame), golden_set_suite()
+    ).as_dict()
+
+
+def register_golden_set(rt: Runtime, path: str | Path, *, corpus: str, name: str) -> dict[str, Any]:
+    """Add the file at ``path`` as golden set ``name`` of ``corpus`` (idempotent).
+
+    Returns the version (:meth:`GoldenVersion.as_dict`) plus ``created``, ``quality`` (the GX
+    result) and ``quality_uri``. Raises :class:`GoldenSetError` listing every problem.
+    """
+    store = GoldenSetStore(rt.engine)
+    gate: dict[str, Any] = {}
+
+    def quality_gate(items: list[QAItem]) -> None:
+        key = golden_quality_key(corpus, name, version_for(items))
+        stored = rt.artifacts.exists(key)  # this content was added under this name before
+        if stored:
+            quality = json.loads(rt.artifacts.get_bytes(key))
+        else:
+            quality = validate_golden_items(rt, items, name)
+        if not quality["success"]:
+            raise GoldenSetError(
+                f"{path}: the golden-set data-quality checks failed: "
+                + "; ".join(quality["failures"])
+            )
+        gate.update(key=key, quality=quality, stored=stored)
+
+    added = add_golden_set(store, rt.store, path, corpus=corpus, name=name, check=quality_gate)
+    if gate["stored"]:
+        uri = rt.artifacts.uri_for(gate["key"])
+    else:
+        body = jsonsafe.dumps(gate["quality"], "golden-set quality", indent=1).encode()
+        uri = rt.artifacts.put_bytes(gate["key"], body)
+    return {
+        **added.version.as_dict(),
+        "created": added.created,
+        "quality": gate["quality"],
+        "quality_uri": uri,
+    }
