@@ -429,9 +429,9 @@ def judge_calibrate(
     as_json: JsonFlag = False,
 ) -> None:
     """Measure a judge against labelled references and store the result with its version."""
-    from ragtrail.testset.qaset import load_qa_set
     from ragtrail.generate.critiques import CRITERIA
     from ragtrail.pipeline import judges as pj
+    from ragtrail.testset.qaset import load_qa_set
 
     with _runtime() as rt:
         if name == "labeller":
