@@ -1,19 +1,76 @@
-"""A scripted LLM backend selectable by configuration, for tests that run ragtrail in processes
+"""Scripted LLM backends selectable by configuration, for tests that run ragtrail in processes
 they do not control (``dag.test()`` task code, Airflow workers under a real scheduler).
 
 ``RAGTRAIL_GENERATION__LLM=scripted:tests.scripted_llm:backend`` makes every role's client answer
 with :func:`tests.unit.generate.routed_backend`: valid, deterministic JSON derived from each
-prompt's input, labelled by the statement kind. A TEST DOUBLE, not a model.
+prompt's input, labelled by the statement kind. On the hand-written sample set that labeller is
+poor (it reads the kind back from the scripted question form), so its calibration fails and it
+only advises — the path a weak local model takes.
+
+``CALIBRATED_SPEC`` (:func:`calibrated_backend`) is the other path: a labeller that knows the
+sample set's human labels and critiques that notice what the documented contrasts perturb, so
+their calibrations pass and they gate. TEST DOUBLES, not models.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ragtrail.judges.contrasts import PASSAGE_PREFIX
 from ragtrail.llm.testing import ScriptedBackend
+from ragtrail.paths import sample_qa_set
+from ragtrail.text import content_words, text_key
 from tests.unit.generate import label_by_kind, routed_backend
 
 SPEC = "scripted:tests.scripted_llm:backend"
 MODEL_ID = "scripted-test-v1"
+CALIBRATED_SPEC = "scripted:tests.scripted_llm:calibrated_backend"
+CALIBRATED_MODEL_ID = "scripted-calibrated-v1"
 
 
 def backend(model_id: str = MODEL_ID) -> ScriptedBackend:
     return routed_backend({"label": label_by_kind}, model_id=model_id)
+
+
+def _golden_labels() -> dict[str, str]:
+    rows = [json.loads(line) for line in sample_qa_set().read_text().splitlines() if line.strip()]
+    return {text_key(row["question"]): row["label"] for row in rows}
+
+
+def oracle_label(fields: dict[str, Any]) -> str:
+    """The human label of a sample-set question; the statement-kind reading otherwise."""
+    label = _golden_labels().get(text_key(fields["question"]))
+    if label is None:
+        return label_by_kind(fields)
+    return json.dumps({"label_name": label, "reason": "scripted oracle"})
+
+
+def _overlap(part: str, whole: str) -> float:
+    words = content_words(part)
+    return len(words & content_words(whole)) / len(words) if words else 0.0
+
+
+def _rating(good: bool) -> str:
+    return json.dumps({"rating": 5 if good else 1, "evaluation": "scripted"})
+
+
+DISCERNING: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "stand_alone": lambda f: not f["question"].lower().startswith(PASSAGE_PREFIX.strip().lower()),
+    "qa_tautology": lambda f: text_key(f["answer"]) != text_key(f["question"]),
+    "q_usefulness": lambda f: len(f["question"].split()) > 3,
+    "q_to_c_groundedness": lambda f: _overlap(f["question"], f["context"]) >= 0.3,
+    "a_to_c_groundedness": lambda f: _overlap(f["answer"], f["context"]) >= 0.5,
+}
+"""Critiques the calibrated double rates with a rule that sees its contrast's perturbation; the
+other three keep the routed default (a constant 4: ties, so their calibration fails)."""
+
+
+def _rated_by(rule: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], str]:
+    return lambda fields: _rating(rule(fields))
+
+
+def calibrated_backend(model_id: str = CALIBRATED_MODEL_ID) -> ScriptedBackend:
+    critiques = {f"critique_{name}": _rated_by(rule) for name, rule in DISCERNING.items()}
+    return routed_backend({"label": oracle_label, **critiques}, model_id=model_id)
