@@ -60,11 +60,10 @@ DISCERNING: dict[str, Callable[[dict[str, Any]], bool]] = {
     "stand_alone": lambda f: not f["question"].lower().startswith(PASSAGE_PREFIX.strip().lower()),
     "qa_tautology": lambda f: text_key(f["answer"]) != text_key(f["question"]),
     "q_usefulness": lambda f: len(f["question"].split()) > 3,
-    "q_to_c_groundedness": lambda f: _overlap(f["question"], f["context"]) >= 0.3,
     "a_to_c_groundedness": lambda f: _overlap(f["answer"], f["context"]) >= 0.5,
 }
 """Critiques the calibrated double rates with a rule that sees its contrast's perturbation; the
-other three keep the routed default (a constant 4: ties, so their calibration fails)."""
+others keep the routed default (a constant 4: ties, so their calibration fails)."""
 
 
 def _rated_by(rule: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], str]:
@@ -74,3 +73,31 @@ def _rated_by(rule: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any
 def calibrated_backend(model_id: str = CALIBRATED_MODEL_ID) -> ScriptedBackend:
     critiques = {f"critique_{name}": _rated_by(rule) for name, rule in DISCERNING.items()}
     return routed_backend({"label": oracle_label, **critiques}, model_id=model_id)
+
+
+def assume_calibrated(rt: Any) -> None:
+    """Store a passing calibration for every generation judge of ``rt`` as configured now.
+
+    For tests of the gating funnel itself (quotas, label mismatches, critique thresholds), which
+    are not about calibration: they start from judges that have already shown they can judge.
+    Calibration proper is tested in tests/integration/test_judge_calibration.py.
+    """
+    from ragtrail.judges.contract import JudgeRole
+    from ragtrail.pipeline.judges import generation_judges
+    from ragtrail.storage.judge_store import JudgeStore
+
+    store = JudgeStore(rt.engine)
+    for judge in generation_judges(rt):
+        spec = judge.spec
+        labeller = spec.role is JudgeRole.LABELLER
+        store.record(
+            spec=spec.as_dict(),
+            kind="categorical" if labeller else "contrast",
+            reference="test:assumed",
+            n=100,
+            metric="kappa" if labeller else "contrast_accuracy",
+            value=1.0,
+            ci_low=1.0,
+            ci_high=1.0,
+            metrics={"assumed_by_test": True},
+        )

@@ -38,6 +38,8 @@ LINEAGE_COLUMNS: tuple[str, ...] = (
     "statement",
     "statement_kind",
     "requested_label",
+    "label_source",
+    "label_judge",
     "theme",
     "source_chunk_id",
     "critiques",
