@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from ragtrail.config import ModelRole
 from ragtrail.generate.baseline import single_prompt_baseline
+from ragtrail.generate.checks import check_candidates, reject_reason
 from ragtrail.generate.critiques import apply_thresholds, critique_candidates
 from ragtrail.generate.labeller import label_candidates
 from ragtrail.generate.steps import extract_statements, make_candidates, write_questions
@@ -77,8 +78,21 @@ def statement_candidates(
     return cands
 
 
+def run_checks(rt: Runtime, cands: list[QACandidate]) -> None:
+    """Reject the pending candidates that fail a model-free check (:mod:`ragtrail.generate.checks`)."""
+    todo = pending(cands)
+    if not todo:
+        return
+    bar = rt.settings.generation.min_question_statement_similarity
+    for cand, failed in zip(todo, check_candidates(todo, rt.embedder.encode, bar), strict=True):
+        if failed:
+            reject([cand], reject_reason(failed))
+
+
 def label_and_critique(rt: Runtime, plan: GenerationPlan, cands: list[QACandidate]) -> None:
-    """Label every pending pair; only label matches are critiqued (others are rejected)."""
+    """Model-free checks first (their failures cost no model call), then label every pending
+    pair; only label matches are critiqued (others are rejected)."""
+    run_checks(rt, cands)
     params = generation_params(rt, plan)
     label_candidates(rt.llm(ModelRole.LABELLER), pending(cands), params)
     matched = []
