@@ -125,6 +125,8 @@ class Runtime:
             max_attempts=self.settings.generation.max_attempts,
             usage=self.llm_usage,
             progress=self.report,
+            # progress moves every few model batches; larger batches (GPU) get larger steps
+            report_every=4 * self.settings.generation.llm_batch_size,
         )
 
     def _load_llm_backend(self, spec: str) -> LLMBackend:

@@ -42,35 +42,45 @@ LEAVE_FACT = "Full-time staff receive 27 days of annual leave per year."
 REVIEW_FACT = "Every merge request needs one approval from someone other than the author."
 
 
-@pytest.mark.parametrize(
-    ("question", "phrase"),
-    [
-        ("According to the passage, how many days of leave do staff get?", "according to the"),
-        ("What does the text above say about carry over?", "the text"),
-        ("In the given context, who approves exceptions?", "given context"),
-        ("What is mentioned in this document?", "this document"),
-        ("Which rule does THE EXCERPT state?", "the excerpt"),
-        ("What do the documents say about leave?", "the documents"),
-        ("As mentioned above, who signs off?", "mentioned above"),
-    ],
-)
+SOURCE_REFERENCES = [
+    ("According to the passage, how many days of leave do staff get?", "according to the"),
+    ("What does the text above say about carry over?", "the text"),
+    ("In the given context, who approves exceptions?", "given context"),
+    ("What is mentioned in this document?", "this document"),
+    ("Which rule does THE EXCERPT state?", "the excerpt"),
+    ("What do the documents say about leave?", "the documents"),
+    ("As mentioned above, who signs off?", "mentioned above"),
+]
+TOPIC_QUESTIONS = [
+    "How many days of annual leave do full-time staff get?",
+    "Who owns the document retention schedule?",
+    "What is a merge request in the context of code review?",
+    "How long is the text message retention period?",
+    "Is passage of the budget required by March?",
+    "Which contexts does the retrieval evaluation cover?",  # no article: a topic word
+]
+
+
+@pytest.mark.parametrize(("question", "phrase"), SOURCE_REFERENCES)
 def test_mentions_passage_finds_source_references(question: str, phrase: str) -> None:
     assert mentions_passage(question) == CheckFailure(CheckName.MENTIONS_PASSAGE, phrase)
 
 
-@pytest.mark.parametrize(
-    "question",
-    [
-        "How many days of annual leave do full-time staff get?",
-        "Who owns the document retention schedule?",
-        "What is a merge request in the context of code review?",
-        "How long is the text message retention period?",
-        "Is passage of the budget required by March?",
-        "Which contexts does the retrieval evaluation cover?",  # no article: a topic word
-    ],
-)
+@pytest.mark.parametrize("question", TOPIC_QUESTIONS)
 def test_mentions_passage_leaves_topic_words_alone(question: str) -> None:
     assert mentions_passage(question) is None
+
+
+def test_gx_suite_flags_exactly_what_the_check_rejects() -> None:
+    """Accepted items pass the test-set suite's ``mentions_context`` expectation: one pattern list."""
+    import pandas as pd
+
+    from ragtrail.quality.suites import CONTEXT_REFERENCE
+
+    questions = [q for q, _ in SOURCE_REFERENCES] + TOPIC_QUESTIONS
+    flagged = pd.Series(questions).str.contains(CONTEXT_REFERENCE, case=False, regex=True)
+    assert list(flagged) == [mentions_passage(q) is not None for q in questions]
+    assert flagged.sum() == len(SOURCE_REFERENCES)
 
 
 def test_answer_repeats_question() -> None:
