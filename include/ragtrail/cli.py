@@ -13,9 +13,19 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
+from ragtrail.progress import ProgressUpdate
 from ragtrail.runtime import Runtime
 
 app = typer.Typer(help="ragtrail: keeps RAG systems honest every night.", no_args_is_help=True)
@@ -88,15 +98,55 @@ def _step_progress(progress: Progress) -> Callable[[str, int, int], None]:
     return advance
 
 
-def _progress() -> Progress:
+class _RateColumn(ProgressColumn):
+    """Units per second of a task ("2.1/s"), blank until rich has measured a speed."""
+
+    def render(self, task: Task) -> Text:
+        return Text(
+            "" if task.speed is None else f"{task.speed:.1f}/s", style="progress.data.speed"
+        )
+
+
+def _progress(quiet: bool = False) -> Progress:
+    """The bars of long steps (on stderr). Disabled with ``quiet`` (``--json``) or when stdout
+    or stderr is not a terminal, so piped and scripted runs get their output and nothing else."""
+    shown = not quiet and console.is_terminal and sys.stdout.isatty()
     return Progress(
         "[progress.description]{task.description}",
         BarColumn(),
         MofNCompleteColumn(),
+        _RateColumn(),
+        TimeRemainingColumn(),
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        disable=not shown,
     )
+
+
+def _bars(progress: Progress) -> Callable[[ProgressUpdate], None]:
+    """A :class:`ragtrail.progress.ProgressSink` drawing one bar per task (model calls of each
+    stage, retrieval queries, generation shards), cache hits in the description."""
+    bars: dict[str, Any] = {}
+
+    def update(u: ProgressUpdate) -> None:
+        if u.task not in bars:
+            bars[u.task] = progress.add_task(u.task, total=u.total)
+        hits = f" ({u.cache_hits} cached)" if u.cache_hits else ""
+        progress.update(
+            bars[u.task], completed=u.done, total=u.total, description=f"{u.task}{hits}"
+        )
+
+    return update
+
+
+@contextmanager
+def _runtime_with_progress(quiet: bool) -> Iterator[tuple[Runtime, Progress]]:
+    """A runtime whose long steps draw bars (see :func:`_progress`) instead of log lines."""
+    with _runtime() as rt, _progress(quiet) as progress:
+        if not progress.disable:
+            rt.progress = _bars(progress)
+        yield rt, progress
 
 
 @app.command()
@@ -109,7 +159,7 @@ def ingest(
     """Ingest SOURCE into the corpus index (incremental: unchanged documents are skipped)."""
     from ragtrail.pipeline.ingest import ingest as run_ingest
 
-    with _runtime() as rt, _progress() as progress:
+    with _runtime_with_progress(as_json) as (rt, progress):
         summary = run_ingest(
             rt,
             source,
@@ -192,7 +242,7 @@ def eval_retrieval(
     from ragtrail.storage.db import utcnow
 
     run_id = run_id or f"eval-{utcnow():%Y%m%dT%H%M%S}"
-    with _runtime() as rt:
+    with _runtime_with_progress(as_json) as (rt, _):
         result = evaluate_retrieval(
             rt, corpus, run_id=run_id, qa_set=qa_set, text_weights=text_weight
         )
@@ -292,7 +342,7 @@ def generate(
         labels=tuple(label or ()),
         doc_ids=tuple(doc or ()),
     )
-    with _runtime() as rt:
+    with _runtime_with_progress(as_json) as (rt, _):
         summary = generate_testset(rt, request)
     if as_json:
         keys = ("version", "accepted", "targets", "model_calls", "cache_hits", "funnel", "retired")
@@ -666,7 +716,7 @@ def nightly(
     from ragtrail.paths import sample_corpus_dir
     from ragtrail.pipeline.nightly import run_nightly
 
-    with _runtime() as rt, _progress() as progress:
+    with _runtime_with_progress(as_json) as (rt, progress):
         result = run_nightly(
             rt,
             source=source or str(sample_corpus_dir()),

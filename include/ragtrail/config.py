@@ -75,6 +75,16 @@ class GenerationSettings(BaseModel):
     min_context_tokens: int = Field(60, ge=1)
     baseline_contexts: int = Field(6, ge=0, description="contexts for the single-prompt baseline")
     critique_thresholds: dict[str, int] = Field(default_factory=dict)
+    min_question_statement_similarity: float = Field(
+        0.26,
+        ge=-1.0,
+        le=1.0,
+        description="model-free check: a question whose embedding cosine with the statement it "
+        "was written from is lower is rejected as unrelated. Measured by "
+        "benchmarks/bench_check_similarity.py (BENCHMARKS.md): the largest bar keeping 99% of 609 "
+        "human question / answer-sentence pairs (sample set + HAGRID), which rejects 92-99% of "
+        "mismatched pairs; -1 disables the check",
+    )
     dedup_cosine: float = Field(0.92, gt=0.0, le=1.0)
     dedup_jaccard: float = Field(0.7, gt=0.0, le=1.0)
     balance_tolerance: float = Field(0.15, ge=0.0, le=1.0)

@@ -211,6 +211,7 @@ class RejectKind(StrEnum):
     """Why the funnel rejected a candidate. The stored ``reject_reason`` is the kind, optionally
     followed by ``:`` and details (see :func:`format_reject_reason`)."""
 
+    CHECK = "check"  # a model-free check (generate/checks.py); detail: "<check>[=<detail>]"
     LABEL_MISMATCH = "label_mismatch"  # detail: "<requested>-><observed>" (or none)
     CRITIQUE = "critique"  # detail: "<critique>=<rating><<threshold>"
     DUPLICATE_OF = "duplicate_of"  # detail: "<current|previous>#<index>"

@@ -6,11 +6,13 @@ itself, so the choice between embedded and production backends lives in exactly 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ragtrail.config import ModelRole, Settings, load_settings
+from ragtrail.progress import LogProgress, ProgressSink, ProgressUpdate
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -29,6 +31,13 @@ class Runtime:
         self.settings = settings or load_settings()
         self._indices: dict[str, HybridIndex] = {}
         self._llm_clients: dict[str, LLMClient] = {}
+        self.progress: ProgressSink = LogProgress(logging.getLogger("ragtrail.progress"))
+        """Where long steps report progress: log lines by default (Airflow task logs); the CLI
+        puts a terminal bar here."""
+
+    def report(self, update: ProgressUpdate) -> None:
+        """Hand ``update`` to the current :attr:`progress` sink (clients built earlier too)."""
+        self.progress(update)
 
     @cached_property
     def engine(self) -> Engine:
@@ -115,6 +124,9 @@ class Runtime:
             self.llm_cache,
             max_attempts=self.settings.generation.max_attempts,
             usage=self.llm_usage,
+            progress=self.report,
+            # progress moves every few model batches; larger batches (GPU) get larger steps
+            report_every=4 * self.settings.generation.llm_batch_size,
         )
 
     def _load_llm_backend(self, spec: str) -> LLMBackend:

@@ -1,9 +1,10 @@
 """Text normalisation shared by every stage that compares words: one stop-word list, one word
-tokeniser, one comparison key.
+tokeniser, one comparison key, one list of phrases by which a question points at its source.
 
 Test-set dedup, the GX question-uniqueness check, statement de-duplication, the overlap scores of
 generation and the word bans of prompts all go through here, so two questions that one stage
-calls equal are equal for every stage.
+calls equal are equal for every stage. Likewise the generation check that rejects "according to
+the passage" questions and the GX suite that verifies accepted items use one pattern list.
 """
 
 from __future__ import annotations
@@ -45,3 +46,34 @@ def content_words(text: str, *, min_length: int = 2) -> frozenset[str]:
     """The distinct folded words of ``text`` that are not stop words and have at least
     ``min_length`` characters (the vocabulary that overlap scores compare)."""
     return frozenset(w for w in word_tokens(text) if len(w) >= min_length and w not in STOP_WORDS)
+
+
+_SOURCE_NOUNS = r"(?:passage|context|excerpt|paragraph|document|text|article|snippet)s?"
+SOURCE_REFERENCE_PATTERNS: tuple[str, ...] = (
+    # "the passage", "this excerpt", "that paragraph"; not "in the context of ..."
+    r"\b(?:the|this|that|these)\s+(?:passage|excerpt|paragraph|snippet|context)s?\b(?!\s+of\b)",
+    # "the document" / "the text" where they end a clause or point at the source ("in the
+    # document?", "the text says"), while "the document retention policy" is a topic
+    r"\b(?:the|this|that|these)\s+(?:document|text|article)s?\b"
+    r"(?=\s*(?:[?.!,;:)]|$)|\s+(?:above|below|says?|states?|mentions?|describes?|provided|given)\b)",
+    # "the given passage", "the above text", "the following context"
+    r"\b(?:given|provided|above|following|preceding|aforementioned)\s+" + _SOURCE_NOUNS + r"\b",
+    # "the text above", "the passage below"
+    r"\b" + _SOURCE_NOUNS + r"\s+(?:above|below)\b",
+    # "as mentioned above", "described above"
+    r"\b(?:mentioned|described|stated|listed|discussed)\s+above\b",
+    # "according to the ...", "according to this ..."
+    r"\baccording\s+to\s+(?:the|this|that|these)\b",
+)
+"""Case-insensitive patterns of a question that refers to its source instead of its topic: a
+search user has no "passage", so such a question cannot stand alone. Word-bounded; no capturing
+groups (pandas ``str.contains`` reads the joined pattern too)."""
+
+_SOURCE_REFERENCE_RE = re.compile("|".join(SOURCE_REFERENCE_PATTERNS), re.IGNORECASE)
+
+
+def source_reference(text: str) -> str | None:
+    """The first phrase of ``text`` matching :data:`SOURCE_REFERENCE_PATTERNS` (lower-cased,
+    single-spaced), or None."""
+    match = _SOURCE_REFERENCE_RE.search(text)
+    return " ".join(match.group(0).lower().split()) if match else None

@@ -28,11 +28,13 @@ from ragtrail.evaluate.metrics import bootstrap_ci, per_query_value
 from ragtrail.index.base import HybridIndex, fetch_candidates
 from ragtrail.index.fusion import fuse
 from ragtrail.jsonsafe import mark_undefined
+from ragtrail.progress import ProgressSink, ProgressUpdate, no_progress
 from ragtrail.records import INCLUSIVE, LABELS, Candidates, QAItem
 
 DEFAULT_METRICS: tuple[str, ...] = ("recall@1", "recall@5", "recall@10", "mrr", "ndcg@10", "P@5")
 PRIMARY_METRIC = "recall@5"
 RANK_DEPTH = 10
+QUERY_TASK = "retrieval queries"
 Level = Literal["auto", "chunk", "document"]
 
 NO_BOOTSTRAP = "no bootstrap interval: bootstrap_samples is 0"
@@ -106,10 +108,18 @@ def collect_candidates(
     encode: Callable[[Sequence[str]], np.ndarray],
     items: Sequence[QAItem],
     k: int,
+    progress: ProgressSink = no_progress,
 ) -> list[Candidates]:
-    """One lexical and one dense query per question; questions are embedded in one batch."""
+    """One lexical and one dense query per question; questions are embedded in one batch.
+
+    ``progress`` hears ``retrieval queries`` done/total after each question's queries.
+    """
     vectors = encode([item.question for item in items])
-    return [fetch_candidates(index, it.question, vectors[i], k) for i, it in enumerate(items)]
+    out: list[Candidates] = []
+    for i, item in enumerate(items):
+        out.append(fetch_candidates(index, item.question, vectors[i], k))
+        progress(ProgressUpdate(QUERY_TASK, i + 1, len(items)))
+    return out
 
 
 def scan(

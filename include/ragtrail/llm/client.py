@@ -31,6 +31,7 @@ from ragtrail.llm.cache import is_cacheable as _is_cacheable
 from ragtrail.llm.prompts import Prompt
 from ragtrail.llm.structured import parse_output
 from ragtrail.llm.usage import Price, UsageCounters, UsageMeter
+from ragtrail.progress import ProgressSink, ProgressUpdate
 
 __all__ = [
     "Attempt",
@@ -144,6 +145,28 @@ class _State:
     max_new_tokens: int = 0
 
 
+@dataclass
+class _Tally:
+    """Counts of one :meth:`LLMClient.run` call, handed to its progress sink as they change."""
+
+    task: str
+    total: int
+    sink: ProgressSink | None
+    done: int = 0
+    cache_hits: int = 0
+
+    def grow(self, n: int) -> None:
+        self.total += n
+
+    def advance(self, n: int, *, cached: bool = False) -> None:
+        if n <= 0:
+            return
+        self.done += n
+        self.cache_hits += n if cached else 0
+        if self.sink is not None:
+            self.sink(ProgressUpdate(self.task, self.done, self.total, self.cache_hits))
+
+
 class LLMClient:
     """Typed, cached, retried LLM calls on top of any :class:`LLMBackend`.
 
@@ -153,6 +176,9 @@ class LLMClient:
         max_attempts: total attempts per input, first one included (>= 1).
         usage: meter to record calls, cache hits, failures and tokens per stage.
         chunk_size: inputs processed (and cached) per round, so a crash loses little work.
+        progress: told ``model calls <stage>`` counts (requests answered, of those planned, and
+            the cache hits among them) as they complete; retries add to the total.
+        report_every: requests per backend call, so progress moves in steps of this size.
     """
 
     def __init__(
@@ -163,6 +189,8 @@ class LLMClient:
         max_attempts: int = 3,
         usage: UsageMeter | None = None,
         chunk_size: int = 256,
+        progress: ProgressSink | None = None,
+        report_every: int = 16,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -171,6 +199,8 @@ class LLMClient:
         self.max_attempts = max_attempts
         self.usage = usage if usage is not None else UsageMeter()
         self.chunk_size = max(1, chunk_size)
+        self.progress = progress
+        self.report_every = max(1, report_every)
 
     def run(
         self,
@@ -183,6 +213,7 @@ class LLMClient:
         """One outcome per input, in order (see module docstring)."""
         params = params or GenerationParams()
         outcomes: list[CallOutcome[OutT]] = []
+        tally = _Tally(f"model calls {stage}", len(inputs), self.progress)
         for start in range(0, len(inputs), self.chunk_size):
             chunk = inputs[start : start + self.chunk_size]
             states = [
@@ -194,7 +225,7 @@ class LLMClient:
                 )
                 for i, inp in enumerate(chunk)
             ]
-            self._run_states(prompt, states, stage, params)
+            self._run_states(prompt, states, stage, params, tally)
             for s in states:
                 assert s.outcome is not None
                 outcomes.append(s.outcome)
@@ -203,7 +234,12 @@ class LLMClient:
     # ------------------------------------------------------------------ internals
 
     def _run_states(
-        self, prompt: Prompt[Any, Any], states: list[_State], stage: str, params: GenerationParams
+        self,
+        prompt: Prompt[Any, Any],
+        states: list[_State],
+        stage: str,
+        params: GenerationParams,
+        tally: _Tally,
     ) -> None:
         backend_name, model_id = self.backend.name, self.backend.model_id
         avoid = prompt.example_texts()
@@ -211,13 +247,16 @@ class LLMClient:
             active = [s for s in states if s.outcome is None]
             if not active:
                 break
+            if attempt > 0:
+                tally.grow(len(active))
             requests = [self._request(s, attempt, params, avoid) for s in active]
             keys = [
                 cache_key(backend_name, model_id, prompt.name, prompt.version, r) for r in requests
             ]
             cached = self.cache.get_many(keys)
             miss_idx = [i for i, k in enumerate(keys) if k not in cached]
-            fresh = self._call_backend([requests[i] for i in miss_idx])
+            tally.advance(len(keys) - len(miss_idx), cached=True)
+            fresh = self._call_backend([requests[i] for i in miss_idx], tally)
             fresh_by_pos = dict(zip(miss_idx, fresh, strict=True))
 
             new_entries: list[CacheEntry] = []
@@ -301,10 +340,19 @@ class LLMClient:
             avoid_words=state.avoid_words,
         )
 
-    def _call_backend(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        """The backend's results, with a crashing or misbehaving backend turned into errors."""
-        if not requests:
-            return []
+    def _call_backend(
+        self, requests: list[GenerationRequest], tally: _Tally
+    ) -> list[GenerationResult]:
+        """The backend's results, :attr:`report_every` requests per call (progress is told after
+        each), with a crashing or misbehaving backend turned into errors for that call's requests."""
+        results: list[GenerationResult] = []
+        for start in range(0, len(requests), self.report_every):
+            part = requests[start : start + self.report_every]
+            results += self._generate(part)
+            tally.advance(len(part))
+        return results
+
+    def _generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         try:
             results = list(self.backend.generate(requests))
         except Exception as exc:

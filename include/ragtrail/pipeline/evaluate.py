@@ -81,7 +81,7 @@ def evaluate_retrieval(
     runs.start_run(run_id, "evaluate_retrieval", params)
 
     candidates = collect_candidates(
-        rt.index(corpus), rt.embedder.encode, items, config.candidates_per_modality
+        rt.index(corpus), rt.embedder.encode, items, config.candidates_per_modality, rt.report
     )
     evaluator = RetrievalEvaluator(config)
     result = evaluator.scan(RetrievalInputs(items=items, candidates=candidates))

@@ -20,6 +20,7 @@ from ragtrail.generate.prompts import GENERATION_PROMPTS
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.records import Context, sha256_text
+from ragtrail.text import content_words
 
 Handler = Callable[[dict[str, Any]], "str | GenerationResult"]
 
@@ -78,8 +79,19 @@ def _conclusions(f: dict[str, Any]) -> str:
     )
 
 
+def mask_last_word(statement: str) -> str:
+    """``statement`` with its last word that occurs nowhere else in it replaced by "what", so the
+    answer (the statement) brings a word the question lacks, as the model-free check
+    ``answer_repeats_question`` requires of every question."""
+    words = statement.rstrip(".").split()
+    for i in reversed(range(len(words))):
+        if content_words(words[i]) - content_words(" ".join(words[:i] + words[i + 1 :])):
+            return " ".join([*words[:i], "what", *words[i + 1 :]])
+    return " ".join(words)
+
+
 def _question(f: dict[str, Any]) -> str:
-    return json.dumps({"question": f"Is it true that {f['statement'].rstrip('.')}?"})
+    return json.dumps({"question": f"Is it true that {mask_last_word(f['statement'])}?"})
 
 
 def _label(f: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from ragtrail.config import ModelRole
 from ragtrail.generate.baseline import single_prompt_baseline
+from ragtrail.generate.checks import check_candidates, reject_reason
 from ragtrail.generate.critiques import CRITERIA, apply_thresholds, critique_candidates
 from ragtrail.generate.judges import LABELLER, critique_judge_name
 from ragtrail.generate.labeller import label_candidates
@@ -78,13 +79,25 @@ def statement_candidates(
     return cands
 
 
-def label_and_critique(rt: Runtime, plan: GenerationPlan, cands: list[QACandidate]) -> None:
-    """Label and critique every pending pair, under the run's gate decisions.
+def run_checks(rt: Runtime, cands: list[QACandidate]) -> None:
+    """Reject the pending candidates that fail a model-free check (:mod:`ragtrail.generate.checks`)."""
+    todo = pending(cands)
+    if not todo:
+        return
+    bar = rt.settings.generation.min_question_statement_similarity
+    for cand, failed in zip(todo, check_candidates(todo, rt.embedder.encode, bar), strict=True):
+        if failed:
+            reject([cand], reject_reason(failed))
 
-    A labeller that gates rejects label mismatches (only matches are critiqued); an advisory one
-    leaves every item its requested label. Only gating critiques reject; advisory ratings are
-    recorded on the items all the same.
+
+def label_and_critique(rt: Runtime, plan: GenerationPlan, cands: list[QACandidate]) -> None:
+    """Model-free checks, then label and critique every pending pair under the run's gates.
+
+    The checks always gate and cost no model call. A labeller that gates rejects label mismatches
+    (only matches are critiqued); an advisory one leaves every item its requested label. Only
+    gating critiques reject; advisory ratings are recorded on the items all the same.
     """
+    run_checks(rt, cands)
     params = generation_params(rt, plan)
     label_candidates(rt.llm(ModelRole.LABELLER), pending(cands), params, gates=plan.gates(LABELLER))
     matched = []

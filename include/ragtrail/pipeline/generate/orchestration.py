@@ -24,6 +24,7 @@ from ragtrail.pipeline.generate.plan import (
 from ragtrail.pipeline.generate.report_data import generation_summary
 from ragtrail.pipeline.generate.rounds import initial_deficit, run_rounds, settle, undo_finalize
 from ragtrail.pipeline.judges import gate_decisions, generation_judges
+from ragtrail.progress import ProgressUpdate
 from ragtrail.records import LABELS, CandidateStatus
 from ragtrail.runtime import Runtime
 from ragtrail.testset.store import TestSetStore
@@ -194,6 +195,7 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
 def generate_testset(rt: Runtime, request: GenerationRequest) -> dict[str, Any]:
     """The whole generation in process; Airflow runs the same plan/shard/finalize as tasks."""
     plan = plan_generation(rt, request)
-    for shard in plan.shards:
+    for done, shard in enumerate(plan.shards, start=1):
         generate_shard(rt, plan.corpus, plan.run_id, shard)
+        rt.report(ProgressUpdate("generation shards", done, len(plan.shards)))
     return finalize_generation(rt, plan.corpus, plan.run_id)

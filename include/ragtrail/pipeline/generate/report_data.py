@@ -16,7 +16,13 @@ import numpy as np
 
 from ragtrail.generate.critiques import CRITERIA
 from ragtrail.pipeline.generate.plan import GenerationPlan
-from ragtrail.records import LABELS, CandidateStatus, QACandidate
+from ragtrail.records import (
+    LABELS,
+    REJECT_DETAIL_SEPARATOR,
+    CandidateStatus,
+    QACandidate,
+    RejectKind,
+)
 from ragtrail.runtime import Runtime
 
 FAILURE_EXAMPLES = 3
@@ -45,6 +51,15 @@ def critique_stats(cands: Sequence[QACandidate]) -> dict[str, dict[str, dict[str
     return out
 
 
+def rejection_cause(reason: str | None) -> str:
+    """The group of a reject reason: its kind, and for a model-free check also the check's name
+    (``check:mentions_passage``), since each check fails for a different reason."""
+    kind, _, detail = (reason or "unknown").partition(REJECT_DETAIL_SEPARATOR)
+    if kind == RejectKind.CHECK and detail:
+        return f"{kind}{REJECT_DETAIL_SEPARATOR}{detail.split('=')[0]}"
+    return kind
+
+
 def failures(cands: Sequence[QACandidate]) -> list[dict[str, Any]]:
     """Failed and rejected candidates grouped by cause, most frequent first, with examples."""
     groups: dict[str, list[QACandidate]] = defaultdict(list)
@@ -52,7 +67,7 @@ def failures(cands: Sequence[QACandidate]) -> list[dict[str, Any]]:
         if c.status == CandidateStatus.FAILED:
             groups[f"failed:{(c.failure_cause or 'unknown').split(':')[0]}"].append(c)
         elif c.status == CandidateStatus.REJECTED:
-            groups[f"rejected:{(c.reject_reason or 'unknown').split(':')[0]}"].append(c)
+            groups[f"rejected:{rejection_cause(c.reject_reason)}"].append(c)
     out = []
     for cause, items in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         examples = [
@@ -72,7 +87,8 @@ def _has_reason(cand: QACandidate, prefix: str) -> bool:
 def funnel(candidates: Sequence[QACandidate]) -> list[dict[str, Any]]:
     """Counts per acceptance stage, derived from each candidate's final status and reason."""
     parsed = [c for c in candidates if c.question]
-    matched = [c for c in parsed if c.label_matches]
+    checked = [c for c in parsed if not _has_reason(c, RejectKind.CHECK)]
+    matched = [c for c in checked if c.label_matches]
     passed = [
         c for c in matched if not (_has_reason(c, "critique") or c.status == CandidateStatus.FAILED)
     ]
@@ -81,6 +97,7 @@ def funnel(candidates: Sequence[QACandidate]) -> list[dict[str, Any]]:
     stages = {
         "candidates": candidates,
         "parsed": parsed,
+        "model-free checks passed": checked,
         "label match": matched,
         "critiques passed": passed,
         "after dedup": deduped,
