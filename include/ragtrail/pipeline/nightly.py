@@ -17,6 +17,7 @@ from ragtrail.pipeline.golden import golden_name_for, register_golden_set
 from ragtrail.pipeline.night import EVALUATE, GENERATE, INGEST, Flow, FlowRun, Progress, run_flow
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
+from ragtrail.testset.golden import DuplicateContentError
 
 SAMPLE_GOLDEN_SET = "handbook-sample"
 """The golden-set name the shipped sample QA set gets on the shipped sample corpus."""
@@ -106,18 +107,26 @@ def register_night_golden_sets(
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """Register ``files`` (named by their stem) and, when ``source`` is the shipped sample
-    corpus, the shipped sample QA set as golden sets of ``corpus``; idempotent."""
-    wanted = [(Path(f), golden_name_for(f)) for f in files]
-    if _is_sample_corpus(source):
-        wanted.insert(0, (sample_qa_set(), SAMPLE_GOLDEN_SET))
+    corpus, the shipped sample QA set as golden sets of ``corpus``; idempotent. The sample set
+    is left alone when its content is already registered under another name."""
     added = []
-    for path, name in wanted:
-        result = register_golden_set(rt, path, corpus=corpus, name=name)
+    if _is_sample_corpus(source):
+        try:
+            added.append(
+                register_golden_set(rt, sample_qa_set(), corpus=corpus, name=SAMPLE_GOLDEN_SET)
+            )
+        except DuplicateContentError as exc:
+            log(
+                f"      golden set {SAMPLE_GOLDEN_SET}: the sample set is registered as {exc.existing}"
+            )
+    for path in files:
+        added.append(register_golden_set(rt, path, corpus=corpus, name=golden_name_for(path)))
+    for result in added:
         state = "new version" if result["created"] else "unchanged"
         log(
-            f"      golden set {name}: {result['version']} ({result['n_items']} questions, {state})"
+            f"      golden set {result['name']}: {result['version']} "
+            f"({result['n_items']} questions, {state})"
         )
-        added.append(result)
     return added
 
 
