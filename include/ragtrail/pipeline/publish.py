@@ -12,8 +12,8 @@ fail-severity gate applies after everything is written, so a failed check still 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -24,6 +24,9 @@ from ragtrail.records import INCLUSIVE, LABELS
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 from ragtrail.storage.runs_store import RunStore
+
+if TYPE_CHECKING:  # GX loads slowly: imported where a report is built
+    from ragtrail.quality.runner import QualityResult, QualityRunner
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class SetToPublish:
     name: str | None = None
     kind: str = ""
     extra_quality: tuple[dict[str, Any], ...] = ()
-    generation: dict[str, Any] | None = field(default=None)
+    generation: dict[str, Any] | None = None
 
 
 def publish_sets(
@@ -136,7 +139,9 @@ def publish_sets(
     }
 
 
-def _validate_metrics(rt: Runtime, runner: Any, summary: dict[str, Any], name: str | None) -> Any:
+def _validate_metrics(
+    rt: Runtime, runner: QualityRunner, summary: dict[str, Any], name: str | None
+) -> QualityResult:
     """GX retrieval-results suite on one run's metrics (every label the set has, every weight)."""
     from ragtrail.quality.suites import prepare_retrieval_results, retrieval_results_suite
 
