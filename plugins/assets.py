@@ -18,8 +18,10 @@ The extras each asset's events carry are defined once, in the core:
   ``updated``, ``unchanged``, ``removed``, ``quarantined``, ``documents``, ``chunks``, ``embedded``).
 - ``TESTSET_ASSET``: ``corpus``, ``snapshot_id``, ``qa_set`` (``testset:<version>``, what
   evaluation reads), ``qa_set_version``, ``accepted``, ``regenerated``.
-- ``RETRIEVAL_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``qa_set``,
-  ``qa_set_version``, ``metrics_uri``, ``report_uri``, ``report_path``, ``data_docs_path``.
+- ``RETRIEVAL_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``qa_set`` and
+  ``qa_set_version`` (the generated set, else the first evaluated), ``sets`` (every evaluated set's
+  run id, ``qa_set`` and version by name), ``metrics_uri``, ``report_uri``, ``report_path``,
+  ``data_docs_path``, ``report_url``, ``data_docs_url``.
 - ``DRIFT_ASSET``: reserved for the drift decision that asks for retraining (nothing emits it yet).
 """
 

@@ -261,12 +261,20 @@ def _num(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
     return "undefined" if value is None else f"{value:{spec}}{suffix}"
 
 
-def _print_best(best: list[dict[str, Any]]) -> None:
-    table = Table("label", "n", "dense", "lexical", "best R@5", "best weight", "gap")
+def _print_best(
+    best: list[dict[str, Any]],
+    *,
+    title: str | None = None,
+    change: dict[str, Any] | None = None,
+) -> None:
+    """The best-strategy table; with ``change``, each label's change since the previous run."""
+    changes = {row["label"]: row for row in (change or {}).get("rows") or []}
+    columns = ["label", "n", "dense", "lexical", "best R@5", "best weight", "gap"]
+    table = Table(*columns, *(["change vs previous [95% CI]"] if changes else []), title=title)
     reasons: dict[str, str] = {}
     for row in best:
         gap = row["gap_to_best"]
-        table.add_row(
+        cells = [
             row["label"],
             str(row["n_questions"]),
             _num(row["dense"]),
@@ -274,11 +282,38 @@ def _print_best(best: list[dict[str, Any]]) -> None:
             _num(row["best_recall"]),
             _num(row["best_weight"], "g"),
             _num(None if gap is None else 100 * gap, ".1f", "%"),
-        )
+        ]
+        if changes:
+            cells.append(_change_cell(changes.get(row["label"])))
+        table.add_row(*cells)
         reasons.update(row.get("undefined") or {})
     Console().print(table)
     for field, reason in reasons.items():
         console.print(f"{field} undefined: {reason}", highlight=False)
+    if change is not None:
+        console.print(_change_line(change), highlight=False)
+
+
+def _change_cell(row: dict[str, Any] | None) -> str:
+    if row is None or row.get("diff") is None:
+        reason = (row or {}).get("undefined", {}).get("diff", "not compared")
+        return f"undefined ({reason})"
+    ci = "" if row.get("ci_low") is None else f" [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
+    return f"{row['diff']:+.3f}{ci}"
+
+
+def _change_line(change: dict[str, Any]) -> str:
+    undefined = change.get("undefined") or {}
+    if change.get("previous_run") is None:
+        return f"change since the previous run: {undefined.get('previous_run')}"
+    if not change.get("rows"):
+        return f"change since {change['previous_run']}: not compared ({undefined.get('rows')})"
+    return (
+        f"change since {change['previous_run']}: {change['metric']} at each label's best weight, "
+        f"paired bootstrap over questions ({change['n_resamples']} resamples, seed "
+        f"{change['seed']}); all metrics: ragtrail runs compare {change['previous_run']} "
+        f"{change['run']}"
+    )
 
 
 @corpus_app.command("quarantine")
@@ -707,12 +742,22 @@ def nightly(
     out: Annotated[Path | None, typer.Option(help="Copy the run's reports here.")] = None,
     corpus: CorpusOpt = "handbook",
     qa_set: Annotated[
-        Path | None, typer.Option(help="Evaluate this QA set instead of a generated one.")
+        Path | None,
+        typer.Option(help="Evaluate this QA set file instead of a generated test set."),
+    ] = None,
+    golden: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--golden",
+            help="Register this file as a golden set of the corpus first (name: the file stem; "
+            "repeatable). Every golden set of the corpus is evaluated.",
+        ),
     ] = None,
     generate: Annotated[bool, typer.Option(help="Generate a test set with the LLM.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
-    """Ingest -> GX -> test-set generation -> retrieval evaluation -> reports."""
+    """Ingest -> GX -> golden sets -> test-set generation -> retrieval evaluation of every set
+    -> reports."""
     from ragtrail.paths import sample_corpus_dir
     from ragtrail.pipeline.nightly import run_nightly
 
@@ -722,6 +767,7 @@ def nightly(
             source=source or str(sample_corpus_dir()),
             corpus=corpus,
             qa_set=qa_set,
+            golden=golden or (),
             progress=_step_progress(progress),
             log=console.print,
             generate=generate and qa_set is None,
@@ -734,7 +780,12 @@ def nightly(
     if as_json:
         _emit({**result.__dict__, "report_path": str(report_path)})
         return
-    _print_best(result.evaluation["best"])
+    for name, summary in result.evaluation["sets"].items():
+        _print_best(
+            summary["best"],
+            title=f"{name}: {summary['qa_set_version']} ({summary['n_questions']} questions)",
+            change=summary["change"],
+        )
     console.print(f"report:    {report_path}")
     console.print(f"data docs: {report_path.parent / 'data_docs' / 'index.html'}")
     console.print(f"corpus checks: {result.corpus_quality['data_docs_path']}")

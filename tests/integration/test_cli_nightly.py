@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -26,18 +27,30 @@ def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
     out = tmp_path / "out"
     result = json.loads(run(["nightly", "--no-generate", "--out", str(out), "--json"], env).stdout)
 
+    # On the shipped sample corpus the shipped sample QA set is registered as a golden set.
+    (golden,) = result["golden"]
+    assert golden["name"] == "handbook-sample" and golden["created"] is True
+    assert golden["n_items"] == 65 and golden["quality"]["success"] is True
+    assert list(result["evaluation"]["sets"]) == ["handbook-sample"]
+    evaluated = result["evaluation"]["sets"]["handbook-sample"]
+    assert evaluated["qa_set_version"] == golden["version"]
+    assert evaluated["run_id"] == f"{result['run_id']}.handbook-sample"
+
     report = out / result["run_id"] / "report.html"
     assert report.is_file()
     html = report.read_text()
     for label in ("fact_single", "summary", "reasoning", "unanswerable", "inclusive"):
         assert label in html
     assert "all-MiniLM-L6-v2" in html and "embedded" in html  # backends are named
-    assert (report.parent / "recall_at_5_vs_text_weight.png").read_bytes()[:4] == b"\x89PNG"
+    assert "QA set: handbook-sample" in html and "No previous run on this version." in html
+    assert not re.search(r"\bnan\b", html, re.IGNORECASE)
+    plot = report.parent / "recall_at_5_vs_text_weight.handbook-sample.png"
+    assert plot.read_bytes()[:4] == b"\x89PNG"
     assert (report.parent / "data_docs" / "index.html").is_file()
     assert result["corpus_quality"]["success"] is True
     assert result["report"]["success"] is True
 
-    metrics = json.loads((report.parent / "metrics.json").read_text())
+    metrics = json.loads((report.parent / "metrics.json").read_text())["sets"]["handbook-sample"]
     weights = sorted({m["text_weight"] for m in metrics["metrics"]})
     assert weights == [0.0, 0.05, 0.1, 0.2, 0.5, 1.0]
     assert {m["metric"] for m in metrics["metrics"]} == {
@@ -49,22 +62,35 @@ def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
         "P@5",
     }
     assert all(0.0 <= m["value"] <= 1.0 for m in metrics["metrics"])
-    best = {row["label"]: row for row in result["evaluation"]["best"]}
+    best = {row["label"]: row for row in evaluated["best"]}
     assert set(best) == {"fact_single", "summary", "reasoning", "unanswerable", "inclusive"}
+    assert evaluated["change"]["previous_run"] is None
+    assert evaluated["change"]["undefined"]["previous_run"] == "no previous run on this version"
 
     engine = create_engine(f"sqlite:///{tmp_path / 'home' / 'ragtrail.db'}")
     with engine.connect() as conn:
         rows = conn.execute(
             text("SELECT count(*), count(DISTINCT label) FROM metrics_history WHERE run_id = :r"),
-            {"r": result["run_id"]},
+            {"r": evaluated["run_id"]},
         ).one()
     engine.dispose()
     assert rows == (5 * 6 * 6, 5)  # labels x weights x metrics
 
-    # A second night on the unchanged corpus re-embeds nothing and keeps the history per run.
+    # A second night on the unchanged corpus re-embeds nothing, keeps the history per run, and
+    # compares each set with the previous night: same questions, same index, so no change at all.
     again = json.loads(run(["nightly", "--no-generate", "--json"], env).stdout)
     assert again["ingest"]["unchanged"] == result["ingest"]["added"]
     assert again["ingest"]["embedded"] == 0
+    assert again["golden"][0]["created"] is False
+    change = again["evaluation"]["sets"]["handbook-sample"]["change"]
+    assert change["previous_run"] == evaluated["run_id"]
+    per_label = evaluated["questions_per_label"] | {"inclusive": 65}
+    assert [row["label"] for row in change["rows"]] == list(best)
+    for row in change["rows"]:
+        assert row["n"] == per_label[row["label"]]
+        assert row["mean_a"] == row["mean_b"] == best[row["label"]]["best_recall"]
+        assert (row["diff"], row["ci_low"], row["ci_high"]) == (0.0, 0.0, 0.0)
+        assert row["text_weight"] == best[row["label"]]["best_weight"]
 
 
 def test_eval_trec_matches_trec_eval(shared_dir, env):

@@ -142,6 +142,11 @@ def _without_origin(state: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------ real library, sample corpus
 
 
+def evaluation_run_id(dag_run: Any) -> str:
+    """The ragtrail run id of an evaluate_retrieval DAG run (what its resolve task made)."""
+    return str(_xcom(dag_run, "resolve")["run_id"])
+
+
 def _local_path(uri: str) -> Path:
     return Path(uri.removeprefix("file://"))
 
@@ -188,7 +193,18 @@ def test_the_night_end_to_end_with_real_task_code(
     assert set(testset_event.extra) == set(ASSET_EXTRAS["testset"])
     assert testset_event.extra["qa_set"] == f"testset:{finalized['version']}"
 
-    # ---- evaluate_retrieval, on what the test-set event announced
+    # ---- a golden set of the corpus, registered as `ragtrail qaset add` does
+    from ragtrail.paths import sample_qa_set
+    from ragtrail.pipeline.golden import register_golden_set
+    from ragtrail.runtime import Runtime
+
+    rt = Runtime()
+    try:
+        golden = register_golden_set(rt, sample_qa_set(), corpus="handbook", name="team-qa")
+    finally:
+        rt.close()
+
+    # ---- evaluate_retrieval, on what the test-set event announced, plus the golden set
     eval_conf = {
         "corpus": testset_event.extra["corpus"],
         "snapshot_id": testset_event.extra["snapshot_id"],
@@ -199,14 +215,24 @@ def test_the_night_end_to_end_with_real_task_code(
         dags["evaluate_retrieval"], TESTSET_ASSET, testset_event, evaluation.run_id
     )
     assert _without_origin(from_event) == _without_origin(_xcom(evaluation, "resolve"))
-    evaluated = _xcom(evaluation, "evaluate")
-    assert evaluated["qa_set_version"] == finalized["version"]
+    plan = _xcom(evaluation, "plan")
+    assert [(s["name"], s["kind"]) for s in plan["sets"]] == [
+        ("team-qa", "golden"),
+        ("generated", "generated"),
+    ]
+    evaluated = {r["name"]: r for r in _mapped_xcoms(evaluation, "evaluate")}  # one task per set
+    assert evaluated["generated"]["qa_set_version"] == finalized["version"]
+    assert evaluated["team-qa"]["qa_set_version"] == golden["version"]
+    assert evaluated["team-qa"]["run_id"] == f"{evaluation_run_id(evaluation)}.team-qa"
     report = _xcom(evaluation, "publish")
     assert report["success"] is True
     html = _local_path(report["report_path"]).read_text()
     # The Airflow-published report has the test-set sections the CLI report has.
     assert finalized["version"] in html and "funnel" in html.lower()
+    assert "QA set: team-qa" in html and "QA set: generated" in html
     metrics_event = _asset_event(evaluation, "ragtrail_retrieval_metrics")
+    assert metrics_event.extra["qa_set"] == testset_event.extra["qa_set"]  # the generated set
+    assert set(metrics_event.extra["sets"]) == {"team-qa", "generated"}
     assert set(metrics_event.extra) - {"undefined"} == set(ASSET_EXTRAS["retrieval_metrics"])
     # No RAGTRAIL_REPORTS_URL here: the link is null and the event says why.
     assert metrics_event.extra["report_url"] is None

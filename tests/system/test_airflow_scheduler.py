@@ -186,7 +186,7 @@ def _check_chain(stack: Any, problems: list[str], seen: dict[str, Any]) -> None:
         f"evaluate_retrieval {eval_run_id} did not consume the test-set event: {consumed}"
     )
     eval_xcom = S.xcom_values(stack, "evaluate_retrieval", eval_run_id)  # strict JSON
-    evaluated = eval_xcom[("evaluate", -1, "return_value")]
+    evaluated = _evaluated_sets(eval_xcom).get("generated", {})
     if version and evaluated.get("qa_set_version") != version:
         problems.append(
             f"evaluation ran on QA set {evaluated.get('qa_set_version')!r}, "
@@ -242,9 +242,18 @@ def _check_zero_recall(stack: Any, snapshot_id: str, problems: list[str]) -> Non
         problems.append(f"evaluate_retrieval with recall 0 everywhere failed:\n{exc}")
         return
     _milestone(stack, f"zero-recall evaluate_retrieval {run_id} succeeded")
-    evaluated = S.xcom_values(stack, "evaluate_retrieval", run_id)[("evaluate", -1, "return_value")]
+    (evaluated,) = _evaluated_sets(S.xcom_values(stack, "evaluate_retrieval", run_id)).values()
     recalls = [row.get("best_recall") for row in evaluated.get("best", [])]
     assert recalls and all(r == 0 for r in recalls), f"not a zero-recall run: {evaluated}"
+
+
+def _evaluated_sets(xcom: dict[tuple[str, int, str], Any]) -> dict[str, Any]:
+    """The mapped ``evaluate`` results (one task per QA set), by set name."""
+    return {
+        value["name"]: value
+        for (task, _index, key), value in xcom.items()
+        if task == "evaluate" and key == "return_value"
+    }
 
 
 def _collect(problems: list[str], check: Callable[[], None]) -> None:

@@ -16,8 +16,10 @@ from ragtrail.records import INCLUSIVE, Candidates, QAItem, SearchHit
 from ragtrail.report.html import (
     PLOT_FILE,
     ReportSection,
+    SetView,
     render_retrieval_report,
     render_section,
+    render_sets_report,
     weakest_label_sentence,
 )
 
@@ -183,3 +185,63 @@ def test_undefined_values_render_as_undefined_with_their_reason(tmp_path: Path) 
     html = render(tmp_path, result.metrics, best=result.best)
     assert not re.search(r"\bnan\b", html, re.IGNORECASE)
     assert f"undefined ({escape(UNDEFINED_REASONS['gap_to_best'])})" in html
+
+
+def test_sets_report_has_one_part_per_set_with_its_change(tmp_path: Path) -> None:
+    metrics = synthetic_metrics()
+    first_night = {
+        "run": "n1.golden",
+        "previous_run": None,
+        "undefined": {"previous_run": "no previous run on this version"},
+    }
+    compared = {
+        "run": "n2.generated",
+        "previous_run": "n1.generated",
+        "previous_snapshot": "snap-0",
+        "metric": "recall@5",
+        "n_resamples": 200,
+        "seed": 13,
+        "rows": [
+            {"label": "fact_single", "text_weight": 0.5, "mean_a": 0.7, "mean_b": 0.83,
+             "diff": 0.13, "ci_low": 0.02, "ci_high": 0.25, "p_holm": 0.0312, "n": 30},
+            {"label": "reasoning", "text_weight": None, "mean_a": None, "mean_b": None,
+             "diff": None, "ci_low": None, "ci_high": None, "p_holm": None, "n": 0,
+             "undefined": dict.fromkeys(
+                 ("text_weight", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_holm"),
+                 "this run has no best weight for the label",
+             )},
+        ],
+    }  # fmt: skip
+    sets = [
+        SetView(metrics, best_strategy(metrics), name="golden", change=first_night),
+        SetView(
+            metrics,
+            best_strategy(metrics),
+            name="generated",
+            description="generated test set version ts-1",
+            change=compared,
+            sections=[ReportSection("Test-set funnel", "<p>funnel</p>")],
+        ),
+    ]
+    path = render_sets_report(
+        tmp_path, title="Night", sets=sets, context={"run_id": "n2"}, quality=[]
+    )
+    html = path.read_text(encoding="utf-8")
+    assert re.findall(r"QA set: (\w+)", html) == ["golden", "generated"]
+    for anchor in ("best-strategy", "change", "plot", "metric-matrix"):
+        assert f'id="{anchor}-golden"' in html and f'id="{anchor}-generated"' in html
+    for name in ("golden", "generated"):
+        png = tmp_path / f"recall_at_5_vs_text_weight.{name}.png"
+        assert png.read_bytes()[:8] == PNG_MAGIC and f'src="{png.name}"' in html
+    assert "No previous run on this version." in html
+    assert "generated test set version ts-1" in html
+    row = re.search(
+        r'<td class="label">fact_single</td>(.*?)</tr>', html.split("change-generated")[1], re.S
+    )
+    assert row is not None
+    cells = re.findall(r"<td>(.*?)</td>", row.group(1))
+    assert cells == ["0.50", "0.700", "0.830", "0.130", "[0.020, 0.250]", "0.0312", "30"]
+    assert "undefined (this run has no best weight for the label)" in html
+    assert "ragtrail runs compare n1.generated n2.generated" in html
+    assert "Test-set funnel — generated" in html and "<p>funnel</p>" in html
+    assert not re.search(r"\bnan\b", html, re.IGNORECASE)

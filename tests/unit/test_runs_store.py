@@ -104,6 +104,28 @@ def test_list_runs_newest_first_with_counts(store: RunStore) -> None:
 # -- metrics history ---------------------------------------------------------------------------
 
 
+def test_previous_run_is_the_latest_earlier_run_on_the_same_version(store: RunStore) -> None:
+    def start(run_id: str, version: str, corpus: str = "hb", kind: str = "evaluate_retrieval"):
+        store.start_run(run_id, kind, {"corpus": corpus, "qa_set_version": version})
+
+    start("n1.gold", "gs-1")
+    start("n1.generated", "ts-1")
+    start("n2.gold", "gs-1")
+    start("other-corpus", "gs-1", corpus="other")
+    start("other-kind", "gs-1", kind="nightly")
+    start("n3.gold", "gs-1")
+    start("n3.generated", "ts-2")
+    assert store.previous_run("n1.gold") is None
+    previous = store.previous_run("n3.gold")
+    assert previous is not None and previous.run_id == "n2.gold"
+    assert store.previous_run("n2.gold").run_id == "n1.gold"  # type: ignore[union-attr]
+    assert store.previous_run("n3.generated") is None  # a new version has no history
+    store.start_run("bare", "evaluate_retrieval", {})
+    assert store.previous_run("bare") is None
+    with pytest.raises(KeyError):
+        store.previous_run("missing")
+
+
 def test_replace_metrics_is_idempotent(store: RunStore) -> None:
     rows = [
         _metric("ndcg@10", "summary", 0.7),

@@ -27,9 +27,8 @@ from ragtrail.evaluate.retrieval import (
     collect_candidates,
 )
 from ragtrail.paths import sample_qa_set
-from ragtrail.records import INCLUSIVE, LABELS, QAItem
+from ragtrail.records import LABELS, QAItem
 from ragtrail.runtime import Runtime
-from ragtrail.storage.db import utcnow
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.testset.qaset import load_qa_set
 
@@ -52,8 +51,12 @@ def evaluate_retrieval(
     qa_set: str | Path | None = None,
     text_weights: list[float] | None = None,
     snapshot_id: str | None = None,
+    set_name: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the corpus index on a labelled QA set across the text-weight scan."""
+    """Evaluate the corpus index on a labelled QA set across the text-weight scan.
+
+    ``set_name`` is the set's name in the night (recorded with the run; None for a lone run).
+    """
     settings = rt.settings
     snapshot = (
         rt.store.get_snapshot(snapshot_id) if snapshot_id else rt.store.latest_snapshot(corpus)
@@ -75,6 +78,7 @@ def evaluate_retrieval(
         "snapshot_id": snapshot.snapshot_id,
         "qa_set": qa_source,
         "qa_set_version": qa_version,
+        "qa_set_name": set_name,
         "text_weights": list(weights),
     }
     runs = RunStore(rt.engine)
@@ -124,10 +128,8 @@ def evaluate_retrieval(
     summary["metrics_uri"] = rt.artifacts.put_bytes(
         f"{prefix}/metrics.json", jsonsafe.dumps(summary, "metrics.json", indent=1).encode()
     )
-    return {
-        k: summary[k]
-        for k in ("run_id", "metrics_uri", "snapshot_id", "qa_set_version", "n_questions", "best")
-    }
+    keys = ("run_id", "metrics_uri", "snapshot_id", "qa_set_version", "n_questions", "best")
+    return {k: summary[k] for k in keys}
 
 
 def producing_models(
@@ -138,10 +140,20 @@ def producing_models(
 
 
 TESTSET_PREFIX = "testset:"
+GOLDEN_PREFIX = "golden:"
 
 
 def load_items(rt: Runtime, qa_set: str | Path | None) -> tuple[list[QAItem], str, str]:
-    """Items, version and source of a QA set: a file, ``testset:<version>`` or the sample set."""
+    """Items, version and source of a QA set: a file, ``testset:<version>``,
+    ``golden:<version>`` or (None) the sample set."""
+    if isinstance(qa_set, str) and qa_set.startswith(GOLDEN_PREFIX):
+        from ragtrail.testset.golden import GoldenSetStore
+
+        version = qa_set.removeprefix(GOLDEN_PREFIX)
+        try:
+            return GoldenSetStore(rt.engine).items(version), version, qa_set
+        except KeyError:
+            raise ValueError(f"unknown golden set version {version!r}") from None
     if isinstance(qa_set, str) and qa_set.startswith(TESTSET_PREFIX):
         from ragtrail.testset.store import TestSetStore
 
@@ -182,65 +194,10 @@ def publish_retrieval_report(
     extra_quality: list[dict[str, Any]] | None = None,
     generation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Validate the run's metrics with GX, render the HTML report and upload both."""
-    from ragtrail.quality.runner import QualityRunner, enforce
-    from ragtrail.quality.suites import prepare_retrieval_results, retrieval_results_suite
-    from ragtrail.report.html import render_retrieval_report
+    """Validate one run's metrics with GX, render its HTML report and upload both
+    (:func:`ragtrail.pipeline.publish.publish_sets` with a single, unnamed set)."""
+    from ragtrail.pipeline.publish import SetToPublish, publish_sets
 
-    summary = load_run_summary(rt, run_id)
-    metrics = pd.DataFrame(summary["metrics"])
-    best = pd.DataFrame(summary["best"])
-    out = report_dir(rt, run_id)
-    out.mkdir(parents=True, exist_ok=True)
-
-    present = [lb for lb in LABELS if summary["questions_per_label"].get(lb)] + [INCLUSIVE]
-    runner = QualityRunner(out)
-    result = runner.validate(
-        "retrieval_results",
-        prepare_retrieval_results(metrics),
-        retrieval_results_suite(
-            present, summary["text_weights"], rt.settings.retrieval.min_questions_per_label
-        ),
-    )
-    runner.build_docs()
-    quality = [*(extra_quality or []), result.as_dict()]
-    sections = []
-    if generation is not None:
-        from ragtrail.report.testset import testset_sections
-
-        sections = testset_sections(generation, out)
-    context = {
-        "run_id": run_id,
-        "corpus": summary["corpus"],
-        "corpus_snapshot": summary["snapshot_id"],
-        "qa_set_version": summary["qa_set_version"],
-        "relevance_level": summary["relevance_level"],
-        "date": utcnow().isoformat(timespec="seconds"),
-        "backends": {
-            **summary["backends"],
-            "judge": "LLM critiques + labeller (test-set generation)"
-            if generation
-            else "none (retrieval metrics only)",
-        },
-        "extra_sections": sections,
-    }
-    html = render_retrieval_report(
-        out,
-        title=f"ragtrail retrieval evaluation — {summary['corpus']}",
-        metrics=metrics,
-        best=best,
-        context=context,
-        quality=quality,
-    )
-    (out / "metrics.json").write_text(jsonsafe.dumps(summary, "metrics.json", indent=1))
-    report_uri = rt.artifacts.put_tree(f"{run_prefix(run_id)}/report", out)
-    RunStore(rt.engine).finish_run(
-        run_id, "success" if result.success else "failed_quality", str(html)
-    )
-    enforce([result])
-    return {
-        "report_path": str(html),
-        "report_uri": report_uri,
-        "data_docs_path": str(out / "data_docs" / "index.html"),
-        "success": result.success,
-    }
+    entry = SetToPublish(run_id, generation=generation)
+    report = publish_sets(rt, run_id, [entry], shared_quality=extra_quality or (), compare=False)
+    return {k: v for k, v in report.items() if k != "sets"}

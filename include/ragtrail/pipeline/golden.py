@@ -11,6 +11,7 @@ content again reuses that stored result instead of validating again.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,13 @@ from ragtrail.testset.golden import (
     item_record,
     version_for,
 )
+
+
+def golden_name_for(path: str | Path) -> str:
+    """A set name from a file name: its stem as a lowercase slug (``Team QA.csv`` -> ``team-qa``;
+    ``qa-set`` when nothing is left). Not validated: :func:`check_name` does that on add."""
+    slug = re.sub(r"[^a-z0-9._-]+", "-", Path(path).stem.lower()).strip("-._")[:64]
+    return slug or "qa-set"
 
 
 def golden_quality_key(corpus: str, name: str, version: str) -> str:

@@ -61,6 +61,7 @@ ASSET_EXTRAS: dict[AssetKey, tuple[str, ...]] = {
         "snapshot_id",
         "qa_set",
         "qa_set_version",
+        "sets",
         "metrics_uri",
         "report_uri",
         "report_path",
@@ -357,7 +358,8 @@ GENERATE = Flow(
 
 EVALUATE = Flow(
     dag_id="evaluate_retrieval",
-    doc="Recall@k per question label across the text-weight scan, on each announced test set.",
+    doc="Recall@k per question label across the text-weight scan on every QA set of the corpus: "
+    "each golden set's latest version and the announced test set, each its own stored run.",
     run_prefix="retrieval",
     listens_to="testset",
     tags=("evaluation",),
@@ -384,18 +386,30 @@ EVALUATE = Flow(
     resolver=_resolve_evaluation,
     steps=(
         Step(
+            "plan",
+            "plan_evaluation",
+            "lists the QA sets: every golden set's latest version, then the generated (or "
+            "given) set; fixes the snapshot",
+            inputs=("corpus", "run_id", "qa_set", "snapshot_id"),
+            outputs=("sets", "snapshot_id"),
+        ),
+        Step(
             "evaluate",
-            "evaluate_retrieval",
-            "hybrid retrieval per text weight with bootstrap CIs (embeds the queries)",
-            inputs=("corpus", "run_id", "qa_set", "text_weights", "snapshot_id"),
-            outputs=("metrics_uri", "qa_set_version", "best"),
+            "evaluate_set",
+            "hybrid retrieval per text weight with bootstrap CIs on one QA set, stored as the "
+            "run <run id>.<set name> (embeds the queries)",
+            inputs=("corpus", "text_weights", "snapshot_id"),
             pool="embedding",
+            map_over="sets",
+            map_as="qa_set_entry",
         ),
         Step(
             "publish",
             "publish_report",
-            "GX on the metrics, HTML report with corpus and test-set sections, upload",
-            inputs=("corpus", "run_id"),
+            "GX on every set's metrics, change since the previous run per set, one HTML report "
+            "with corpus and test-set sections, upload",
+            inputs=("corpus", "run_id", "sets", "snapshot_id"),
+            after_mapped=True,
             emits="retrieval_metrics",
         ),
     ),

@@ -7,24 +7,33 @@ Airflow deployment execute the same steps with the same arguments.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragtrail.paths import sample_corpus_dir, sample_qa_set
+from ragtrail.pipeline.golden import golden_name_for, register_golden_set
 from ragtrail.pipeline.night import EVALUATE, GENERATE, INGEST, Flow, FlowRun, Progress, run_flow
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
+from ragtrail.testset.golden import DuplicateContentError
+
+SAMPLE_GOLDEN_SET = "handbook-sample"
+"""The golden-set name the shipped sample QA set gets on the shipped sample corpus."""
 
 
 @dataclass
 class NightlyResult:
+    """What a night did; ``evaluation["sets"]`` holds every evaluated set's summary by name."""
+
     run_id: str
     ingest: dict[str, Any]
     corpus_quality: dict[str, Any]
     generation: dict[str, Any] | None
     evaluation: dict[str, Any]
     report: dict[str, Any]
+    golden: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_nightly(
@@ -33,15 +42,19 @@ def run_nightly(
     source: str,
     corpus: str,
     qa_set: str | Path | None = None,
+    golden: Sequence[str | Path] = (),
     run_id: str | None = None,
     progress: Progress | None = None,
     log: Callable[[str], None] = print,
     generate: bool = True,
 ) -> NightlyResult:
-    """ingest -> corpus GX -> test-set generation + GX -> retrieval evaluation -> report.
+    """ingest -> golden sets -> test-set generation + GX -> retrieval evaluation -> report.
 
-    With ``generate=False`` evaluation is triggered by the corpus event and uses ``qa_set``
-    (default: the hand-written sample set); so it does when generation accepts nothing.
+    After ingest the ``golden`` files are registered as golden sets of the corpus (name: the file
+    stem), and on the shipped sample corpus the shipped sample QA set as
+    :data:`SAMPLE_GOLDEN_SET` (both idempotent). Evaluation covers every golden set of the corpus
+    plus the generated version; with ``generate=False``, or when generation accepts nothing, it
+    covers ``qa_set`` instead (when given; the sample set when the corpus has no golden set).
     """
     run_id = run_id or f"nightly-{utcnow():%Y%m%dT%H%M%S}"
     params = {"corpus": corpus, "qa_set": str(qa_set) if qa_set else None}
@@ -60,6 +73,7 @@ def run_nightly(
         f"quarantined={summary['quarantined']} chunks={summary['chunks']} "
         f"embedded={summary['embedded']}"
     )
+    golden_added = register_night_golden_sets(rt, source, corpus, golden, log)
     event = ingested.event
     generation = None
     if generate:
@@ -73,14 +87,51 @@ def run_nightly(
     else:
         log("[2/3] generate_testset skipped")
     evaluated = run(EVALUATE, 3, event)
+    published = _without_event(evaluated.results["publish"])
     return NightlyResult(
         run_id=run_id,
         ingest=summary,
         corpus_quality=_without_event(ingested.results["quality"]),
         generation=_without_event(generation),
-        evaluation=evaluated.results["evaluate"],
-        report=_without_event(evaluated.results["publish"]),
+        evaluation={"sets": published.pop("sets")},
+        report=published,
+        golden=golden_added,
     )
+
+
+def register_night_golden_sets(
+    rt: Runtime,
+    source: str,
+    corpus: str,
+    files: Sequence[str | Path],
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Register ``files`` (named by their stem) and, when ``source`` is the shipped sample
+    corpus, the shipped sample QA set as golden sets of ``corpus``; idempotent. The sample set
+    is left alone when its content is already registered under another name."""
+    added = []
+    if _is_sample_corpus(source):
+        try:
+            added.append(
+                register_golden_set(rt, sample_qa_set(), corpus=corpus, name=SAMPLE_GOLDEN_SET)
+            )
+        except DuplicateContentError as exc:
+            log(
+                f"      golden set {SAMPLE_GOLDEN_SET}: the sample set is registered as {exc.existing}"
+            )
+    for path in files:
+        added.append(register_golden_set(rt, path, corpus=corpus, name=golden_name_for(path)))
+    for result in added:
+        state = "new version" if result["created"] else "unchanged"
+        log(
+            f"      golden set {result['name']}: {result['version']} "
+            f"({result['n_items']} questions, {state})"
+        )
+    return added
+
+
+def _is_sample_corpus(source: str) -> bool:
+    return "://" not in source and Path(source).resolve() == sample_corpus_dir().resolve()
 
 
 def _without_event(result: dict[str, Any] | None) -> Any:

@@ -212,52 +212,101 @@ def finalize_generation(
 # -------------------------------------------------------------------------------- evaluation
 
 
-def evaluate_retrieval(
+def plan_evaluation(
     rt: Runtime,
     *,
     corpus: str,
     run_id: str,
     qa_set: str | None = None,
+    snapshot_id: str | None = None,
+) -> dict[str, Any]:
+    """The QA sets this night evaluates (every golden set's latest version, then the generated
+    or given set) and the snapshot they are all evaluated on."""
+    from ragtrail.pipeline.evaluation_sets import plan_sets
+
+    snapshot = (
+        rt.store.get_snapshot(snapshot_id) if snapshot_id else rt.store.latest_snapshot(corpus)
+    )
+    if snapshot is None:
+        raise ValueError(f"corpus {corpus!r} has no completed snapshot: ingest it first")
+    sets = plan_sets(rt, corpus, run_id, qa_set)
+    log.info("evaluating %d QA sets: %s", len(sets), ", ".join(s["name"] for s in sets))
+    return {"sets": sets, "snapshot_id": snapshot.snapshot_id}
+
+
+def evaluate_set(
+    rt: Runtime,
+    *,
+    corpus: str,
+    qa_set_entry: dict[str, str],
     text_weights: list[float] | None = None,
     snapshot_id: str | None = None,
 ) -> dict[str, Any]:
-    """Scan the text weights on the QA set and store the metrics (embeds the queries)."""
-    return _evaluate.evaluate_retrieval(
+    """Scan the text weights on one planned QA set as its own stored run (embeds the queries)."""
+    result = _evaluate.evaluate_retrieval(
         rt,
         corpus,
-        run_id=run_id,
-        qa_set=qa_set,
+        run_id=qa_set_entry["run_id"],
+        qa_set=qa_set_entry["qa_set"],
         text_weights=[float(w) for w in text_weights] if text_weights else None,
         snapshot_id=snapshot_id,
+        set_name=qa_set_entry["name"],
     )
+    return {"name": qa_set_entry["name"], **result}
 
 
-def publish_report(rt: Runtime, *, corpus: str, run_id: str) -> dict[str, Any]:
-    """GX on the metrics, the HTML report with the corpus and test-set sections; announces it.
+def publish_report(
+    rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
+) -> dict[str, Any]:
+    """GX on every set's metrics, one HTML report with each set's change since its previous run;
+    announces the metrics.
 
     Everything the report shows is read back from the stores (the snapshot's corpus checks, the
-    test-set version's generation summary and checks), so a report published by Airflow has the
-    same sections as one from ``ragtrail nightly``.
+    generated version's summary and checks, the golden versions' checks), so a report published by
+    Airflow has the same sections as one from ``ragtrail nightly``.
     """
-    summary = _evaluate.load_run_summary(rt, run_id)
-    snapshot_id, version = summary["snapshot_id"], summary.get("qa_set_version")
-    quality = _stored_json(rt, _corpus_quality_key(corpus, snapshot_id)) or []
-    generation = None
-    if summary.get("qa_set", "").startswith(_evaluate.TESTSET_PREFIX) and version:
-        from ragtrail.pipeline.generate import load_generation_summary
+    from ragtrail.pipeline.evaluation_sets import GENERATED, GOLDEN, primary_set
+    from ragtrail.pipeline.golden import golden_quality_key
+    from ragtrail.pipeline.publish import SetToPublish, publish_sets
 
-        generation = load_generation_summary(rt, corpus, version)
-        quality += _stored_json(rt, _testset_quality_key(corpus, version)) or []
-    report = _evaluate.publish_retrieval_report(
-        rt, run_id, extra_quality=quality, generation=generation
+    entries = []
+    for entry in sets:
+        kind, version = entry["kind"], entry["qa_set"].partition(":")[2]
+        generation, quality = None, None
+        if kind == GENERATED:
+            from ragtrail.pipeline.generate import load_generation_summary
+
+            generation = load_generation_summary(rt, corpus, version)
+            quality = _stored_json(rt, _testset_quality_key(corpus, version))
+        elif kind == GOLDEN:
+            quality = [_stored_json(rt, golden_quality_key(corpus, entry["name"], version))]
+        entries.append(
+            SetToPublish(
+                run_id=entry["run_id"],
+                name=entry["name"],
+                kind=kind,
+                extra_quality=tuple(q for q in quality or () if q),
+                generation=generation,
+            )
+        )
+    corpus_quality = _stored_json(rt, _corpus_quality_key(corpus, snapshot_id)) or []
+    report = publish_sets(rt, run_id, entries, shared_quality=corpus_quality)
+    primary = primary_set(sets)
+    night_metrics = f"{_evaluate.run_prefix(run_id)}/metrics.json"
+    metrics_uri = rt.artifacts.put_file(
+        night_metrics, _evaluate.report_dir(rt, run_id) / "metrics.json"
     )
     event = {
         "run_id": run_id,
         "corpus": corpus,
         "snapshot_id": snapshot_id,
-        "qa_set": summary.get("qa_set"),
-        "qa_set_version": version,
-        "metrics_uri": summary.get("metrics_uri"),
+        "qa_set": primary["qa_set"],
+        "qa_set_version": report["sets"][primary["name"]]["qa_set_version"],
+        "sets": {
+            name: {k: summary[k] for k in ("run_id", "qa_set", "qa_set_version")}
+            for name, summary in report["sets"].items()
+        },
+        "metrics_uri": metrics_uri,
         "report_uri": report.get("report_uri"),
         "report_path": report.get("report_path"),
         "data_docs_path": report.get("data_docs_path"),
@@ -270,7 +319,13 @@ def publish_report(rt: Runtime, *, corpus: str, run_id: str) -> dict[str, Any]:
             jsonsafe.mark_undefined(event, name, "RAGTRAIL_REPORTS_URL is not set")
     log.info("report: %s (uploaded to %s)", report.get("report_path"), report.get("report_uri"))
     log.info("report link: %s", event["report_url"] or event["undefined"]["report_url"])
-    return {**report, "run_id": run_id, "report_url": event["report_url"], "event": event}
+    return {
+        **report,
+        "run_id": run_id,
+        "metrics_uri": metrics_uri,
+        "report_url": event["report_url"],
+        "event": event,
+    }
 
 
 def _stored_json(rt: Runtime, key: str) -> Any:

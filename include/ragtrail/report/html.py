@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 
 from ragtrail.evaluate.retrieval import UNDEFINED_REASONS
 from ragtrail.jsonsafe import UNDEFINED_KEY
+from ragtrail.paths import safe_name
 from ragtrail.records import ANSWERABLE_LABELS, INCLUSIVE, LABELS
 
 TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
@@ -360,6 +361,38 @@ def _header(context: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class SetView:
+    """One QA set's results as a report shows them.
+
+    ``metrics`` and ``best`` are the frames :func:`render_retrieval_report` describes. ``name``
+    heads the set's part of a multi-set report (None: a single-set report, no heading);
+    ``description`` is one line under it. ``change`` is the comparison with the previous run on
+    the same QA-set version (see :func:`ragtrail.pipeline.evaluation_sets.change_since_previous`;
+    None: not shown). ``sections`` are extra sections of this set (e.g. its generation funnel).
+    """
+
+    metrics: pd.DataFrame
+    best: pd.DataFrame
+    name: str | None = None
+    description: str = ""
+    change: Mapping[str, Any] | None = None
+    sections: Sequence[ReportSection | Mapping[str, Any]] = ()
+
+    @property
+    def plot_file(self) -> str:
+        """The set's plot: :data:`PLOT_FILE`, or ``recall_at_5_vs_text_weight.<name>.png``."""
+        if self.name is None:
+            return PLOT_FILE
+        stem, _, suffix = PLOT_FILE.rpartition(".")
+        return f"{stem}.{safe_name(self.name)}.{suffix}"
+
+    @property
+    def anchor(self) -> str:
+        """Suffix that keeps element ids unique per set ("" for a single-set report)."""
+        return "" if self.name is None else f"-{safe_name(self.name)}"
+
+
 def render_retrieval_report(
     out_dir: Path,
     *,
@@ -377,22 +410,51 @@ def render_retrieval_report(
     ``backends`` (name -> description) and optional ``extra_sections`` and ``data_docs_href``.
     ``quality`` holds :meth:`QualityResult.as_dict` dicts. Returns the HTML path.
     """
+    return render_sets_report(
+        out_dir, title=title, sets=[SetView(metrics, best)], context=context, quality=quality
+    )
+
+
+def render_sets_report(
+    out_dir: Path,
+    *,
+    title: str,
+    sets: Sequence[SetView],
+    context: dict[str, Any],
+    quality: list[dict[str, Any]],
+) -> Path:
+    """Write ``out_dir/report.html`` with one part per QA set (best strategy per label, change
+    since the previous run, plot, all metrics), one plot PNG per set, and the shared header,
+    backends, data-quality and ``context["extra_sections"]`` sections. Returns the HTML path.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plot_metric_vs_weight(metrics, out_dir / PLOT_FILE)
-    best = with_gap_to_best(best)
-    names, rows = metric_matrix(metrics)
+    parts = []
+    for view in sets:
+        plot_metric_vs_weight(view.metrics, out_dir / view.plot_file)
+        best = with_gap_to_best(view.best)
+        names, rows = metric_matrix(view.metrics)
+        parts.append(
+            {
+                "name": view.name,
+                "anchor": view.anchor,
+                "description": view.description,
+                "best_rows": best.to_dict(orient="records"),
+                "weakest": weakest_label_sentence(best),
+                "metric_names": names,
+                "metric_titles": {name: metric_title(name) for name in names},
+                "matrix_rows": rows,
+                "plot_src": view.plot_file,
+                "change": view.change,
+                "sections": _sections(view.sections),
+            }
+        )
     html = _ENV.get_template("retrieval_report.html").render(
         title=title,
         header=_header(context),
         backends={str(k): str(v) for k, v in (context.get("backends") or {}).items()},
-        best_rows=best.to_dict(orient="records"),
+        sets=parts,
         primary_title=metric_title(PRIMARY_METRIC),
-        metric_names=names,
-        metric_titles={name: metric_title(name) for name in names},
-        matrix_rows=rows,
-        plot_src=PLOT_FILE,
-        weakest=weakest_label_sentence(best),
         quality=list(quality),
         data_docs_href=str(context.get("data_docs_href", DATA_DOCS_INDEX)),
         extra_sections=_sections(context.get("extra_sections", [])),

@@ -180,6 +180,34 @@ class RunStore:
             row = conn.execute(select(r).where(r.c.run_id == run_id)).mappings().first()
         return _run(row) if row is not None else None
 
+    def previous_run(self, run_id: str) -> RunRecord | None:
+        """The most recent run of the same kind, corpus and QA-set version that started before
+        ``run_id`` did (what a night is compared with); None when there is none.
+
+        KeyError for an unknown run; a run without corpus or QA-set version has no previous run.
+        """
+        run = self.get_run(run_id)
+        if run is None:
+            raise KeyError(f"no run {run_id!r}")
+        if run.corpus is None or run.qa_set_version is None:
+            return None
+        r = t.runs
+        query = (
+            select(r)
+            .where(
+                r.c.kind == run.kind,
+                r.c.corpus == run.corpus,
+                r.c.qa_set_version == run.qa_set_version,
+                r.c.run_id != run.run_id,
+                r.c.started_at < run.started_at,
+            )
+            .order_by(r.c.started_at.desc(), r.c.run_id.desc())
+            .limit(1)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return _run(row) if row is not None else None
+
     def list_runs(self, corpus: str | None = None, limit: int = 100) -> list[RunListing]:
         """Runs newest first (optionally of one corpus) with their evaluations and counts."""
         r, m, q = t.runs, t.metrics_history, t.query_results

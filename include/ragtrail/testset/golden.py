@@ -48,6 +48,14 @@ class GoldenSetError(ValueError):
     """A golden set cannot be registered: a bad name, a bad file or unknown ground documents."""
 
 
+class DuplicateContentError(GoldenSetError):
+    """The content is already registered in the corpus under another name (``existing``)."""
+
+    def __init__(self, message: str, existing: str) -> None:
+        super().__init__(message)
+        self.existing = existing
+
+
 @dataclass(frozen=True)
 class GoldenVersion:
     """One registered version of a golden set (a ``golden_sets`` row)."""
@@ -328,9 +336,10 @@ def _refuse_other_names(conn: Connection, corpus: str, name: str, version: str) 
     )
     other = conn.execute(query.limit(1)).scalar()
     if other is not None:
-        raise GoldenSetError(
+        raise DuplicateContentError(
             f"this content is already registered in corpus {corpus!r} as golden set {other!r} "
-            f"(version {version}); add it under that name"
+            f"(version {version}); add it under that name",
+            existing=other,
         )
 
 
@@ -339,6 +348,7 @@ __all__ = [
     "RESERVED_NAMES",
     "VERSION_PREFIX",
     "AddResult",
+    "DuplicateContentError",
     "GoldenSetError",
     "GoldenSetStore",
     "GoldenVersion",

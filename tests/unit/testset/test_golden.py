@@ -17,6 +17,7 @@ from ragtrail.storage.corpus_store import COMPLETE
 from ragtrail.storage.db import make_engine, upgrade
 from ragtrail.storage.metadata_store import SqlMetadataStore
 from ragtrail.testset.golden import (
+    DuplicateContentError,
     GoldenSetError,
     GoldenSetStore,
     add_golden_set,
@@ -216,8 +217,12 @@ def test_invalid_and_reserved_names_are_refused(store, meta, tmp_path, name) -> 
 def test_the_same_content_under_a_second_name_is_refused(store, meta, tmp_path) -> None:
     path = write_jsonl(tmp_path / "qa.jsonl", ROWS)
     add_golden_set(store, meta, path, corpus=CORPUS, name="first")
-    with pytest.raises(GoldenSetError, match=r"already registered .* as golden set 'first'"):
+    with pytest.raises(
+        DuplicateContentError, match=r"already registered .* as golden set 'first'"
+    ) as err:
         add_golden_set(store, meta, path, corpus=CORPUS, name="second")
+    assert err.value.existing == "first"
+    assert [v.name for v in store.versions(CORPUS)] == ["first"]
 
 
 def test_latest_get_and_listing_across_names(store, meta, tmp_path) -> None:

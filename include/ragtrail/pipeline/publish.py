@@ -1,0 +1,191 @@
+"""Publish evaluated QA sets: GX on each set's metrics, one HTML report, metrics.json, upload.
+
+One report covers one or several stored evaluation runs. ``ragtrail eval retrieval`` publishes a
+single run (no set headings, no comparison); the night publishes all its sets under the night's run
+id: per set its best strategy per label, its change since the previous run on the same QA-set
+version, its plot and metric matrix, and every set's validations in one Data Docs site. The
+night's ``metrics.json`` carries each set's summary under ``sets.<name>``. Each set's run is
+finished with its own status (``success`` or ``failed_quality``) and the report's location; the
+fail-severity gate applies after everything is written, so a failed check still leaves a report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from ragtrail import jsonsafe
+from ragtrail.pipeline.evaluate import load_run_summary, report_dir, run_prefix
+from ragtrail.pipeline.evaluation_sets import change_since_previous
+from ragtrail.records import INCLUSIVE, LABELS
+from ragtrail.runtime import Runtime
+from ragtrail.storage.db import utcnow
+from ragtrail.storage.runs_store import RunStore
+
+if TYPE_CHECKING:  # GX loads slowly: imported where a report is built
+    from ragtrail.quality.runner import QualityResult, QualityRunner
+
+
+@dataclass(frozen=True)
+class SetToPublish:
+    """One evaluated set: its stored run, its name in the report (None: a single-set report),
+    its kind (golden / generated / file), validations made elsewhere (its test-set or golden-set
+    checks) and, for a generated set, its generation summary (adds the funnel sections)."""
+
+    run_id: str
+    name: str | None = None
+    kind: str = ""
+    extra_quality: tuple[dict[str, Any], ...] = ()
+    generation: dict[str, Any] | None = None
+
+
+def publish_sets(
+    rt: Runtime,
+    run_id: str,
+    sets: Sequence[SetToPublish],
+    *,
+    shared_quality: Sequence[dict[str, Any]] = (),
+    compare: bool = True,
+) -> dict[str, Any]:
+    """Validate, render and upload the report of ``sets`` under ``run_id``; finish their runs.
+
+    ``shared_quality`` are validations shown once (the corpus checks). With ``compare`` each set
+    gets its change since the previous run on its QA-set version. Returns report_path,
+    report_uri, data_docs_path, success and ``sets`` (name -> compact summary with ``change``).
+    """
+    from ragtrail.quality.runner import QualityRunner, enforce
+    from ragtrail.report.html import SetView, render_sets_report
+    from ragtrail.report.testset import testset_sections
+
+    if not sets:
+        raise ValueError("nothing to publish: no evaluated QA set")
+    out = report_dir(rt, run_id)
+    out.mkdir(parents=True, exist_ok=True)
+    runner = QualityRunner(out)
+    quality = list(shared_quality)
+    results, views, summaries, raw = [], [], [], []
+    for entry in sets:
+        summary = load_run_summary(rt, entry.run_id)
+        raw.append(summary)
+        result = _validate_metrics(rt, runner, summary, entry.name)
+        results.append(result)
+        quality += [*entry.extra_quality, result.as_dict()]
+        evaluation = summary["evaluation"]
+        change = (
+            change_since_previous(
+                rt,
+                entry.run_id,
+                summary["best"],
+                evaluation=evaluation["evaluator"],
+                metric=evaluation["primary_metric"],
+            )
+            if compare
+            else None
+        )
+        summaries.append({**summary, "name": entry.name, "kind": entry.kind, "change": change})
+        views.append(
+            SetView(
+                metrics=pd.DataFrame(summary["metrics"]),
+                best=pd.DataFrame(summary["best"]),
+                name=entry.name,
+                description=_description(entry, summary),
+                change=change,
+                sections=testset_sections(entry.generation, out) if entry.generation else (),
+            )
+        )
+    runner.build_docs()
+    first = summaries[0]
+    generated = any(entry.generation for entry in sets)
+    context = {
+        "run_id": run_id,
+        "corpus": first["corpus"],
+        "corpus_snapshot": first["snapshot_id"],
+        "qa_set_version": ", ".join(
+            s["qa_set_version"] if s["name"] is None else f"{s['name']} {s['qa_set_version']}"
+            for s in summaries
+        ),
+        "date": utcnow().isoformat(timespec="seconds"),
+        "backends": {
+            **first["backends"],
+            "judge": "LLM critiques + labeller (test-set generation)"
+            if generated
+            else "none (retrieval metrics only)",
+        },
+    }
+    html = render_sets_report(
+        out,
+        title=f"ragtrail retrieval evaluation — {first['corpus']}",
+        sets=views,
+        context=context,
+        quality=quality,
+    )
+    single = len(sets) == 1 and sets[0].name is None
+    document = raw[0] if single else _night_document(run_id, summaries)
+    (out / "metrics.json").write_text(jsonsafe.dumps(document, "metrics.json", indent=1))
+    report_uri = rt.artifacts.put_tree(f"{run_prefix(run_id)}/report", out)
+    runs = RunStore(rt.engine)
+    for entry, result in zip(sets, results, strict=True):
+        runs.finish_run(entry.run_id, "success" if result.success else "failed_quality", str(html))
+    enforce(results)
+    return {
+        "report_path": str(html),
+        "report_uri": report_uri,
+        "data_docs_path": str(out / "data_docs" / "index.html"),
+        "success": all(r.success for r in results),
+        "sets": {s["name"]: _compact(s) for s in summaries if s["name"] is not None},
+    }
+
+
+def _validate_metrics(
+    rt: Runtime, runner: QualityRunner, summary: dict[str, Any], name: str | None
+) -> QualityResult:
+    """GX retrieval-results suite on one run's metrics (every label the set has, every weight)."""
+    from ragtrail.quality.suites import prepare_retrieval_results, retrieval_results_suite
+
+    present = [lb for lb in LABELS if summary["questions_per_label"].get(lb)] + [INCLUSIVE]
+    suite = retrieval_results_suite(
+        present, summary["text_weights"], rt.settings.retrieval.min_questions_per_label
+    )
+    frame = prepare_retrieval_results(pd.DataFrame(summary["metrics"]))
+    validation = "retrieval_results" if name is None else f"retrieval_results.{name}"
+    return runner.validate(validation, frame, suite)
+
+
+def _description(entry: SetToPublish, summary: dict[str, Any]) -> str:
+    kind = {"golden": "golden set", "generated": "generated test set"}.get(entry.kind, "QA set")
+    return (
+        f"{kind} version {summary['qa_set_version']}: {summary['n_questions']} questions; "
+        f"stored run {entry.run_id}"
+    )
+
+
+COMPACT_KEYS = (
+    "run_id",
+    "kind",
+    "qa_set",
+    "qa_set_version",
+    "n_questions",
+    "questions_per_label",
+    "best",
+    "change",
+)
+"""What the night's result and ``ragtrail nightly --json`` carry per set (metrics.json: all)."""
+
+
+def _compact(summary: dict[str, Any]) -> dict[str, Any]:
+    return {key: summary[key] for key in COMPACT_KEYS}
+
+
+def _night_document(run_id: str, summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    first = summaries[0]
+    return {
+        "run_id": run_id,
+        "corpus": first["corpus"],
+        "snapshot_id": first["snapshot_id"],
+        "backends": first["backends"],
+        "primary_metric": first["primary_metric"],
+        "sets": {s["name"]: s for s in summaries},
+    }

@@ -1,0 +1,124 @@
+"""The night evaluates every QA set of the corpus: golden sets and the generated test set.
+
+Two nights of :func:`run_nightly` on the shipped sample corpus, in process, with the generation LLM
+being the scripted test double (``tests/scripted_llm.py``; not a model) and the real embedder and
+index. The second night changes nothing, so each set's change since the previous night is exactly
+zero on every label, with the previous night's run as the baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ragtrail.paths import sample_corpus_dir, sample_qa_set
+from ragtrail.pipeline.evaluation_sets import plan_sets
+from ragtrail.pipeline.nightly import run_nightly
+from ragtrail.storage.runs_store import RunStore
+from tests.scripted_llm import SPEC as SCRIPTED_SPEC
+
+SETS = ["handbook-sample", "team-qa", "generated"]
+
+
+@pytest.fixture
+def team_file(tmp_path: Path) -> Path:
+    """A second golden set: the first 12 questions of the sample set, in a file named 'Team QA'."""
+    lines = sample_qa_set().read_text().splitlines()[:12]
+    path = tmp_path / "Team QA.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def rt(make_runtime):
+    return make_runtime(
+        generation={"llm": SCRIPTED_SPEC, "per_label": 2, "contexts_per_round": 8},
+        retrieval={"bootstrap_samples": 200},
+    )
+
+
+def night(rt, run_id: str, team_file: Path):
+    lines: list[str] = []
+    result = run_nightly(
+        rt,
+        source=str(sample_corpus_dir()),
+        corpus="handbook",
+        golden=[team_file],
+        run_id=run_id,
+        log=lines.append,
+    )
+    return result, lines
+
+
+def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt, team_file):
+    first, log = night(rt, "night-1", team_file)
+    assert [(g["name"], g["n_items"], g["created"]) for g in first.golden] == [
+        ("handbook-sample", 65, True),
+        ("team-qa", 12, True),
+    ]
+    assert any("golden set team-qa" in line for line in log)
+    sets = first.evaluation["sets"]
+    assert list(sets) == SETS
+    assert sets["generated"]["qa_set_version"] == first.generation["version"]
+    assert sets["handbook-sample"]["qa_set_version"] == first.golden[0]["version"]
+    assert sets["team-qa"]["n_questions"] == 12
+    runs = RunStore(rt.engine)
+    for name, summary in sets.items():
+        assert summary["run_id"] == f"night-1.{name}"
+        stored = runs.get_run(summary["run_id"])
+        assert stored is not None and stored.status == "success"
+        assert stored.qa_set_version == summary["qa_set_version"]
+        assert stored.params["qa_set_name"] == name
+        assert summary["change"]["previous_run"] is None
+        assert summary["change"]["undefined"]["previous_run"] == "no previous run on this version"
+    assert sets["handbook-sample"]["kind"] == "golden" and sets["generated"]["kind"] == "generated"
+
+    report = Path(first.report["report_path"])
+    html = report.read_text()
+    assert [m for m in re.findall(r"QA set: ([\w.-]+)", html)] == SETS
+    assert html.count("No previous run on this version.") == 3
+    assert "funnel" in html.lower()  # the generated set's sections
+    assert not re.search(r"\bnan\b", html, re.IGNORECASE)
+    document = json.loads((report.parent / "metrics.json").read_text())
+    assert list(document["sets"]) == SETS and document["run_id"] == "night-1"
+    for summary in document["sets"].values():  # (labels present + inclusive) x weights x metrics
+        labels = sum(1 for n in summary["questions_per_label"].values() if n) + 1
+        assert len(summary["metrics"]) == labels * 6 * 6
+    assert document["sets"]["team-qa"]["questions_per_label"]["fact_single"] == 12
+    stored_metrics = json.loads(rt.artifacts.get_bytes("runs/night-1/metrics.json"))
+    assert stored_metrics == document
+
+    second, _ = night(rt, "night-2", team_file)
+    assert [g["created"] for g in second.golden] == [False, False]
+    assert second.generation["regenerated"] is False  # unchanged corpus: the version is reused
+    for name, summary in second.evaluation["sets"].items():
+        change = summary["change"]
+        assert change["previous_run"] == f"night-1.{name}"
+        best = {row["label"]: row for row in summary["best"]}
+        per_label = summary["questions_per_label"] | {"inclusive": summary["n_questions"]}
+        assert [row["label"] for row in change["rows"]] == list(best)
+        for row in change["rows"]:
+            label = row["label"]
+            if best[label]["best_recall"] is None:  # a label the set lacks
+                assert row["diff"] is None and row["undefined"]["diff"]
+                continue
+            assert row["n"] == per_label[label]
+            assert row["mean_a"] == row["mean_b"] == best[label]["best_recall"]
+            assert (row["diff"], row["ci_low"], row["ci_high"]) == (0.0, 0.0, 0.0)
+    html = Path(second.report["report_path"]).read_text()
+    assert "No previous run on this version." not in html
+    assert "ragtrail runs compare night-1.team-qa night-2.team-qa" in html
+
+    # What the planner makes of other inputs, on the same stores.
+    assert [s["name"] for s in plan_sets(rt, "handbook", "r", None)] == SETS[:2]
+    clash = plan_sets(rt, "handbook", "r", "/data/handbook-sample.jsonl")[-1]
+    assert (clash["name"], clash["kind"], clash["run_id"]) == (
+        "handbook-sample-file",
+        "file",
+        "r.handbook-sample-file",
+    )
+    (fallback,) = plan_sets(rt, "other", "r", None)
+    assert (fallback["name"], fallback["qa_set"]) == ("handbook_qa", str(sample_qa_set()))
