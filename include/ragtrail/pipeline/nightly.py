@@ -15,6 +15,7 @@ from typing import Any
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
 from ragtrail.pipeline.golden import golden_name_for, register_golden_set
 from ragtrail.pipeline.night import EVALUATE, GENERATE, INGEST, Flow, FlowRun, Progress, run_flow
+from ragtrail.report.judges import label_source_note
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 from ragtrail.testset.golden import DuplicateContentError
@@ -83,6 +84,10 @@ def run_nightly(
             f"      version {generation['version']}: accepted {generation['accepted']}, "
             f"model calls {generation['model_calls']}, cache hits {generation['cache_hits']}"
         )
+        judges = generation.get("judges") or {}
+        gating = sorted(name for name, d in judges.items() if d.get("mode") == "gate")
+        log(f"      judges gating: {', '.join(gating) or 'none'} (of {len(judges)})")
+        log(f"      {label_source_note(judges)}")
         event = generated.event
     else:
         log("[2/3] generate_testset skipped")

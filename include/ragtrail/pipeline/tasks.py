@@ -194,7 +194,16 @@ def finalize_generation(
                 jsonsafe.dumps(quality, "test-set quality").encode(),
             )
     version = summary["version"]
-    keys = ("version", "corpus", "snapshot_id", "accepted", "targets", "model_calls", "cache_hits")
+    keys = (
+        "version",
+        "corpus",
+        "snapshot_id",
+        "accepted",
+        "targets",
+        "model_calls",
+        "cache_hits",
+        "judges",
+    )
     event: dict[str, Any] = {
         "corpus": corpus,
         "snapshot_id": summary["snapshot_id"],
