@@ -173,6 +173,19 @@ class JudgeSettings(BaseModel):
     entailment_min_kappa: float = Field(
         0.4, ge=-1.0, le=1.0, description="an entailment judge gates when its kappa is >= this"
     )
+    entailment_fallback: Literal["entailment.embedding", "entailment.llm"] = Field(
+        "entailment.embedding",
+        description="the entailment judge used while nli_model is none (no NLI weights exist "
+        "offline): the approximate embedding-similarity judge, or the LLM judge on "
+        "models.judge; every report names it as such",
+    )
+    embedding_entailment_threshold: float | None = Field(
+        None,
+        ge=-1.0,
+        le=1.0,
+        description="cosine at which the embedding judge says 'supported'; none: the value "
+        "measured on HAGRID (ragtrail.judges.embedding_entailment.DEFAULT_EMBEDDING_THRESHOLD)",
+    )
     labeller_items_per_label: int = Field(
         6,
         ge=1,

@@ -78,7 +78,11 @@ def generation_judges(rt: Runtime) -> list[Judge]:
 def entailment_judge(rt: Runtime, name: str = "entailment") -> Judge:
     """An entailment judge by name; ``"entailment"`` is the configured one: the NLI model when
     ``nli_model`` is set, else the documented fallback ``judges.entailment_fallback``."""
-    from ragtrail.judges.entailment import EmbeddingSimilarityJudge, LlmEntailmentJudge
+    from ragtrail.judges.embedding_entailment import (
+        DEFAULT_EMBEDDING_THRESHOLD,
+        EmbeddingEntailmentJudge,
+    )
+    from ragtrail.judges.llm_entailment import LLMEntailmentJudge
     from ragtrail.judges.nli import load_nli_judge
 
     settings = rt.settings
@@ -95,13 +99,17 @@ def entailment_judge(rt: Runtime, name: str = "entailment") -> Judge:
             settings.nli_model.removeprefix("hf:"),
             cache_dir=settings.resolved_model_cache_dir,
             device=settings.device,
+            s3_endpoint_url=settings.s3_endpoint_url,
         )
     if name == "entailment.embedding":
-        return EmbeddingSimilarityJudge(
-            rt.embedder, threshold=settings.judges.embedding_entailment_threshold
+        threshold = settings.judges.embedding_entailment_threshold
+        return EmbeddingEntailmentJudge(
+            rt.embedder,
+            threshold=DEFAULT_EMBEDDING_THRESHOLD if threshold is None else threshold,
+            model_id=settings.embedding_model,
         )
     if name == "entailment.llm":
-        return LlmEntailmentJudge(rt.llm(ModelRole.JUDGE), judge_params(rt))
+        return LLMEntailmentJudge(rt.llm(ModelRole.JUDGE))
     raise CalibrationError(f"unknown entailment judge {name!r}; known: {list(ENTAILMENT_JUDGES)}")
 
 
