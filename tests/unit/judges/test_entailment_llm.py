@@ -65,6 +65,9 @@ def test_verdicts_failures_and_order() -> None:
     assert "<document" in first[-1]["content"] and "A cat sat on the mat." in first[-1]["content"]
     assert "A cat sat." in first[-1]["content"]
     assert backend.calls[0].max_new_tokens == DEFAULT_PARAMS.max_new_tokens
+    guided = backend.calls[0].json_schema  # guided decoding may produce the verdict only
+    assert guided is not None and list(guided["properties"]) == ["verdict"]
+    assert guided["additionalProperties"] is False and guided["required"] == ["verdict"]
 
 
 def test_spec_and_version() -> None:
@@ -76,7 +79,7 @@ def test_spec_and_version() -> None:
     other_model = LLMEntailmentJudge(LLMClient(ScriptedBackend(responder, model_id="m-2")))
     other_params = LLMEntailmentJudge(
         LLMClient(ScriptedBackend(responder, model_id="m-1")),
-        params=GenerationParams(max_new_tokens=32),
+        params=GenerationParams(max_new_tokens=DEFAULT_PARAMS.max_new_tokens * 2),
     )
     assert same.spec.version == spec.version
     assert len({spec.version, other_model.spec.version, other_params.spec.version}) == 3
