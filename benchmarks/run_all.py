@@ -13,6 +13,7 @@ BENCHMARKS = [
     "llm_throughput",
     "bench_generation",
     "bench_generator_finetune",
+    "bench_entailment",
 ]
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,10 +94,6 @@ def _window(tokenizer: Any, config: Any, max_length: int | None) -> int:
     return min(limits, default=512)
 
 
-def _truncation_note(window: int) -> str:
-    return f"input cut to the model's {window}-token window (end of the premise dropped)"
-
-
 def _batches(indices: Sequence[int], size: int) -> list[Sequence[int]]:
     return [indices[start : start + size] for start in range(0, len(indices), size)]
 
@@ -112,12 +109,14 @@ class _Scored:
     raw: tuple[str, ...] = ()
 
 
-class _ScoringJudge:
+class _ScoringJudge(ABC):
     """Shared flow: reject empty inputs, score the rest in batches, threshold each score.
 
     Subclasses implement :meth:`_score_batch`, returning per item a score (or a failure message
-    with raw output) and whether the input was cut.
+    with raw output) and whether the input was cut; ``cut_note`` says how inputs are cut.
     """
+
+    cut_note = "tokens beyond the window dropped from the end of the longer side (the premise)"
 
     def __init__(self, spec: JudgeSpec, threshold: float, batch_size: int) -> None:
         if batch_size < 1:
@@ -153,12 +152,12 @@ class _ScoringJudge:
         if result.error is not None:
             return failed_verdict(ref, result.error, result.raw)
         assert result.score is not None
-        return score_verdict(
-            ref, result.score, self.threshold, _truncation_note(result.window) if result.cut else ""
-        )
+        note = f"input cut to the model's {result.window}-token window: {self.cut_note}"
+        return score_verdict(ref, result.score, self.threshold, note if result.cut else "")
 
+    @abstractmethod
     def _score_batch(self, items: Sequence[JudgeInput]) -> list[_Scored]:
-        raise NotImplementedError
+        """Score one batch of valid items, in order (called under ``torch.no_grad``)."""
 
 
 def _pair_lengths(tokenizer: Any, items: Sequence[JudgeInput]) -> list[int]:
@@ -229,7 +228,9 @@ class CrossEncoderJudge(_ScoringJudge):
         threshold = check_threshold(threshold)
         config = cross_encoder.config
         self.entailment_index = entailment_index(config.id2label, model=ref)
-        self.window = int(cross_encoder.max_seq_length)
+        self.window = int(
+            cross_encoder.max_seq_length or _window(cross_encoder.tokenizer, config, None)
+        )
         spec = _nli_spec("cross-encoder", ref, fingerprint, threshold, self.window)
         super().__init__(spec, threshold, batch_size)
         self._model = cross_encoder
@@ -260,6 +261,8 @@ class Seq2SeqNLIJudge(_ScoringJudge):
     (``score_mode == "greedy-decode"``). Only the premise is cut to fit the window.
     """
 
+    cut_note = "the end of the premise dropped"
+
     def __init__(
         self,
         model: Any,
@@ -276,6 +279,12 @@ class Seq2SeqNLIJudge(_ScoringJudge):
         self.window = _window(tokenizer, model.config, max_length)
         self._answer_ids = _single_token_ids(tokenizer, ("1", "0"))
         self.score_mode = "token-probability" if self._answer_ids else "greedy-decode"
+        start = model.config.decoder_start_token_id
+        if start is None:
+            raise NLIModelError(
+                f"seq2seq model {ref!r} has no decoder_start_token_id in its config"
+            )
+        self._decoder_start = int(start)
         spec = _nli_spec("seq2seq", ref, fingerprint, threshold, self.window, self.score_mode)
         super().__init__(spec, threshold, batch_size)
         self._model = model.to(device).eval()
@@ -293,7 +302,7 @@ class Seq2SeqNLIJudge(_ScoringJudge):
         premise, cut = item.premise, False
         for _ in range(4):
             prompt = SEQ2SEQ_TEMPLATE.format(premise=premise, hypothesis=item.hypothesis)
-            ids = list(tok(prompt)["input_ids"])
+            ids = list(tok(prompt, verbose=False)["input_ids"])
             excess = len(ids) - self.window
             if excess <= 0:
                 return ids, cut
@@ -328,11 +337,11 @@ class Seq2SeqNLIJudge(_ScoringJudge):
     def _first_token_probability(self, batch: Any) -> list[float]:
         import torch
 
-        start = self._model.config.decoder_start_token_id
-        if start is None:
-            raise NLIModelError("the seq2seq model's config has no decoder_start_token_id")
         decoder_input = torch.full(
-            (batch["input_ids"].shape[0], 1), int(start), dtype=torch.long, device=self._device
+            (batch["input_ids"].shape[0], 1),
+            self._decoder_start,
+            dtype=torch.long,
+            device=self._device,
         )
         logits = self._model(**batch, decoder_input_ids=decoder_input).logits[:, 0, :].float()
         one, zero = self._answer_ids

@@ -105,10 +105,13 @@ def test_real_embedder_on_hand_made_sentences(embedder) -> None:
     items = [
         JudgeInput(premise=premise, hypothesis="Parking by the library is free at weekends."),
         JudgeInput(premise=premise, hypothesis="The volcano erupted in 1883 and darkened the sky."),
+        JudgeInput(
+            premise=premise, hypothesis="Parking next to the building costs money on weekends."
+        ),
     ]
     judge = EmbeddingEntailmentJudge(embedder)
     assert judge.spec.model == "sentence-transformers/all-MiniLM-L6-v2"
-    related, unrelated = judge.judge(items)
+    related, unrelated, contradicted = judge.judge(items)
     sentences = split_sentences(premise)
     vectors = embedder.encode([*sentences, items[0].hypothesis])
     expected = float(np.max(vectors[:3] @ vectors[3]))
@@ -116,3 +119,5 @@ def test_real_embedder_on_hand_made_sentences(embedder) -> None:
     assert int(np.argmax(vectors[:3] @ vectors[3])) == 1  # the parking sentence
     assert related.value == SUPPORTED and unrelated.value == NOT_SUPPORTED
     assert (unrelated.score or 0) < 0.2 < (related.score or 0)
+    # the documented limit of the approximation: a contradicted claim on the same subject passes
+    assert contradicted.value == SUPPORTED
