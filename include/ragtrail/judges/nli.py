@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -459,8 +460,6 @@ def detect_kind(target: str, config: Any) -> str:
 
 
 def _offline() -> bool:
-    import os
-
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
