@@ -14,6 +14,7 @@ BENCHMARKS = [
     "bench_generation",
     "bench_generator_finetune",
     "bench_check_similarity",
+    "bench_entailment",
 ]
 
 

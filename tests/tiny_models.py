@@ -1,17 +1,22 @@
 """Tiny transformers models built from a config, with a BPE tokenizer trained on the fly.
 
-No weights exist offline for T5 or Llama, so tests build random ones: outputs are gibberish and
-only the mechanics (batching, padding, constraints, adapters, training) can be checked.
+No weights exist offline for T5, Llama or any NLI model, so tests build random ones: outputs are
+gibberish and only the mechanics (batching, padding, constraints, adapters, training) can be
+checked. The tiny NLI classifier is the exception: its classification head is set so that one
+class wins on every input, which makes its verdicts known in advance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    BertTokenizerFast,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
@@ -32,15 +37,20 @@ def train_tokenizer(
     *,
     chat_template: str | None,
     vocab_size: int = 320,
+    byte_alphabet: bool = True,
 ) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer (every byte encodable) trained on ``corpus``, saved to ``out_dir``."""
+    """A byte-level BPE tokenizer trained on ``corpus``, saved to ``out_dir``.
+
+    With ``byte_alphabet`` every byte is encodable; without it, characters absent from the
+    corpus encode as ``<unk>``.
+    """
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=["<pad>", "<eos>", "<unk>", "<bos>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if byte_alphabet else [],
     )
     tok.train_from_iterator(list(corpus), trainer)
     fast = PreTrainedTokenizerFast(
@@ -85,10 +95,17 @@ def build_tiny_llama(
 
 
 def build_tiny_t5(
-    out: Path, corpus: Sequence[str], *, vocab_size: int = 320, dropout_rate: float = 0.1
+    out: Path,
+    corpus: Sequence[str],
+    *,
+    vocab_size: int = 320,
+    dropout_rate: float = 0.1,
+    byte_alphabet: bool = True,
 ) -> Path:
     """A 2-layer T5 (no chat template), saved with its tokenizer to ``out``."""
-    tok = train_tokenizer(out, corpus, chat_template=None, vocab_size=vocab_size)
+    tok = train_tokenizer(
+        out, corpus, chat_template=None, vocab_size=vocab_size, byte_alphabet=byte_alphabet
+    )
     torch.manual_seed(0)
     cfg = T5Config(
         vocab_size=len(tok),
@@ -103,4 +120,47 @@ def build_tiny_t5(
         dropout_rate=dropout_rate,
     )
     T5ForConditionalGeneration(cfg).save_pretrained(out)
+    return out
+
+
+NLI_WORDS = ("the", "a", "cat", "dog", "sat", "on", "mat", "is", "ferry", "ticket", ".", ",")
+"""Word-level vocabulary of the tiny NLI classifier (other words split into letters)."""
+
+
+def build_tiny_nli_classifier(
+    out: Path, id2label: Mapping[int, str], *, winner: int, margin: float = 5.0
+) -> Path:
+    """A 1-layer BERT sequence classifier whose class ``winner`` wins on every input.
+
+    The classification head's weights are zero and its bias is ``margin`` for ``winner`` and 0
+    elsewhere, so the class probabilities are the same known softmax for any input (e.g. three
+    classes: ``e**5 / (e**5 + 2)`` for the winner). Saved with ``id2label`` and a WordPiece
+    tokenizer to ``out``.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *NLI_WORDS, *letters]
+    vocab += [f"##{c}" for c in letters] + [str(d) for d in range(10)]
+    (out / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n", encoding="utf-8")
+    tok = BertTokenizerFast(vocab_file=str(out / "vocab.txt"))
+    tok.save_pretrained(out)
+    labels = {int(i): str(name) for i, name in id2label.items()}
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        num_labels=len(labels),
+        id2label=labels,
+        label2id={name: i for i, name in labels.items()},
+    )
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(cfg)
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.zero_()
+        model.classifier.bias[winner] = margin
+    model.save_pretrained(out)
     return out
