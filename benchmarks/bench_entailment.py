@@ -14,8 +14,9 @@ No NLI model exists offline, so the NLI judge is listed as not run.
 
     .venv/bin/python -m benchmarks.bench_entailment [--llm-sample 120] [--write]
 
-Cohen's kappa and the bootstrap are small private helpers here; the shared ones live in
-``ragtrail.judges.calibration`` once that module lands.
+Cohen's kappa and the bootstrap are the shared ones of ``ragtrail.judges.calibration``; failed
+verdicts are counted apart here (``n`` is the judged pairs), unlike ``ragtrail judge calibrate``,
+which counts them as disagreements.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import machine_line, require_shared, timer, write_section
+from ragtrail.judges.calibration import bootstrap_ci, cohen_kappa
 from ragtrail.judges.contract import NOT_SUPPORTED, SUPPORTED, JudgeInput, Verdict
 from ragtrail.judges.references import EntailmentExample, read_hagrid_attribution
 
@@ -47,39 +49,16 @@ CATEGORIES = (SUPPORTED, NOT_SUPPORTED)
 # --------------------------------------------------------------------------- statistics
 
 
-def _cohen_kappa(reference: Sequence[str], predicted: Sequence[str]) -> float | None:
-    """Cohen's kappa over :data:`CATEGORIES`; None when chance agreement is 1 (undefined)."""
-    n = len(reference)
-    if n == 0:
-        return None
-    observed = sum(r == p for r, p in zip(reference, predicted, strict=True)) / n
-    expected = sum(
-        (sum(r == c for r in reference) / n) * (sum(p == c for p in predicted) / n)
-        for c in CATEGORIES
-    )
-    return None if expected >= 1.0 else (observed - expected) / (1.0 - expected)
+def _kappa(reference: Sequence[str], predicted: Sequence[str]) -> float | None:
+    return cohen_kappa(reference, predicted, CATEGORIES)
 
 
-def _bootstrap_ci(
-    n: int,
-    statistic: Callable[[np.ndarray], float | None],
-    *,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = SEED,
-    alpha: float = 0.05,
+def _interval(
+    n: int, statistic: Callable[[np.ndarray], float | None]
 ) -> tuple[float, float] | None:
-    """Percentile interval of ``statistic(indices)`` over resamples of ``range(n)``.
-
-    Resamples where the statistic is undefined are left out; None if none is defined.
-    """
-    if n == 0:
-        return None
-    rng = np.random.default_rng(seed)
-    values = [v for _ in range(n_resamples) if (v := statistic(rng.integers(0, n, n))) is not None]
-    if not values:
-        return None
-    low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2])
-    return float(low), float(high)
+    """The shared percentile bootstrap (ragtrail.judges.calibration) as a (low, high) pair."""
+    ci = bootstrap_ci(n, statistic, n_resamples=N_RESAMPLES, seed=SEED)
+    return None if ci.low is None or ci.high is None else (ci.low, ci.high)
 
 
 @dataclass(frozen=True)
@@ -105,7 +84,7 @@ def agreement(reference: Sequence[str], verdicts: Sequence[Verdict]) -> Agreemen
     correct = ref == pred
 
     def kappa_of(idx: np.ndarray) -> float | None:
-        return _cohen_kappa(ref[idx].tolist(), pred[idx].tolist())
+        return _kappa(ref[idx].tolist(), pred[idx].tolist())
 
     predicted_yes = int(np.sum(pred == SUPPORTED))
     actual_yes = int(np.sum(ref == SUPPORTED))
@@ -114,9 +93,9 @@ def agreement(reference: Sequence[str], verdicts: Sequence[Verdict]) -> Agreemen
         n=n,
         failed=len(verdicts) - n,
         accuracy=float(correct.mean()) if n else math.nan,
-        accuracy_ci=_bootstrap_ci(n, lambda idx: float(correct[idx].mean())),
-        kappa=_cohen_kappa(ref.tolist(), pred.tolist()),
-        kappa_ci=_bootstrap_ci(n, kappa_of),
+        accuracy_ci=_interval(n, lambda idx: float(correct[idx].mean())),
+        kappa=_kappa(ref.tolist(), pred.tolist()),
+        kappa_ci=_interval(n, kappa_of),
         precision=true_yes / predicted_yes if predicted_yes else None,
         recall=true_yes / actual_yes if actual_yes else None,
         balanced_accuracy=_balanced_accuracy(ref, pred),
@@ -286,8 +265,8 @@ def run(llm_sample: int = LLM_SAMPLE) -> str:
         f"labelled attributable; of {pairs.sentences} answer sentences, skipped: {skipped}. "
         f"Queries split in halves (seed {SEED}): threshold tuning on {tuning['tune_n']} pairs, "
         f"agreement measured on the other {len(test)} ({test_supported} attributable). "
-        f"95% percentile bootstrap intervals ({N_RESAMPLES} resamples); kappa and the bootstrap are "
-        "the benchmark's own helpers.",
+        f"95% percentile bootstrap intervals ({N_RESAMPLES} resamples); kappa and the bootstrap "
+        "from ragtrail.judges.calibration; failed verdicts counted apart.",
         "",
         "| judge | model / backend | n | accuracy [95% CI] | Cohen's kappa [95% CI] "
         "| precision (supported) | recall (supported) | balanced accuracy | pairs/s | note |",

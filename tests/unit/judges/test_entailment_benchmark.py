@@ -1,12 +1,12 @@
-"""The entailment benchmark's own statistics (private until judges/calibration.py replaces them)."""
+"""The entailment benchmark's agreement figures (kappa and bootstrap from judges/calibration.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from benchmarks.bench_entailment import (
-    _bootstrap_ci,
-    _cohen_kappa,
+    _interval,
+    _kappa,
     agreement,
     best_threshold,
     split_by_query,
@@ -19,10 +19,10 @@ from ragtrail.judges.references import EntailmentExample
 
 def test_kappa_by_hand() -> None:
     # observed 3/4; chance 0.75*0.5 + 0.25*0.5 = 0.5; kappa (0.75-0.5)/(1-0.5)
-    assert _cohen_kappa([S, S, S, N], [S, S, N, N]) == pytest.approx(0.5)
-    assert _cohen_kappa([S, N], [N, S]) == pytest.approx(-1.0)
-    assert _cohen_kappa([S, S], [S, S]) is None  # chance agreement 1: undefined
-    assert _cohen_kappa([], []) is None
+    assert _kappa([S, S, S, N], [S, S, N, N]) == pytest.approx(0.5)
+    assert _kappa([S, N], [N, S]) == pytest.approx(-1.0)
+    assert _kappa([S, S], [S, S]) is None  # chance agreement 1: undefined
+    assert _kappa([], []) is None
 
 
 def test_agreement_counts_failures_apart() -> None:
@@ -40,7 +40,7 @@ def test_agreement_counts_failures_apart() -> None:
     assert result.balanced_accuracy == pytest.approx((2 / 3 + 1) / 2)
     low, high = result.accuracy_ci or (0.0, 0.0)
     assert 0.0 <= low <= 0.75 <= high <= 1.0
-    assert _bootstrap_ci(0, lambda idx: 1.0) is None
+    assert _interval(0, lambda idx: 1.0) is None
 
 
 def test_threshold_and_split() -> None:
