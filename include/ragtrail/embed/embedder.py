@@ -8,14 +8,13 @@ metadata store) so that re-ingesting unchanged chunks costs zero model calls.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ragtrail.models.store import ModelFetchError, mirror_s3_prefix
+from ragtrail.models.store import ModelFetchError, hub_offline, mirror_s3_prefix
 from ragtrail.records import sha256_text
 from ragtrail.storage.s3uri import is_s3_uri
 
@@ -70,10 +69,6 @@ def _l2_normalise(vectors: np.ndarray) -> np.ndarray:
     return out / np.where(norms > 0, norms, 1.0).astype(np.float32)
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
-
-
 def resolve_model_ref(
     model_ref: str, *, cache_dir: Path | None = None, s3_endpoint_url: str | None = None
 ) -> tuple[str, str]:
@@ -110,7 +105,7 @@ def resolve_model_ref(
 
 def _load_error_message(model_ref: str, exc: BaseException) -> str:
     """Explain a failed load and list the offline ways to provide a model."""
-    mode = "offline (HF_HUB_OFFLINE=1)" if _offline() else "online"
+    mode = "offline (HF_HUB_OFFLINE=1)" if hub_offline() else "online"
     return (
         f"cannot load embedding model {model_ref!r} ({mode}): {type(exc).__name__}: {exc}\n"
         "To provide a model without internet access, set embedding_model "
@@ -159,7 +154,7 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         try:
-            return SentenceTransformer(target, device=device, local_files_only=_offline())
+            return SentenceTransformer(target, device=device, local_files_only=hub_offline())
         except Exception as exc:  # the loaders raise OSError, ValueError, HF errors...
             raise ModelLoadError(_load_error_message(model_ref, exc)) from exc
 

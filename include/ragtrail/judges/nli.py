@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from ragtrail.judges.entailment import (
     input_problem,
     score_verdict,
 )
-from ragtrail.models.store import COMPLETE_MARKER, ModelFetchError, mirror_s3_prefix
+from ragtrail.models.store import COMPLETE_MARKER, ModelFetchError, hub_offline, mirror_s3_prefix
 from ragtrail.records import sha256_text
 from ragtrail.storage.s3uri import is_s3_uri
 
@@ -459,10 +458,6 @@ def detect_kind(target: str, config: Any) -> str:
     )
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
-
-
 def _loading(ref: str, fn: Callable[[], Any]) -> Any:
     """Run a loader; its failures become a ModelFetchError naming the ways to supply a model."""
     try:
@@ -470,7 +465,7 @@ def _loading(ref: str, fn: Callable[[], Any]) -> Any:
     except ModelFetchError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...
-        mode = "offline (HF_HUB_OFFLINE=1)" if _offline() else "online"
+        mode = "offline (HF_HUB_OFFLINE=1)" if hub_offline() else "online"
         raise ModelFetchError(
             f"cannot load NLI model {ref!r} ({mode}): {type(exc).__name__}: {exc}\n"
             "Give a local model directory, an s3://bucket/prefix holding one, or a hub id present "
@@ -502,7 +497,7 @@ def load_nli_judge(
 
     threshold = check_threshold(threshold)
     target = resolve_nli_ref(ref, cache_dir=cache_dir, s3_endpoint_url=s3_endpoint_url)
-    local_only = _offline()
+    local_only = hub_offline()
     config = _loading(ref, lambda: AutoConfig.from_pretrained(target, local_files_only=local_only))
     chosen = detect_kind(target, config) if kind == "auto" else kind
     if chosen not in BACKENDS:

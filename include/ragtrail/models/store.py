@@ -223,3 +223,8 @@ def directory_digest(path: Path | str) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()
+
+
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is switched off (``HF_HUB_OFFLINE``): load local files only."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
