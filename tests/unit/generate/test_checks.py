@@ -206,6 +206,7 @@ def test_check_candidates_and_reasons(embedder) -> None:
 
 
 def _plan() -> GenerationPlan:
+    """A plan in which the labeller gates (its calibration met the bar when it was planned)."""
     return GenerationPlan(
         corpus="test",
         run_id="r1",
@@ -219,6 +220,7 @@ def _plan() -> GenerationPlan:
         shards=[],
         retired=0,
         params={},
+        judges={"labeller": {"mode": "gate"}},
     )
 
 
