@@ -26,9 +26,9 @@ LABELS: tuple[str, ...] = tuple(label.value for label in QuestionLabel)
 
 ANSWERABLE_LABELS: tuple[str, ...] = tuple(lb for lb in LABELS if lb != QuestionLabel.UNANSWERABLE)
 INCLUSIVE = "inclusive"
+"""Pseudo-label for the evaluation over all questions, unanswerable included."""
 DEFAULT_TEXT_WEIGHTS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
 """The text-weight scan of METHODS §5 (0 = dense only, 1 = BM25 only)."""
-"""Pseudo-label for the evaluation over all questions, unanswerable included."""
 
 
 def sha256_text(text: str) -> str:
