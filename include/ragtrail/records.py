@@ -7,6 +7,7 @@ so that a field rename is caught by the type checker instead of at 3 a.m. in a n
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -38,6 +39,14 @@ def sha256_text(text: str) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def sha256_json(value: Any) -> str:
+    """Hex SHA-256 of ``value``'s canonical JSON (sorted keys, no spaces, UTF-8 kept; other
+    objects as ``str``): equal content, equal hash, whatever the key order."""
+    return sha256_text(
+        json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    )
 
 
 class DocFormat(StrEnum):

@@ -10,13 +10,12 @@ earlier calibrations no longer apply.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from ragtrail.records import sha256_text
+from ragtrail.records import sha256_json
 
 
 class VerdictType(StrEnum):
@@ -45,8 +44,7 @@ ENTAILMENT_CATEGORIES: tuple[str, ...] = (SUPPORTED, NOT_SUPPORTED)
 
 def judge_version(**behaviour: Any) -> str:
     """``"j-"`` + 12 hex digits of sha256 over the canonical JSON of what drives the verdicts."""
-    payload = json.dumps(behaviour, sort_keys=True, separators=(",", ":"), default=str)
-    return f"j-{sha256_text(payload)[:12]}"
+    return f"j-{sha256_json(behaviour)[:12]}"
 
 
 @dataclass(frozen=True)

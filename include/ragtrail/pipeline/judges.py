@@ -17,8 +17,6 @@ reads the latest calibration of that version against the configured bar:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import random
 from collections.abc import Iterable, Sequence
@@ -39,7 +37,7 @@ from ragtrail.judges.contrasts import ContrastSource, build_contrasts
 from ragtrail.judges.gate import GateDecision, bar_for, decide, default_bars
 from ragtrail.judges.recording import Calibration, store_calibration
 from ragtrail.llm.client import GenerationParams
-from ragtrail.records import QAItem, QuestionLabel
+from ragtrail.records import QAItem, QuestionLabel, sha256_json
 from ragtrail.runtime import Runtime
 from ragtrail.storage.judge_store import CalibrationRecord, JudgeStore
 from ragtrail.text import text_key
@@ -241,8 +239,7 @@ def contrast_sources(
 
 def reference_id(kind: str, payload: Any) -> str:
     """``"<kind>:<12 hex>"``: what a calibration was measured on, by content."""
-    blob = json.dumps(payload, sort_keys=True, default=str).encode()
-    return f"{kind}:{hashlib.sha256(blob).hexdigest()[:12]}"
+    return f"{kind}:{sha256_json(payload)[:12]}"
 
 
 # ------------------------------------------------------------------------------ calibrating

@@ -17,7 +17,6 @@ SQLAlchemy Core on SQLite or PostgreSQL, one transaction per method (:mod:`ragtr
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 from sqlalchemy.engine import RowMapping
 
-from ragtrail.records import LABELS, ChangeKind, QAItem, sha256_text
+from ragtrail.records import LABELS, ChangeKind, QAItem, sha256_json
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import utcnow, write_transaction
 from ragtrail.storage.metadata_store import MetadataStore
@@ -134,10 +133,7 @@ def item_record(item: QAItem) -> dict[str, Any]:
 
 def content_hash(items: Sequence[QAItem]) -> str:
     """Hex SHA-256 of the items' canonical JSON, in order (independent of the file format)."""
-    canonical = json.dumps(
-        [item_record(i) for i in items], sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
-    return sha256_text(canonical)
+    return sha256_json([item_record(i) for i in items])
 
 
 def version_for(items: Sequence[QAItem]) -> str:
