@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ragtrail.judges.contract import (
     ENTAILMENT_CATEGORIES,
@@ -68,6 +68,26 @@ def input_problem(item: JudgeInput) -> str | None:
     """Why ``item`` cannot be judged for entailment (an empty side), or None when it can."""
     missing = [side for side in ("premise", "hypothesis") if not getattr(item, side).strip()]
     return f"empty {' and '.join(missing)}" if missing else None
+
+
+def judge_nonempty(
+    judge: str,
+    items: Sequence[JudgeInput],
+    judge_valid: Callable[[list[JudgeInput]], list[Verdict]],
+) -> list[Verdict]:
+    """Verdicts for ``items`` in order: a failed verdict for each item with an empty side, and
+    ``judge_valid`` (one call, same order) for the rest."""
+    verdicts: dict[int, Verdict] = {}
+    valid: list[int] = []
+    for i, item in enumerate(items):
+        problem = input_problem(item)
+        if problem is None:
+            valid.append(i)
+        else:
+            verdicts[i] = failed_verdict(judge, problem)
+    judged = judge_valid([items[i] for i in valid]) if valid else []
+    verdicts.update(zip(valid, judged, strict=True))
+    return [verdicts[i] for i in range(len(items))]
 
 
 def failed_verdict(judge: str, error: str, raw: Sequence[str] = ()) -> Verdict:

@@ -22,7 +22,7 @@ from ragtrail.judges.entailment import (
     LLM_JUDGE_NAME,
     entailment_spec,
     failed_verdict,
-    input_problem,
+    judge_nonempty,
 )
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
@@ -139,25 +139,21 @@ class LLMEntailmentJudge:
         return self._spec
 
     def judge(self, items: Sequence[JudgeInput]) -> list[Verdict]:
+        return judge_nonempty(self._spec.ref, items, self._judge_valid)
+
+    def _judge_valid(self, items: list[JudgeInput]) -> list[Verdict]:
         ref = self._spec.ref
-        verdicts: dict[int, Verdict] = {}
-        valid: list[int] = []
-        for i, item in enumerate(items):
-            problem = input_problem(item)
-            if problem is None:
-                valid.append(i)
-            else:
-                verdicts[i] = failed_verdict(ref, problem)
-        inputs = [
-            EntailmentInput(premise=items[i].premise, hypothesis=items[i].hypothesis) for i in valid
-        ]
+        inputs = [EntailmentInput(premise=i.premise, hypothesis=i.hypothesis) for i in items]
         outcomes = self._client.run(self._prompt, inputs, stage=self._stage, params=self._params)
-        for i, outcome in zip(valid, outcomes, strict=True):
+        verdicts = []
+        for outcome in outcomes:
             if outcome.ok and outcome.value is not None:
                 value = outcome.value
-                verdicts[i] = Verdict(judge=ref, value=value.verdict, reason=value.reason.strip())
+                verdicts.append(
+                    Verdict(judge=ref, value=value.verdict, reason=value.reason.strip())
+                )
             else:
                 cause = str(outcome.cause) if outcome.cause is not None else "failed"
                 error = f"{cause}: {outcome.error}" if outcome.error else cause
-                verdicts[i] = failed_verdict(ref, error, outcome.raw_texts)
-        return [verdicts[i] for i in range(len(items))]
+                verdicts.append(failed_verdict(ref, error, outcome.raw_texts))
+        return verdicts

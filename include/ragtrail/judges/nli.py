@@ -35,7 +35,7 @@ from ragtrail.judges.entailment import (
     check_threshold,
     entailment_spec,
     failed_verdict,
-    input_problem,
+    judge_nonempty,
     score_verdict,
 )
 from ragtrail.models.store import COMPLETE_MARKER, ModelFetchError, hub_offline, mirror_s3_prefix
@@ -94,10 +94,6 @@ def _window(tokenizer: Any, config: Any, max_length: int | None) -> int:
     return min(limits, default=512)
 
 
-def _batches(indices: Sequence[int], size: int) -> list[Sequence[int]]:
-    return [indices[start : start + size] for start in range(0, len(indices), size)]
-
-
 @dataclass(frozen=True)
 class _Scored:
     """One item's score from a model, or why there is none (with the model's raw output)."""
@@ -130,22 +126,17 @@ class _ScoringJudge(ABC):
         return self._spec
 
     def judge(self, items: Sequence[JudgeInput]) -> list[Verdict]:
+        return judge_nonempty(self._spec.ref, items, self._judge_valid)
+
+    def _judge_valid(self, items: list[JudgeInput]) -> list[Verdict]:
         import torch
 
-        verdicts: dict[int, Verdict] = {}
-        valid: list[int] = []
-        for i, item in enumerate(items):
-            problem = input_problem(item)
-            if problem is None:
-                valid.append(i)
-            else:
-                verdicts[i] = failed_verdict(self._spec.ref, problem)
+        verdicts: list[Verdict] = []
         with torch.no_grad():
-            for batch in _batches(valid, self.batch_size):
-                results = self._score_batch([items[i] for i in batch])
-                for i, result in zip(batch, results, strict=True):
-                    verdicts[i] = self._verdict(result)
-        return [verdicts[i] for i in range(len(items))]
+            for start in range(0, len(items), self.batch_size):
+                batch = items[start : start + self.batch_size]
+                verdicts += [self._verdict(result) for result in self._score_batch(batch)]
+        return verdicts
 
     def _verdict(self, result: _Scored) -> Verdict:
         ref = self._spec.ref
