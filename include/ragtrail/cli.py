@@ -448,11 +448,10 @@ def testset_export(
 
 def _calibration_view(rt: Runtime, record: Any) -> dict[str, Any]:
     """A stored calibration with the gate decision it leads to under the configured bars."""
-    from ragtrail.judges.gate import bar_for, decide, default_bars
-    from ragtrail.pipeline.judges import judge_by_name
+    from ragtrail.judges.contract import JudgeSpec
+    from ragtrail.pipeline.judges import gate_decision
 
-    spec = judge_by_name(rt, record.judge).spec
-    decision = decide(spec, record, bar_for(spec, default_bars(rt.settings.judges)))
+    decision = gate_decision(rt, JudgeSpec.from_dict(record.spec), record)
     return {
         "judge": record.judge,
         "version": record.judge_version,
@@ -541,22 +540,18 @@ def judge_calibrate(
 @judge_app.command("list")
 def judge_list(as_json: JsonFlag = False) -> None:
     """The configured judges, their latest calibration and whether they gate."""
-    from ragtrail.judges.gate import bar_for, decide, default_bars
     from ragtrail.pipeline import judges as pj
-    from ragtrail.storage.judge_store import JudgeStore
 
-    rows = []
     with _runtime() as rt:
         judges = pj.generation_judges(rt)
         try:
             judges.append(pj.entailment_judge(rt))
         except (ValueError, OSError) as exc:
             console.print(f"[yellow]entailment judge unavailable:[/yellow] {exc}")
-        store, bars = JudgeStore(rt.engine), default_bars(rt.settings.judges)
-        for judge in judges:
-            spec = judge.spec
-            decision = decide(spec, store.latest(spec.name, spec.version), bar_for(spec, bars))
-            rows.append({"spec": spec.as_dict(), "decision": decision.as_dict()})
+        decisions = pj.gate_decisions(rt, judges)
+    rows = [
+        {"spec": j.spec.as_dict(), "decision": decisions[j.spec.name].as_dict()} for j in judges
+    ]
     if as_json:
         _emit(rows)
         return

@@ -10,7 +10,7 @@ earlier calibrations no longer apply.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -74,6 +74,21 @@ class JudgeSpec:
     def ref(self) -> str:
         """``name@version``: how stored verdicts name their judge."""
         return f"{self.name}@{self.version}"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JudgeSpec:
+        """Inverse of :meth:`as_dict` (e.g. the spec a calibration was stored with)."""
+        return cls(
+            name=data["name"],
+            version=data["version"],
+            role=JudgeRole(data["role"]),
+            backend=data["backend"],
+            model=data["model"],
+            verdict_type=VerdictType(data["verdict_type"]),
+            categories=tuple(data.get("categories", ())),
+            approximate=bool(data.get("approximate", False)),
+            description=data.get("description", ""),
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {

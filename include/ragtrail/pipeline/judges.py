@@ -32,7 +32,7 @@ from ragtrail.generate.critiques import CRITERIA, LlmCritiqueJudge
 from ragtrail.generate.judges import LABELLER, critique_judge_name
 from ragtrail.generate.labeller import LlmLabellerJudge
 from ragtrail.judges.calibration import calibrate_categorical, calibrate_contrasts
-from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput, JudgeRole
+from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput, JudgeRole, JudgeSpec
 from ragtrail.judges.contrasts import ContrastSource, build_contrasts
 from ragtrail.judges.gate import GateDecision, bar_for, decide, default_bars
 from ragtrail.judges.recording import Calibration, store_calibration
@@ -137,13 +137,17 @@ def judge_by_name(rt: Runtime, name: str) -> Judge:
 def gate_decisions(rt: Runtime, judges: Iterable[Judge]) -> dict[str, GateDecision]:
     """Judge name -> gate or advise, from the latest calibration of the judge's exact version."""
     store = JudgeStore(rt.engine)
-    bars = default_bars(rt.settings.judges)
     return {
-        j.spec.name: decide(
-            j.spec, store.latest(j.spec.name, j.spec.version), bar_for(j.spec, bars)
-        )
+        j.spec.name: gate_decision(rt, j.spec, store.latest(j.spec.name, j.spec.version))
         for j in judges
     }
+
+
+def gate_decision(
+    rt: Runtime, spec: JudgeSpec, calibration: CalibrationRecord | None
+) -> GateDecision:
+    """Gate or advise for ``spec`` given ``calibration``, under the configured bars."""
+    return decide(spec, calibration, bar_for(spec, default_bars(rt.settings.judges)))
 
 
 # ------------------------------------------------------------------------------- references
