@@ -176,8 +176,10 @@ def ground_context(rt: Runtime, corpus: str, item: QAItem) -> str | None:
         if holding:
             return holding[0].text
     probe = f"{item.question} {item.answer}" if answerable else item.question
-    vectors = rt.embedder.encode([probe, *(c.text for c in chunks)])
-    best = int(np.argmax(vectors[1:] @ vectors[0]))
+    # chunk vectors through the embedding cache: the same ground documents come up for many
+    # items (labeller examples, then contrast sources)
+    chunk_vectors = rt.cached_embedder.encode_chunks([c.text for c in chunks])
+    best = int(np.argmax(chunk_vectors @ rt.embedder.encode([probe])[0]))
     return chunks[best].text
 
 
@@ -415,7 +417,7 @@ def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, dict[str, Any]]:
                 if sources is None:
                     sources = contrast_sources(rt, corpus, items, accepted_items(rt, corpus))
                 record = calibrate_critique(rt, spec.name.removeprefix("critique."), sources)
-        except (CalibrationError, ValueError) as exc:
+        except ValueError as exc:  # CalibrationError included
             log.warning("%s not calibrated: %s", spec.ref, exc)
             report[spec.name] = {"status": "not calibrated", "judge": spec.ref, "reason": str(exc)}
             continue
