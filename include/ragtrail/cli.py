@@ -514,18 +514,19 @@ def judge_calibrate(
 ) -> None:
     """Measure a judge against labelled references and store the result with its version."""
     from ragtrail.generate.critiques import CRITERIA
+    from ragtrail.generate.judges import LABELLER, criterion_of, critique_judge_name
     from ragtrail.pipeline import judges as pj
     from ragtrail.testset.qaset import load_qa_set
 
     with _runtime() as rt:
-        if name == "labeller":
+        if name == LABELLER:
             items, _ = load_qa_set(reference)
             records = [pj.calibrate_labeller(rt, corpus, items, per_label=per_label)]
-        elif name == "critiques" or name.startswith("critique."):
+        elif name == "critiques" or criterion_of(name) is not None:
+            criteria = list(CRITERIA) if name == "critiques" else [str(criterion_of(name))]
+            pj.judge_by_name(rt, critique_judge_name(criteria[0]))  # unknown criterion: clear error
             items, _ = load_qa_set(reference)
             sources = pj.contrast_sources(rt, corpus, items)
-            criteria = list(CRITERIA) if name == "critiques" else [name.removeprefix("critique.")]
-            pj.judge_by_name(rt, f"critique.{criteria[0]}")  # unknown criterion: clear error
             records = [pj.calibrate_critique(rt, c, sources, n=pairs) for c in criteria]
         else:
             records = [pj.calibrate_entailment(rt, name, reference, sample=sample)]

@@ -31,6 +31,13 @@ def critique_judge_name(criterion: str) -> str:
     return f"{CRITIQUE_PREFIX}{criterion}"
 
 
+def criterion_of(judge_name: str) -> str | None:
+    """The criterion of a ``critique.<criterion>`` judge name; None for other judges."""
+    return (
+        judge_name.removeprefix(CRITIQUE_PREFIX) if judge_name.startswith(CRITIQUE_PREFIX) else None
+    )
+
+
 def llm_judge_spec(
     name: str,
     role: JudgeRole,

@@ -29,7 +29,7 @@ import numpy as np
 from ragtrail import jsonsafe
 from ragtrail.config import ModelRole
 from ragtrail.generate.critiques import CRITERIA, LlmCritiqueJudge
-from ragtrail.generate.judges import LABELLER, critique_judge_name
+from ragtrail.generate.judges import LABELLER, criterion_of, critique_judge_name
 from ragtrail.generate.labeller import LlmLabellerJudge
 from ragtrail.judges.calibration import calibrate_categorical, calibrate_contrasts
 from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput, JudgeRole, JudgeSpec
@@ -115,8 +115,8 @@ def judge_by_name(rt: Runtime, name: str) -> Judge:
     """``labeller``, ``critique.<criterion>`` or an entailment judge name."""
     if name == LABELLER:
         return labeller_judge(rt)
-    if name.startswith("critique."):
-        criterion = name.removeprefix("critique.")
+    criterion = criterion_of(name)
+    if criterion is not None:
         if criterion not in CRITERIA:
             raise CalibrationError(f"unknown critique {criterion!r}; known: {list(CRITERIA)}")
         return critique_judge(rt, criterion)
@@ -416,7 +416,7 @@ def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, dict[str, Any]]:
             else:
                 if sources is None:
                     sources = contrast_sources(rt, corpus, items, accepted_items(rt, corpus))
-                record = calibrate_critique(rt, spec.name.removeprefix("critique."), sources)
+                record = calibrate_critique(rt, str(criterion_of(spec.name)), sources)
         except ValueError as exc:  # CalibrationError included
             log.warning("%s not calibrated: %s", spec.ref, exc)
             report[spec.name] = {"status": "not calibrated", "judge": spec.ref, "reason": str(exc)}

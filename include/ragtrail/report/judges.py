@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ragtrail.generate.judges import LABELLER
 from ragtrail.report.html import ReportSection, render_section
-
-LABELLER = "labeller"
 
 
 def _figure(decision: Mapping[str, Any]) -> str:
