@@ -103,6 +103,15 @@ def test_best_strategy_table_values() -> None:
     assert best.loc["reasoning", "gap_to_best"] == pytest.approx(0.2 / 0.83)
 
 
+def test_weakest_label_sentence_when_labels_tie() -> None:
+    best = pd.DataFrame(
+        {"label": ["fact_single", "summary", "unanswerable"], "best_recall": [1.0, 1.0, 0.7]}
+    )
+    assert weakest_label_sentence(best) == (
+        "no weakest label: fact_single, summary all reach Recall@5 1.00"
+    )
+
+
 def test_weakest_label_sentence() -> None:
     sentence = weakest_label_sentence(best_strategy(synthetic_metrics()))
     assert sentence == (

@@ -237,7 +237,8 @@ def weakest_label_sentence(best: pd.DataFrame, metric: str = PRIMARY_METRIC) -> 
     """E.g. "reasoning is the weakest label: Recall@5 0.61 vs 0.83 best (26.5% relative gap)".
 
     Only answerable labels compete (not ``inclusive``, not ``unanswerable``, whose recall is 0 by
-    construction). None when fewer than two labels or the best value is 0.
+    construction). None when fewer than two labels or the best value is 0. When every label
+    reaches the best value there is no weakest one, and the sentence says they tie.
     """
     if best.empty or "best_recall" not in best.columns:
         return None
@@ -251,6 +252,9 @@ def weakest_label_sentence(best: pd.DataFrame, metric: str = PRIMARY_METRIC) -> 
     if top <= 0:
         return None
     gap = (top - float(worst["best_recall"])) / top
+    if gap == 0:
+        labels = ", ".join(str(label) for label in eligible["label"])
+        return f"no weakest label: {labels} all reach {metric_title(metric)} {top:.2f}"
     return (
         f"{worst['label']} is the weakest label: {metric_title(metric)} "
         f"{float(worst['best_recall']):.2f} vs {top:.2f} best ({gap * 100:.1f}% relative gap)"
