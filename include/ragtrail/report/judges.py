@@ -44,17 +44,25 @@ def label_source_note(judges: Mapping[str, Mapping[str, Any]]) -> str:
     )
 
 
+def _mode(decision: Mapping[str, Any]) -> str:
+    """ "gated" or "advised only"; with the reason when no calibration figure shows it."""
+    if decision.get("mode") == "gate":
+        return "gated"
+    if decision.get("value") is None:
+        return f"advised only: {decision.get('reason') or 'no calibration'}"
+    return "advised only"
+
+
 def judges_section(judges: Mapping[str, Mapping[str, Any]]) -> ReportSection:
     """A table of the run's judges with their calibration (CI, n), bar and gate/advise mode."""
     rows = [
         [
             name,
-            decision.get("judge", name),
+            str(decision.get("judge", name)).rpartition("@")[2],
             _figure(decision),
             decision.get("n") or "–",
             _bar(decision),
-            "gated" if decision.get("mode") == "gate" else "advised only",
-            decision.get("reason", ""),
+            _mode(decision),
         ]
         for name, decision in judges.items()
     ]
@@ -67,7 +75,7 @@ def judges_section(judges: Mapping[str, Mapping[str, Any]]) -> ReportSection:
     )
     html = render_section(
         "table_section.html",
-        columns=["judge", "version", "calibration", "n", "bar", "this run", "why"],
+        columns=["judge", "version", "calibration", "n", "bar", "this run"],
         rows=rows,
         note=note,
     )
