@@ -1,0 +1,130 @@
+"""The default nightly end to end: the README's main job, cold and then warm, in one run.
+
+Runs ``ragtrail nightly --json`` twice as a user would (subprocesses, one fresh ``RAGTRAIL_HOME``):
+a cold night (empty caches: ingest, golden set, judge calibration, generation with the bundled
+SmolLM2, evaluation of both sets) and a warm night right after it (unchanged corpus: no new
+snapshot, calibrations and the test-set version reused, every model call cached). Reports each
+night's wall time, peak RSS and new model calls (rows added to the LLM cache), the warm/cold
+ratio, and the verdicts the cold night's judge calibration asked for. Target (issue 8): the cold night stays under 10 minutes after
+setup on 2 CPU cores.
+
+    .venv/bin/python -m benchmarks.bench_nightly [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+from benchmarks._common import machine_line, write_section
+
+TARGET_S = 600.0
+
+
+def _night(env: dict[str, str]) -> tuple[dict[str, Any], float, float]:
+    """One ``ragtrail nightly --json``: its result, wall seconds and peak RSS (MiB)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ragtrail.cli", "nightly", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    stdout = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"ragtrail nightly failed (status {status})")
+    return json.loads(stdout), wall, usage.ru_maxrss / 1024  # Linux: ru_maxrss in KiB
+
+
+def _scalar(home: Path, sql: str) -> Any:
+    engine = create_engine(f"sqlite:///{home / 'ragtrail.db'}")
+    with engine.connect() as conn:
+        value = conn.execute(text(sql)).all()
+    engine.dispose()
+    return value
+
+
+def _cached_calls(home: Path) -> int:
+    """Model replies in the content-addressed LLM cache: one per distinct model call ever made."""
+    return int(_scalar(home, "SELECT count(*) FROM llm_cache")[0][0])
+
+
+def _calibration_verdicts(home: Path) -> tuple[int, int]:
+    """(verdicts the calibrations asked for, calibrations stored) in the home's database."""
+    rows = _scalar(home, "SELECT kind, n FROM judge_calibrations")
+    # a categorical calibration judges n items; a contrast judges n intact + n perturbed
+    return sum(n if kind == "categorical" else 2 * n for kind, n in rows), len(rows)
+
+
+def run() -> str:
+    with tempfile.TemporaryDirectory(prefix="ragtrail-bench-nightly-") as tmp:
+        home = Path(tmp) / "home"
+        env = {
+            **os.environ,
+            "RAGTRAIL_HOME": str(home),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+        cold, cold_s, cold_rss = _night(env)
+        cold_cached = _cached_calls(home)
+        warm, warm_s, warm_rss = _night(env)
+        warm_new = _cached_calls(home) - cold_cached
+        verdicts, calibrations = _calibration_verdicts(home)
+    generation = cold["generation"] or {}
+    accepted = generation.get("accepted") or {}
+    sets = ", ".join(
+        f"{name} ({s['n_questions']} questions)" for name, s in cold["evaluation"]["sets"].items()
+    )
+    warm_generation = warm["generation"] or {}
+    reused = warm_generation.get("regenerated") is False
+    rows = [
+        "| night | wall | peak RSS | new model calls (cache rows added) | test-set version |",
+        "|---|---|---|---|---|",
+        f"| cold (fresh home) | {cold_s:.0f} s | {cold_rss:.0f} MiB | {cold_cached} | "
+        f"{generation.get('version')} (new) |",
+        f"| warm (unchanged corpus, right after) | {warm_s:.0f} s | {warm_rss:.0f} MiB | "
+        f"{warm_new} | {warm_generation.get('version')} "
+        f"({'reused' if reused else 'regenerated'}) |",
+    ]
+    verdict = "met" if cold_s < TARGET_S else "NOT met"
+    return (
+        "## Nightly end to end — `ragtrail nightly` on the shipped sample corpus\n\n"
+        f"Machine: {machine_line()}. Default settings: embedded index, all-MiniLM-L6-v2, "
+        "SmolLM2-135M-Instruct (local transformers, CPU) for every LLM role, SQLite; both nights "
+        "in one run, one after the other, nothing else running.\n\n"
+        + "\n".join(rows)
+        + f"\n\nWarm / cold wall-time ratio: {warm_s / cold_s:.2f}. Target: the cold night under "
+        f"{TARGET_S / 60:.0f} minutes after setup — {verdict} ({cold_s / 60:.1f} min). The cold "
+        f"night calibrated {calibrations} judges (the labeller and 8 critiques), asking for "
+        f"{verdicts} verdicts (before de-duplication and the cache); it evaluated {sets}; the "
+        f"generated version holds {sum(accepted.values())} items {accepted}; the night reported "
+        f"{generation.get('model_calls')} model calls (retries included; "
+        f"{generation.get('cache_hits')} cache hits).\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    args = parser.parse_args()
+    section = run()
+    print(section)
+    if args.write:
+        write_section("nightly", section)
+
+
+if __name__ == "__main__":
+    main()
