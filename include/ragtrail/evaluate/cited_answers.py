@@ -135,6 +135,55 @@ def answer_words(statements: Sequence[Statement]) -> int:
     return sum(len(s.text.split()) for s in statements)
 
 
+# ------------------------------------------------------------------------------ answer records
+
+
+@dataclass(frozen=True)
+class SourcePassage:
+    """A passage an answer may cite: ``[k]`` refers to the k-th passage of its list."""
+
+    docid: str
+    text: str
+
+
+@dataclass(frozen=True)
+class GoldAnswer:
+    """A reference answer whose ``[k]`` markers point into the record's ``gold_passages``; the
+    flags are the human ratings where the source has them (HAGRID), else None."""
+
+    text: str
+    attributable: bool | None = None
+    informative: bool | None = None
+
+
+@dataclass(frozen=True)
+class AnswerRecord:
+    """One answer to score, from any source: an attributed-answer scenario run here, or a line of
+    a production system's log (``ragtrail eval answers``).
+
+    ``passages`` are what the answering model saw, in the order its ``[k]`` refer to. The optional
+    fields enable more metrics: ``relevant_docids`` (citation precision/recall against known
+    relevance, retrieval metrics), ``gold_answers`` + ``gold_passages`` (citation overlap,
+    ROUGE-L, BLEU). ``statements`` holds the answer already split when the producer has it
+    (structured output); otherwise :meth:`cited_statements` parses ``answer``.
+    """
+
+    qid: str
+    question: str
+    answer: str
+    passages: tuple[SourcePassage, ...] = ()
+    relevant_docids: tuple[str, ...] | None = None
+    gold_answers: tuple[GoldAnswer, ...] | None = None
+    gold_passages: tuple[SourcePassage, ...] | None = None
+    statements: tuple[Statement, ...] | None = None
+    label: str | None = None
+
+    def cited_statements(self) -> list[Statement]:
+        if self.statements is not None:
+            return list(self.statements)
+        return parse_statements(self.answer)
+
+
 # ------------------------------------------------------------------------------------ prompts
 
 
