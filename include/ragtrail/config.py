@@ -208,6 +208,57 @@ class JudgeSettings(BaseModel):
     )
 
 
+MIXTURE_TYPES = ("relevant+irrelevant", "relevant+seemingly", "all")
+SCENARIOS = ("G", "RTG-vanilla", "RTG-query-gen", "GTR", "RTG-gold")
+FUSIONS = ("rrf", "combsum", "combmnz")
+
+
+class CitationSettings(BaseModel):
+    """Citation evaluation: relevance mixtures (RAGE) and attributed-answer scenarios (AIR).
+
+    The nightly answers ``max_items`` questions per QA set (stratified by label, seeded); with
+    the bundled 135M model on 2 CPU cores that keeps the whole default night under 15 minutes.
+    ``max_items: 0`` evaluates every question: the full-size run is this one setting away.
+    """
+
+    enabled: bool = Field(True, description="run citation evaluation in the nightly")
+    mixture: str = Field("1-3/3/3", description="relevant min-max / irrelevant / seemingly")
+    mixture_types: tuple[str, ...] = MIXTURE_TYPES
+    exclude_ground_documents: bool = Field(
+        True,
+        description="never use other chunks of a ground document as seemingly relevant "
+        "(overlapping windows can carry the answer)",
+    )
+    max_items: int = Field(6, ge=0, description="questions per QA set; 0 = all")
+    scenario_items: int = Field(4, ge=0, description="questions per set for scenarios; 0 = all")
+    scenarios: tuple[str, ...] = SCENARIOS
+    scenario_k: int = Field(3, ge=1, le=20, description="passages per RTG answer")
+    subqueries: int = Field(3, ge=1, le=8, description="sub-queries RTG-query-gen writes")
+    fusion: Literal["rrf", "combsum", "combmnz"] = "rrf"
+    baseline_repeats: int = Field(200, ge=1, description="random-citation draws per mixture")
+    bootstrap_samples: int = Field(1000, ge=0)
+    max_new_tokens: int = Field(160, ge=16, le=2048, description="answer token budget")
+    max_invalid_share: float = Field(
+        0.05, ge=0.0, le=1.0, description="warn when more citations than this are out of range"
+    )
+
+    @field_validator("mixture_types")
+    @classmethod
+    def _known_types(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(v) - set(MIXTURE_TYPES))
+        if unknown or not v:
+            raise ValueError(f"mixture_types must be a non-empty subset of {MIXTURE_TYPES}")
+        return tuple(t for t in MIXTURE_TYPES if t in v)
+
+    @field_validator("scenarios")
+    @classmethod
+    def _known_scenarios(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(v) - set(SCENARIOS))
+        if unknown:
+            raise ValueError(f"unknown scenarios {unknown}; known: {SCENARIOS}")
+        return tuple(s for s in SCENARIOS if s in v)
+
+
 class Settings(BaseSettings):
     """Settings for one ragtrail installation. Build with :func:`load_settings`."""
 
@@ -261,6 +312,7 @@ class Settings(BaseSettings):
     generation: GenerationSettings = GenerationSettings()
     models: ModelSettings = ModelSettings()
     judges: JudgeSettings = JudgeSettings()
+    citations: CitationSettings = CitationSettings()
     nli_model: str | None = Field(
         None,
         description="NLI model for entailment judges: 'hf:<HF id, local path or s3:// URI>'; "

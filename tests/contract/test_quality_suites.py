@@ -17,9 +17,12 @@ from ragtrail.quality.suites import (
     FAIL,
     WARN,
     chunks_suite,
+    citation_metrics_suite,
+    citation_queries_suite,
     documents_suite,
     golden_set_suite,
     prepare_chunks,
+    prepare_citation_metrics,
     prepare_golden_set,
     prepare_retrieval_results,
     quarantine_suite,
@@ -133,6 +136,8 @@ def failed(result: QualityResult, fragment: str) -> bool:
         retrieval_results_suite(ALL_LABELS, WEIGHTS, MIN_QUESTIONS),
         quarantine_suite(),
         golden_set_suite(),
+        citation_queries_suite(),
+        citation_metrics_suite(0.05),
     ],
     ids=lambda s: s.name,
 )
@@ -408,3 +413,79 @@ def test_golden_set_smells_only_warn(runner: QualityRunner) -> None:
     assert len(result.warnings) == 3
     assert "answer_ok" in warned and "question_key" in warned
     assert "expect_column_distinct_values_to_contain_set(label)" in warned
+
+
+# ------------------------------------------------------------------------------------------------
+# citations
+# ------------------------------------------------------------------------------------------------
+
+
+def good_citation_queries() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "qid": ["q1", "q1", "q1", "q2"],
+            "label": ["summary", "summary", "summary", "unanswerable"],
+            "mixture": ["all", "all", "relevant+irrelevant", "all"],
+            "system": ["model", "random", "model", "model"],
+            "precision": [0.5, 0.25, None, None],
+            "recall": [1.0, 0.4, 0.0, None],
+            "f1": [2 / 3, 0.3, 0.0, None],
+        }
+    )
+
+
+def good_citation_metrics() -> pd.DataFrame:
+    rows = [
+        ("citation_f1", 0.5, 0.3, 0.7, 5),
+        ("answer_words", 14.0, 11.0, 17.0, 5),
+        ("invalid_citation_rate", 0.0, 0.0, 0.0, 5),
+        ("citation_precision", None, None, None, 0),
+    ]
+    return pd.DataFrame(
+        [
+            {
+                "evaluation": "citations",
+                "metric": m,
+                "value": v,
+                "ci_low": lo,
+                "ci_high": hi,
+                "n": n,
+            }
+            for m, v, lo, hi, n in rows
+        ]
+    )
+
+
+def test_good_citation_frames_pass_without_warnings(runner: QualityRunner) -> None:
+    queries = runner.validate("cq.good", good_citation_queries(), citation_queries_suite())
+    metrics = runner.validate(
+        "cm.good", prepare_citation_metrics(good_citation_metrics()), citation_metrics_suite(0.05)
+    )
+    for result in (queries, metrics):
+        assert result.success and result.failures == [] and result.warnings == []
+
+
+def test_citation_rows_must_be_unique_and_in_range(runner: QualityRunner) -> None:
+    frame = good_citation_queries()
+    frame.loc[2, "mixture"] = "all"  # q1/all/model twice
+    frame.loc[0, "f1"] = 1.5
+    frame.loc[1, "system"] = "oracle"
+    result = runner.validate("cq.bad", frame, citation_queries_suite())
+    failed = " ".join(result.failures)
+    assert "expect_compound_columns_to_be_unique" in failed
+    assert "be_between(f1)" in failed and "be_in_set(system)" in failed
+    assert len(result.failures) == 3
+
+
+def test_citation_metric_range_interval_and_invalid_share(runner: QualityRunner) -> None:
+    frame = good_citation_metrics()
+    frame.loc[0, "value"] = 0.9  # outside its interval [0.3, 0.7]
+    frame.loc[1, "value"] = -1.0  # a negative count
+    frame.loc[2, ["value", "ci_low", "ci_high"]] = [0.2, 0.1, 0.3]
+    result = runner.validate(
+        "cm.bad", prepare_citation_metrics(frame), citation_metrics_suite(0.05)
+    )
+    failed = " ".join(result.failures)
+    assert "value_in_range" in failed and "ci_contains_value" in failed
+    assert len(result.failures) == 2
+    assert len(result.warnings) == 1 and "invalid_citation_rate" in result.warnings[0]

@@ -580,3 +580,112 @@ def golden_set_suite() -> gx.ExpectationSuite:
         ),
     ]
     return _suite(GOLDEN_SET_SUITE, "the items of one golden QA set", expectations)
+
+
+# ------------------------------------------------------------------------------------------------
+# citations
+# ------------------------------------------------------------------------------------------------
+
+CITATION_QUERIES_SUITE: Final = "citation_queries"
+CITATION_METRICS_SUITE: Final = "citation_metrics"
+
+CITATION_QUERY_COLUMNS: Final = ("qid", "label", "mixture", "system", "precision", "recall", "f1")
+CITATION_METRIC_COLUMNS: Final = (
+    "evaluation",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+    "value_in_range",
+    "ci_contains_value",
+)
+INVALID_CITATION_RATE: Final = "invalid_citation_rate"
+
+UNBOUNDED_METRICS: Final = frozenset({"distinct_citations", "answer_words", "n_citations"})
+"""Citation metrics that are counts (>= 0); every other one is a proportion in [0, 1]."""
+
+
+def prepare_citation_metrics(aggregates: pd.DataFrame) -> pd.DataFrame:
+    """Copy of a long aggregates frame (evaluation, metric, value, ci_low, ci_high, n, facets…)
+    with ``value_in_range`` (proportions in [0, 1], counts >= 0; a null value — undefined, with
+    its reason kept elsewhere — is in range) and ``ci_contains_value`` (as for retrieval)."""
+    out = aggregates.drop(columns=["undefined"], errors="ignore").copy()
+    value = pd.to_numeric(out["value"], errors="coerce")
+    low = pd.to_numeric(out["ci_low"], errors="coerce")
+    high = pd.to_numeric(out["ci_high"], errors="coerce")
+    counts = out["metric"].isin(UNBOUNDED_METRICS)
+    in_range = value.isna() | ((value >= 0) & (counts | (value <= 1)))
+    out["value_in_range"] = in_range.astype(bool)
+    missing = value.isna() | low.isna() | high.isna()
+    inside = (low <= value + CI_TOLERANCE) & (value <= high + CI_TOLERANCE)
+    out["ci_contains_value"] = (missing | inside).astype(bool)
+    return out
+
+
+def citation_queries_suite() -> gx.ExpectationSuite:
+    """Suite over per-query citation rows (one per question, mixture type and system).
+
+    fail: columns present; one row per (qid, mixture, system); precision, recall and F1 in [0, 1]
+    where defined; system is "model" or "random".
+    """
+    expectations: list[gxe.Expectation] = [
+        _columns_present(CITATION_QUERY_COLUMNS),
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=["qid", "mixture", "system"],
+            meta=policy(FAIL, "each question is answered once per mixture type and system"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="system",
+            value_set=["model", "random"],
+            meta=policy(FAIL, "every table reads model vs random"),
+        ),
+        *[
+            gxe.ExpectColumnValuesToBeBetween(
+                column=col,
+                min_value=0.0,
+                max_value=1.0,
+                meta=policy(FAIL, "citation precision, recall and F1 are proportions"),
+            )
+            for col in ("precision", "recall", "f1")
+        ],
+    ]
+    return _suite(CITATION_QUERIES_SUITE, "per-query citation scores", expectations)
+
+
+def citation_metrics_suite(max_invalid_share: float) -> gx.ExpectationSuite:
+    """Suite over citation aggregates prepared by :func:`prepare_citation_metrics`.
+
+    fail: columns present; every value in its range; every interval contains its estimate; n >= 0
+    (an undefined figure has n = 0 and a null value).
+    warn: the model's invalid-citation rate is at most ``max_invalid_share``.
+    """
+    expectations: list[gxe.Expectation] = [
+        _columns_present(CITATION_METRIC_COLUMNS),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="value_in_range",
+            value_set=[True],
+            meta=policy(FAIL, "proportions lie in [0, 1] and counts are never negative"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="ci_contains_value",
+            value_set=[True],
+            meta=policy(FAIL, "a bootstrap interval must contain its point estimate"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="n",
+            min_value=0,
+            meta=policy(FAIL, "every figure says over how many questions it was computed"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="value",
+            max_value=max_invalid_share,
+            row_condition=Column("metric") == INVALID_CITATION_RATE,
+            meta=policy(
+                WARN,
+                "citations outside 1..n mean the model does not follow the numbering "
+                "(local models decode under a schema that forbids them)",
+            ),
+        ),
+    ]
+    return _suite(CITATION_METRICS_SUITE, "citation metrics with intervals", expectations)
