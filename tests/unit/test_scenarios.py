@@ -24,7 +24,14 @@ from ragtrail.evaluate.scenarios import (
     ScenarioRun,
     run_scenarios,
 )
-from ragtrail.evaluate.subqueries import NO_USABLE_QUERY, SUBQUERY_PROMPT
+from ragtrail.evaluate.subqueries import (
+    MAX_SUBQUERY_CHARS,
+    NO_USABLE_QUERY,
+    SUBQUERY_PROMPT,
+    SubqueryInput,
+    subquery_schema,
+    usable_queries,
+)
 from ragtrail.jsonsafe import dumps
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.cache import MemoryLLMCache
@@ -299,3 +306,11 @@ def test_bad_settings_list_every_problem() -> None:
     message = str(info.value)
     for part in ("'RAG'", "k must be", "text_weight", "'pm2'", "subqueries must be"):
         assert part in message
+
+
+def test_subquery_cleaning_and_guided_schema() -> None:
+    written = ["  ferry   price ", "", "FERRY PRICE!", Q1.upper(), "kiosk", "pier", "extra"]
+    assert usable_queries(Q1, written, 3) == ("ferry price", "kiosk", "pier")
+    queries = subquery_schema(SubqueryInput(question=Q1, count=2))["properties"]["queries"]
+    assert (queries["minItems"], queries["maxItems"]) == (1, 2)
+    assert queries["items"]["maxLength"] == MAX_SUBQUERY_CHARS

@@ -29,6 +29,7 @@ ground chunk, say) is recorded as ``skipped`` without a model call.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -266,8 +267,7 @@ def _check_settings(
         problems.append(f"subqueries must be >= 1, got {subqueries}")
     if fusion not in FUSION_METHODS:
         problems.append(f"unknown fusion {fusion!r}; known: {', '.join(FUSION_METHODS)}")
-    qids = [item.qid for item in items]
-    repeated = sorted({q for q in qids if qids.count(q) > 1})
+    repeated = sorted(q for q, n in Counter(item.qid for item in items).items() if n > 1)
     if repeated:
         problems.append(f"question ids repeated: {repeated}")
     if problems:
