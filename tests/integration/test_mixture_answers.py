@@ -199,3 +199,26 @@ def test_runtime_corpus_uses_the_retriever_for_document_level_items(make_runtime
             p.doc_id not in item.ground_doc_ids for p in mixture.passages if p not in relevant
         )
         assert len(mixture.passages) == len(relevant) + 6
+
+
+@pytest.mark.slow
+def test_real_smollm2_answers_two_mixtures_with_in_range_citations() -> None:
+    """The bundled SmolLM2 under guided decoding: every answer parses or is a recorded failure
+    with its raw text, and parsed citations stay within 1..n."""
+    from ragtrail.evaluate.mixture_answers import answer_mixtures
+    from ragtrail.evaluate.mixtures import MixtureSpec, build_mixtures
+    from ragtrail.llm.factory import load_llm_backend
+
+    items = [ITEMS[0], ITEMS[1]]
+    mixtures = build_mixtures(
+        items, CORPUS, spec=MixtureSpec.parse("1/2/0"), types=("relevant+irrelevant",)
+    ).mixtures
+    backend = load_llm_backend("builtin:smollm2-135m-instruct", batch_size=2)
+    answers = answer_mixtures(LLMClient(backend, max_attempts=2), mixtures)
+    assert [a.qid for a in answers] == ["q1", "q2"]
+    for mixture, answer in zip(mixtures, answers, strict=True):
+        assert answer.raw_texts and all(isinstance(t, str) for t in answer.raw_texts)
+        if answer.ok:
+            assert all(1 <= k <= len(mixture.passages) for k in answer.cited)
+        else:
+            assert answer.error
