@@ -222,3 +222,18 @@ def test_real_smollm2_answers_two_mixtures_with_in_range_citations() -> None:
             assert all(1 <= k <= len(mixture.passages) for k in answer.cited)
         else:
             assert answer.error
+
+
+def test_a_reply_cut_off_at_the_token_limit_is_a_failure_not_an_abstention() -> None:
+    from ragtrail.evaluate.mixture_answers import TRUNCATED, answer_mixtures
+    from ragtrail.evaluate.mixtures import build_mixtures
+    from ragtrail.llm.backends.base import GenerationResult
+
+    # What SmolLM2 wrote at 200 tokens: its first sentence object alone parses as JSON.
+    cut = '{"sentences":[{"text":"A minimum of 20 characters.","citations":[1]},{"text":"A min'
+    reply = GenerationResult(text=cut, completion_tokens=200, finish_reason="length")
+    mixtures = build_mixtures([ITEMS[0]], CORPUS, types=("all",)).mixtures
+    [answer] = answer_mixtures(LLMClient(ScriptedBackend([reply]), max_attempts=1), mixtures)
+    assert not answer.ok and not answer.abstained
+    assert answer.cause == TRUNCATED
+    assert answer.raw_texts == (cut,)

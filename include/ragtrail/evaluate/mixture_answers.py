@@ -5,6 +5,10 @@ their numbered order). All inputs go to :meth:`LLMClient.run` in one call, so th
 in batches, every completion is cached by content (a re-run makes no model call) and retries are
 the client's. A call that still fails is kept as a failed :class:`MixtureAnswer` with the raw text
 of every attempt: the metrics count it and leave it out of their averages.
+
+A reply cut off at ``max_new_tokens`` is a failure (cause :data:`TRUNCATED`) even when the client
+parsed it: the first complete inner object of a cut-off ``{"sentences": [{...}, {...`` is itself
+valid JSON, and the output model's default would read it as an abstention.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from ragtrail.evaluate.mixtures import Mixture
 from ragtrail.llm.client import GenerationParams, LLMClient
 
 ANSWER_STAGE = "citations"
-DEFAULT_ANSWER_PARAMS = GenerationParams(max_new_tokens=160, temperature=0.0, seed=0)
-"""Greedy, guided. 160 tokens hold three short cited sentences in JSON (SmolLM2 measured at
-about 30-90 tokens per answer, see the report of issue 9); the client doubles the budget for a
-retry of a reply cut off at the limit."""
+TRUNCATED = "truncated"
+DEFAULT_ANSWER_PARAMS = GenerationParams(max_new_tokens=256, temperature=0.0, seed=0)
+"""Greedy, guided. The schema admits three sentences of up to 240 characters each (about 250
+tokens of JSON); SmolLM2-135M copies passage text into its sentences and used all of 200 tokens
+in the measurements of issue 9, hence 256."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,19 @@ def answer_mixtures(
     answers = []
     for mixture, outcome in zip(mixtures, outcomes, strict=True):
         raw = tuple(outcome.raw_texts)
-        if outcome.ok and outcome.value is not None:
+        truncated = bool(outcome.attempts) and outcome.attempts[-1].finish_reason == "length"
+        if outcome.ok and truncated:
+            answers.append(
+                MixtureAnswer(
+                    mixture.qid,
+                    mixture.mixture_type,
+                    False,
+                    raw_texts=raw,
+                    error="the reply was cut off at the token limit",
+                    cause=TRUNCATED,
+                )
+            )
+        elif outcome.ok and outcome.value is not None:
             answers.append(
                 MixtureAnswer(
                     mixture.qid,
