@@ -1,0 +1,48 @@
+"""The corpus relevance mixtures are drawn from, built from a :class:`Runtime`: the corpus's
+chunks from the metadata store, the dense and hybrid searches of its index (METHODS §6)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ragtrail.evaluate.mixtures import MixtureCorpus
+from ragtrail.evaluate.retrieval import collect_candidates
+from ragtrail.index.fusion import fuse
+from ragtrail.records import QAItem, SearchHit
+from ragtrail.runtime import Runtime
+
+DEFAULT_TEXT_WEIGHT = 0.5
+"""Weight of BM25 in the hybrid ranking that picks relevant chunks of document-level items."""
+
+
+def corpus_from_runtime(
+    rt: Runtime,
+    corpus: str,
+    *,
+    text_weight: float = DEFAULT_TEXT_WEIGHT,
+    candidates_per_modality: int = 100,
+) -> MixtureCorpus:
+    """A :class:`MixtureCorpus` over ``corpus``'s stored chunks and index.
+
+    Questions are embedded with the runtime's embedder in one batch per search (the same
+    encoder the retrieval evaluation uses); the hybrid ranking fuses each question's lexical and
+    dense candidates with ``text_weight``.
+    """
+    index = rt.index(corpus)
+    chunks = [record.to_chunk() for record in rt.store.get_chunks(corpus)]
+
+    def dense_search(questions: Sequence[str], k: int) -> list[list[SearchHit]]:
+        if not questions:
+            return []
+        vectors = rt.embedder.encode(list(questions))
+        return [list(index.search_dense(vectors[i], k)) for i in range(len(questions))]
+
+    def hybrid_search(questions: Sequence[str], k: int) -> list[list[SearchHit]]:
+        if not questions:
+            return []
+        items = [QAItem(qid=str(i), question=q, label="") for i, q in enumerate(questions)]
+        depth = max(k, candidates_per_modality)
+        candidates = collect_candidates(index, rt.embedder.encode, items, depth)
+        return [fuse(c, text_weight, k) for c in candidates]
+
+    return MixtureCorpus(chunks=chunks, dense_search=dense_search, hybrid_search=hybrid_search)
