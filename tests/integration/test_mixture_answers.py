@@ -229,11 +229,18 @@ def test_a_reply_cut_off_at_the_token_limit_is_a_failure_not_an_abstention() -> 
     from ragtrail.evaluate.mixtures import build_mixtures
     from ragtrail.llm.backends.base import GenerationResult
 
-    # What SmolLM2 wrote at 200 tokens: its first sentence object alone parses as JSON.
+    # What SmolLM2 wrote at 200 tokens: its first sentence object alone parses as JSON, but
+    # `sentences` is required, so it does not validate as an answer.
     cut = '{"sentences":[{"text":"A minimum of 20 characters.","citations":[1]},{"text":"A min'
     reply = GenerationResult(text=cut, completion_tokens=200, finish_reason="length")
     mixtures = build_mixtures([ITEMS[0]], CORPUS, types=("all",)).mixtures
     [answer] = answer_mixtures(LLMClient(ScriptedBackend([reply]), max_attempts=1), mixtures)
     assert not answer.ok and not answer.abstained
-    assert answer.cause == TRUNCATED
     assert answer.raw_texts == (cut,)
+    # A reply that validates but hit the limit (an unguided backend's trailing words) is
+    # refused by the guard as well.
+    whole = '{"sentences":[{"text":"A minimum of 20 characters.","citations":[1]}]} and then'
+    reply = GenerationResult(text=whole, completion_tokens=256, finish_reason="length")
+    [answer] = answer_mixtures(LLMClient(ScriptedBackend([reply]), max_attempts=1), mixtures)
+    assert not answer.ok and answer.cause == TRUNCATED
+    assert answer.raw_texts == (whole,)

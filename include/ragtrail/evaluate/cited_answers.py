@@ -207,9 +207,11 @@ class CitedAnswerOutput(BaseModel):
     """The answer as cited sentences; no sentence means the passages do not answer."""
 
     sentences: list[CitedSentence] = Field(
-        default_factory=list,
         description="empty when the passages do not contain the answer",
     )
+    # Required, not defaulted: the client's parser takes the first complete JSON object of a
+    # reply, and a cut-off reply's first complete object is an inner sentence, which a default
+    # would have read as an abstention.
 
 
 def statements_of(output: CitedAnswerOutput) -> list[Statement]:

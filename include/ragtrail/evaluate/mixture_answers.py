@@ -7,8 +7,9 @@ the client's. A call that still fails is kept as a failed :class:`MixtureAnswer`
 of every attempt: the metrics count it and leave it out of their averages.
 
 A reply cut off at ``max_new_tokens`` is a failure (cause :data:`TRUNCATED`) even when the client
-parsed it: the first complete inner object of a cut-off ``{"sentences": [{...}, {...`` is itself
-valid JSON, and the output model's default would read it as an abstention.
+parsed it: the client reads the first complete JSON object of a reply, and in a cut-off
+``{"sentences": [{...}, {...`` that is an inner sentence (``sentences`` is required, so such a
+reply no longer validates; this guard keeps any cut-off answer from counting).
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from ragtrail.llm.client import GenerationParams, LLMClient
 ANSWER_STAGE = "citations"
 TRUNCATED = "truncated"
 DEFAULT_ANSWER_PARAMS = GenerationParams(max_new_tokens=256, temperature=0.0, seed=0)
-"""Greedy, guided. The schema admits three sentences of up to 240 characters each (about 250
-tokens of JSON); SmolLM2-135M copies passage text into its sentences and used all of 200 tokens
-in the measurements of issue 9, hence 256."""
+"""Greedy, guided. The schema admits two sentences of up to 160 characters each (about 110 tokens
+of JSON); SmolLM2-135M copies passage text into its sentences, so it often uses the most the
+schema allows. 256 leaves room for an unguided backend's extra words."""
 
 
 @dataclass(frozen=True)
