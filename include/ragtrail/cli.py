@@ -29,7 +29,7 @@ from ragtrail.progress import ProgressUpdate
 from ragtrail.runtime import Runtime
 
 app = typer.Typer(help="ragtrail: keeps RAG systems honest every night.", no_args_is_help=True)
-eval_app = typer.Typer(help="Evaluate retrieval.", no_args_is_help=True)
+eval_app = typer.Typer(help="Evaluate retrieval and answers.", no_args_is_help=True)
 corpus_app = typer.Typer(help="Inspect ingested corpora.", no_args_is_help=True)
 testset_app = typer.Typer(help="Inspect and export test-set versions.", no_args_is_help=True)
 runs_app = typer.Typer(help="List evaluation runs and compare two of them.", no_args_is_help=True)
@@ -64,7 +64,7 @@ def _user_errors() -> Iterator[None]:
     try:
         yield
     except (ValueError, FileNotFoundError, SourceError, ModelLoadError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from exc
 
 
@@ -314,6 +314,105 @@ def _change_line(change: dict[str, Any]) -> str:
         f"{change['seed']}); all metrics: ragtrail runs compare {change['previous_run']} "
         f"{change['run']}"
     )
+
+
+@eval_app.command("answers")
+def eval_answers(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            help="JSONL, one answer a line: qid, question, passages [{docid, text}], answer; "
+            "optional relevant_docids, gold_answers, gold_passages, label.",
+        ),
+    ],
+    judge: Annotated[
+        str,
+        typer.Option(
+            "--judge",
+            help="Entailment judge: entailment (the configured one), entailment.nli, "
+            "entailment.embedding, entailment.llm, or none.",
+        ),
+    ] = "entailment",
+    bootstrap_samples: Annotated[int, typer.Option(min=0, help="0: no intervals.")] = 1000,
+    as_json: JsonFlag = False,
+) -> None:
+    """Attribution metrics of answers from a log: AutoAIS, ALCE citation P/R, citation overlap,
+    ROUGE-L/BLEU and citation P/R/F1, each with a 95% bootstrap CI and n."""
+    from ragtrail import jsonsafe
+    from ragtrail.pipeline.answers import score_answer_file
+
+    with _runtime() as rt:
+        report = score_answer_file(rt, file, judge=judge, bootstrap_samples=bootstrap_samples)
+    if as_json:
+        sys.stdout.write(jsonsafe.dumps(report.as_json(), "answers score", indent=2) + "\n")
+        return
+    _print_answers(report.as_json())
+
+
+def _ci(row: dict[str, Any]) -> str:
+    if row["ci_low"] is None or row["ci_high"] is None:
+        return "undefined"
+    return f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+
+
+def _print_answers(data: dict[str, Any]) -> None:
+    """Overall metrics (value, 95% CI, n, answers left out), the other facet sets' values, the
+    entailment judge with its gate decision, undefined reasons and the skipped metrics."""
+    by_group: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in data["aggregates"]:
+        group = ", ".join(f"{k}={v}" for k, v in sorted(row["facets"].items())) or "all"
+        by_group.setdefault(group, {})[row["metric"]] = row
+    overall = "label=inclusive" if "label=inclusive" in by_group else "all"
+    undefined = data["undefined"]
+    table = Table("metric", "value", "95% CI", "n", "undefined", title=f"{data['answers']} answers")
+    for metric, row in by_group.get(overall, {}).items():
+        left_out = sum(undefined.get(metric, {}).values())
+        table.add_row(metric, _num(row["value"]), _ci(row), str(row["n"]), str(left_out))
+    Console().print(table)
+    others = {g: rows for g, rows in by_group.items() if g != overall}
+    if others:
+        per_group = Table("metric", *others, title="value (n) per facet set")
+        for metric in by_group.get(overall) or next(iter(others.values())):
+            cells = [
+                f"{_num(rows[metric]['value'])} ({rows[metric]['n']})" for rows in others.values()
+            ]
+            per_group.add_row(metric, *cells)
+        Console().print(per_group)
+    spec, decision = data["judge"], data["judge_decision"]
+    if spec is None:
+        console.print("entailment judge: none", highlight=False, soft_wrap=True)
+    else:
+        kind = f"{spec['backend']}, APPROXIMATE" if spec["approximate"] else spec["backend"]
+        mode = "gates" if decision["gates"] else "advises only"
+        console.print(
+            f"entailment judge: {spec['name']}@{spec['version']} ({kind}; {spec['model']}), "
+            f"{mode}: {decision['reason']}\n  {data['judged_pairs']} pairs judged in "
+            f"{data['judge_calls']} call(s), {data['failed_verdicts']} failed",
+            highlight=False,
+            soft_wrap=True,
+        )
+    console.print(
+        f"citations: {data['citations']} ({data['invalid_citations']} invalid: no such passage)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    left_out: dict[tuple[str, int], list[str]] = {}
+    for metric, reasons in undefined.items():
+        for reason, count in reasons.items():
+            left_out.setdefault((reason, count), []).append(metric)
+    for (reason, count), metrics in left_out.items():
+        console.print(
+            f"undefined for {count} answer(s), {reason}: {', '.join(metrics)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    skipped: dict[str, list[str]] = {}
+    for metric, reason in data["skipped"].items():
+        skipped.setdefault(reason, []).append(metric)
+    for reason, metrics in skipped.items():
+        console.print(f"skipped {', '.join(metrics)}: {reason}", highlight=False, soft_wrap=True)
 
 
 @corpus_app.command("quarantine")

@@ -239,8 +239,8 @@ def read_hagrid_attribution(csv_path: Path | str) -> HagridPairs:
             raise ReferenceFormatError(path, [f"missing columns {sorted(missing)}"])
         for row_number, row in enumerate(reader, start=2):
             try:
-                quotes = {int(q["idx"]): str(q["text"]) for q in _literal(row, "gold_quotes")}
-                answers = _literal(row, "answers")
+                quotes = {int(q["idx"]): str(q["text"]) for q in literal_list(row, "gold_quotes")}
+                answers = literal_list(row, "answers")
             except (ValueError, KeyError, TypeError) as exc:
                 problems.append(f"row {row_number}: {type(exc).__name__}: {exc}")
                 continue
@@ -276,7 +276,7 @@ def hagrid_attribution_pairs(csv_path: Path | str) -> list[EntailmentExample]:
     return read_hagrid_attribution(csv_path).examples
 
 
-def _literal(row: Mapping[str, str], column: str) -> list[dict[str, Any]]:
+def literal_list(row: Mapping[str, str], column: str) -> list[dict[str, Any]]:
     """A cell holding a Python literal list of dicts."""
     try:
         value = ast.literal_eval(row[column])
