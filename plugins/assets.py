@@ -22,6 +22,8 @@ The extras each asset's events carry are defined once, in the core:
   ``qa_set_version`` (the generated set, else the first evaluated), ``sets`` (every evaluated set's
   run id, ``qa_set`` and version by name), ``metrics_uri``, ``report_uri``, ``report_path``,
   ``data_docs_path``, ``report_url``, ``data_docs_url``.
+- ``CITATION_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``sets`` (per evaluated set
+  its run id and headline citation F1, model and random, per mixture type) and ``metrics_uri``.
 - ``DRIFT_ASSET``: reserved for the drift decision that asks for retraining (nothing emits it yet).
 """
 
@@ -49,6 +51,12 @@ RETRIEVAL_METRICS_ASSET = Asset(
     group=ASSET_GROUP,
     extra={"description": "Recall@k per question label x text_weight, with the HTML report"},
 )
+CITATION_METRICS_ASSET = Asset(
+    name="ragtrail_citation_metrics",
+    uri="ragtrail://metrics/citations",
+    group=ASSET_GROUP,
+    extra={"description": "citation precision/recall/F1 on relevance mixtures, model vs random"},
+)
 DRIFT_ASSET = Asset(
     name="ragtrail_drift",
     uri="ragtrail://drift/default",
@@ -59,6 +67,7 @@ DRIFT_ASSET = Asset(
 ASSETS_BY_KEY: dict[str, Asset] = {
     "corpus": CORPUS_ASSET,
     "testset": TESTSET_ASSET,
+    "citation_metrics": CITATION_METRICS_ASSET,
     "retrieval_metrics": RETRIEVAL_METRICS_ASSET,
 }
 """The Asset of each key of ``ragtrail.pipeline.night.AssetKey``."""
@@ -66,6 +75,7 @@ ASSETS_BY_KEY: dict[str, Asset] = {
 ALL_ASSETS: tuple[Asset, ...] = (
     CORPUS_ASSET,
     TESTSET_ASSET,
+    CITATION_METRICS_ASSET,
     RETRIEVAL_METRICS_ASSET,
     DRIFT_ASSET,
 )
@@ -74,6 +84,7 @@ __all__ = [
     "ALL_ASSETS",
     "ASSETS_BY_KEY",
     "ASSET_GROUP",
+    "CITATION_METRICS_ASSET",
     "CORPUS_ASSET",
     "DRIFT_ASSET",
     "RETRIEVAL_METRICS_ASSET",

@@ -256,6 +256,130 @@ def eval_retrieval(
         console.print(f"report: {result['report']['report_path']}")
 
 
+@eval_app.command("citations")
+def eval_citations(
+    corpus: CorpusOpt = "handbook",
+    qa_set: Annotated[
+        str | None,
+        typer.Option(help="QA set file, golden:<version> or testset:<version>; default sample."),
+    ] = None,
+    mixture: Annotated[
+        str | None, typer.Option(help="relevant min-max / irrelevant / seemingly, e.g. 1-3/3/3")
+    ] = None,
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scenario",
+            help="Repeat: G, RTG-vanilla, RTG-query-gen, GTR, RTG-gold; "
+            "'none' runs no scenario. Default: citations.scenarios.",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of every draw; default settings.seed.")
+    ] = None,
+    items: Annotated[
+        int | None, typer.Option(help="Questions for the mixtures (0 = all); default setting.")
+    ] = None,
+    scenario_items: Annotated[
+        int | None, typer.Option(help="Questions for the scenarios (0 = all).")
+    ] = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Citation quality of the answering model: relevance mixtures (model vs random citations,
+    per mixture type and label, with CIs) and attributed-answer scenarios."""
+    from ragtrail.pipeline.citations import evaluate_citations, load_citations
+    from ragtrail.storage.db import utcnow
+
+    scenarios = None if scenario is None else [s for s in scenario if s.lower() != "none"]
+    run_id = run_id or f"citations-{utcnow():%Y%m%dT%H%M%S}"
+    with _runtime_with_progress(as_json) as (rt, _):
+        result = evaluate_citations(
+            rt,
+            corpus,
+            run_id=run_id,
+            qa_set=qa_set,
+            mixture=mixture,
+            scenarios=scenarios,
+            seed=seed,
+            max_items=items,
+            scenario_items=scenario_items,
+        )
+        summary = load_citations(rt, run_id)
+    if as_json:
+        _emit(summary)
+        return
+    assert summary is not None
+    _print_citations(summary)
+    console.print(f"stored: {result['citations_uri']} (run {run_id})", highlight=False)
+
+
+def _ci(agg: dict[str, Any] | None) -> str:
+    if not agg or agg.get("value") is None:
+        return "undefined"
+    low, high = agg.get("ci_low"), agg.get("ci_high")
+    ci = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+    return f"{agg['value']:.2f}{ci}"
+
+
+def _print_citations(summary: dict[str, Any]) -> None:
+    """Model vs random per mixture type and label, then the scenario table."""
+    mixture = summary["mixture"]
+    by = {(a["system"], a["mixture"], a["label"], a["metric"]): a for a in mixture["aggregates"]}
+    table = Table(
+        "mixture",
+        "label",
+        "model F1",
+        "random F1",
+        "model P",
+        "model R",
+        "n",
+        title=f"Citations of {summary['answerer']} on mixtures {mixture['spec']}",
+    )
+    for mix in mixture["types"]:
+        labels = sorted({a["label"] for a in mixture["aggregates"] if a["mixture"] == mix})
+        for label in labels:
+            f1 = by.get(("model", mix, label, "citation_f1"))
+            if f1 is None:
+                continue
+            table.add_row(
+                mix,
+                label,
+                _ci(f1),
+                _ci(by.get(("random", mix, label, "citation_f1"))),
+                _ci(by.get(("model", mix, label, "citation_precision"))),
+                _ci(by.get(("model", mix, label, "citation_recall"))),
+                str(f1.get("n", 0)),
+            )
+    Console().print(table)
+    console.print(
+        f"answers: {mixture['counts']['answers_ok']} ok, {mixture['failed']} failed, "
+        f"{mixture['counts']['abstained']} abstained",
+        highlight=False,
+    )
+    scenarios = summary.get("scenarios")
+    if not scenarios:
+        return
+    metrics = (
+        "autoais_cit",
+        "autoais_pssg",
+        "alce_citation_recall",
+        "alce_citation_precision",
+        "citation_precision",
+        "citation_recall",
+    )
+    by_s = {(a["scenario"], a["metric"]): a for a in scenarios["aggregates"]}
+    table = Table("scenario", *metrics, title="Attributed-answer scenarios")
+    for name in scenarios["names"]:
+        table.add_row(name, *(_ci(by_s.get((name, m))) for m in metrics))
+    Console().print(table)
+    judge = scenarios["judge"]
+    console.print(
+        f"entailment judge {judge.get('judge')}: {judge.get('mode')} ({judge.get('reason') or 'calibrated'})",
+        highlight=False,
+    )
+
+
 def _num(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
     """A number, or "undefined" for null (the reason is in the record's ``undefined``)."""
     return "undefined" if value is None else f"{value:{spec}}{suffix}"

@@ -237,11 +237,16 @@ def test_generate_wiring(dagbag: Any) -> None:
 
 
 def test_evaluate_wiring(dagbag: Any) -> None:
-    from assets import RETRIEVAL_METRICS_ASSET, TESTSET_ASSET
+    from assets import CITATION_METRICS_ASSET, RETRIEVAL_METRICS_ASSET, TESTSET_ASSET
 
     dag = dagbag.dags["evaluate_retrieval"]
     assert dag.schedule == TESTSET_ASSET
     assert dag.get_task("evaluate").pool == "embedding"
+    assert dag.get_task("cite").pool == "llm_api"
+    assert "evaluate" in dag.get_task("cite").upstream_task_ids  # after every set's retrieval
+    announce = dag.get_task("announce_citations")
+    assert announce.outlets == [CITATION_METRICS_ASSET]
+    assert announce.trigger_rule == "none_failed"
     assert dag.get_task("publish").outlets == [RETRIEVAL_METRICS_ASSET]
 
 

@@ -30,7 +30,7 @@ from ragtrail.records import DEFAULT_TEXT_WEIGHTS, LABELS
 
 log = logging.getLogger(__name__)
 
-AssetKey = Literal["corpus", "testset", "retrieval_metrics"]
+AssetKey = Literal["corpus", "testset", "citation_metrics", "retrieval_metrics"]
 """The logical datasets that chain the flows (Airflow Assets in ``plugins/assets.py``)."""
 
 COUNT_KEYS = (
@@ -55,6 +55,7 @@ ASSET_EXTRAS: dict[AssetKey, tuple[str, ...]] = {
         *COUNT_KEYS,
     ),
     "testset": ("corpus", "snapshot_id", "qa_set", "qa_set_version", "accepted", "regenerated"),
+    "citation_metrics": ("run_id", "corpus", "snapshot_id", "sets", "metrics_uri"),
     "retrieval_metrics": (
         "run_id",
         "corpus",
@@ -358,8 +359,9 @@ GENERATE = Flow(
 
 EVALUATE = Flow(
     dag_id="evaluate_retrieval",
-    doc="Recall@k per question label across the text-weight scan on every QA set of the corpus: "
-    "each golden set's latest version and the announced test set, each its own stored run.",
+    doc="Recall@k per question label across the text-weight scan on every QA set of the corpus "
+    "(each golden set's latest version and the announced test set, each its own stored run), "
+    "then the answering model's citation quality on each set.",
     run_prefix="retrieval",
     listens_to="testset",
     tags=("evaluation",),
@@ -402,6 +404,24 @@ EVALUATE = Flow(
             pool="embedding",
             map_over="sets",
             map_as="qa_set_entry",
+        ),
+        Step(
+            "cite",
+            "evaluate_set_citations",
+            "the answering model on relevance mixtures (model vs random citations) and the "
+            "attributed-answer scenarios of one QA set, stored in the set's run",
+            inputs=("corpus", "snapshot_id"),
+            pool="llm_api",
+            map_over="sets",
+            map_as="qa_set_entry",
+        ),
+        Step(
+            "announce_citations",
+            "announce_citations",
+            "collects every set's citation metrics into the night's citation summary",
+            inputs=("corpus", "run_id", "sets", "snapshot_id"),
+            after_mapped=True,
+            emits="citation_metrics",
         ),
         Step(
             "publish",

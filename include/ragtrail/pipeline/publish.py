@@ -33,13 +33,15 @@ if TYPE_CHECKING:  # GX loads slowly: imported where a report is built
 class SetToPublish:
     """One evaluated set: its stored run, its name in the report (None: a single-set report),
     its kind (golden / generated / file), validations made elsewhere (its test-set or golden-set
-    checks) and, for a generated set, its generation summary (adds the funnel sections)."""
+    checks), for a generated set its generation summary (adds the funnel sections), and its
+    citation summary when citations were evaluated (adds the citation sections and checks)."""
 
     run_id: str
     name: str | None = None
     kind: str = ""
     extra_quality: tuple[dict[str, Any], ...] = ()
     generation: dict[str, Any] | None = None
+    citations: dict[str, Any] | None = None
 
 
 def publish_sets(
@@ -57,6 +59,7 @@ def publish_sets(
     report_uri, data_docs_path, success and ``sets`` (name -> compact summary with ``change``).
     """
     from ragtrail.quality.runner import QualityRunner, enforce
+    from ragtrail.report.citations import citation_sections
     from ragtrail.report.html import SetView, render_sets_report
     from ragtrail.report.testset import testset_sections
 
@@ -73,6 +76,13 @@ def publish_sets(
         result = _validate_metrics(rt, runner, summary, entry.name)
         results.append(result)
         quality += [*entry.extra_quality, result.as_dict()]
+        sections = list(testset_sections(entry.generation, out) if entry.generation else ())
+        if entry.citations:
+            cited = _validate_citations(rt, runner, entry.citations, entry.name)
+            results += cited
+            quality += [r.as_dict() for r in cited]
+            suffix = "" if entry.name is None else f".{entry.name}"
+            sections += citation_sections(entry.citations, out, suffix)
         evaluation = summary["evaluation"]
         change = (
             change_since_previous(
@@ -93,7 +103,7 @@ def publish_sets(
                 name=entry.name,
                 description=_description(entry, summary),
                 change=change,
-                sections=testset_sections(entry.generation, out) if entry.generation else (),
+                sections=sections,
             )
         )
     runner.build_docs()
@@ -127,8 +137,9 @@ def publish_sets(
     (out / "metrics.json").write_text(jsonsafe.dumps(document, "metrics.json", indent=1))
     report_uri = rt.artifacts.put_tree(f"{run_prefix(run_id)}/report", out)
     runs = RunStore(rt.engine)
-    for entry, result in zip(sets, results, strict=True):
-        runs.finish_run(entry.run_id, "success" if result.success else "failed_quality", str(html))
+    for entry in sets:
+        ok = all(r.success for r in results if r.name.endswith(_validation_suffix(entry.name)))
+        runs.finish_run(entry.run_id, "success" if ok else "failed_quality", str(html))
     enforce(results)
     return {
         "report_path": str(html),
@@ -152,6 +163,38 @@ def _validate_metrics(
     frame = prepare_retrieval_results(pd.DataFrame(summary["metrics"]))
     validation = "retrieval_results" if name is None else f"retrieval_results.{name}"
     return runner.validate(validation, frame, suite)
+
+
+def _validation_suffix(name: str | None) -> str:
+    return "" if name is None else f".{name}"
+
+
+def _validate_citations(
+    rt: Runtime, runner: QualityRunner, citations: dict[str, Any], name: str | None
+) -> list[QualityResult]:
+    """GX on one set's citation results: the per-query rows (parquet) and every aggregate of the
+    mixture and scenario evaluations."""
+    import io
+
+    from ragtrail.quality.suites import (
+        citation_metrics_suite,
+        citation_queries_suite,
+        prepare_citation_metrics,
+    )
+
+    suffix = _validation_suffix(name)
+    key = f"{run_prefix(citations['run_id'])}/citation_queries.parquet"
+    queries = pd.read_parquet(io.BytesIO(rt.artifacts.get_bytes(key)))
+    aggregates = [{"evaluation": "citations", **a} for a in citations["mixture"]["aggregates"]] + [
+        {"evaluation": "attribution", **a}
+        for a in (citations.get("scenarios") or {}).get("aggregates", [])
+    ]
+    metrics = prepare_citation_metrics(pd.DataFrame(aggregates))
+    limit = rt.settings.citations.max_invalid_share
+    return [
+        runner.validate(f"citation_queries{suffix}", queries, citation_queries_suite()),
+        runner.validate(f"citation_metrics{suffix}", metrics, citation_metrics_suite(limit)),
+    ]
 
 
 def _description(entry: SetToPublish, summary: dict[str, Any]) -> str:

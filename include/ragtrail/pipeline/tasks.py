@@ -264,6 +264,53 @@ def evaluate_set(
     return {"name": qa_set_entry["name"], **result}
 
 
+def evaluate_set_citations(
+    rt: Runtime,
+    *,
+    corpus: str,
+    qa_set_entry: dict[str, str],
+    snapshot_id: str | None = None,
+) -> dict[str, Any]:
+    """Citation quality of the answering model on one planned QA set (relevance mixtures vs a
+    random baseline, attributed-answer scenarios), stored in the set's run."""
+    if not rt.settings.citations.enabled:
+        return {"name": qa_set_entry["name"], "skipped": "citations.enabled is false"}
+    from ragtrail.pipeline.citations import evaluate_citations
+
+    result = evaluate_citations(
+        rt,
+        corpus,
+        run_id=qa_set_entry["run_id"],
+        qa_set=qa_set_entry["qa_set"],
+        set_name=qa_set_entry["name"],
+        snapshot_id=snapshot_id,
+    )
+    return {"name": qa_set_entry["name"], **result}
+
+
+def announce_citations(
+    rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
+) -> dict[str, Any]:
+    """Every set's headline citation F1 (model and random per mixture type) in one document,
+    announced as the citation-metrics Asset; no event when no set was evaluated."""
+    from ragtrail.pipeline.citations import compact, load_citations
+
+    per_set = {}
+    for entry in sets:
+        summary = load_citations(rt, entry["run_id"])
+        if summary is not None:
+            per_set[entry["name"]] = compact(summary)
+    if not per_set:
+        return {"sets": {}, "event": None}
+    document = {"run_id": run_id, "corpus": corpus, "snapshot_id": snapshot_id, "sets": per_set}
+    metrics_uri = rt.artifacts.put_bytes(
+        f"{_evaluate.run_prefix(run_id)}/citation_metrics.json",
+        jsonsafe.dumps(document, "citation_metrics.json", indent=1).encode(),
+    )
+    event = {**document, "metrics_uri": metrics_uri}
+    return {"sets": per_set, "metrics_uri": metrics_uri, "event": event}
+
+
 def publish_report(
     rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
 ) -> dict[str, Any]:
@@ -274,6 +321,7 @@ def publish_report(
     generated version's summary and checks, the golden versions' checks), so a report published by
     Airflow has the same sections as one from ``ragtrail nightly``.
     """
+    from ragtrail.pipeline.citations import load_citations
     from ragtrail.pipeline.evaluation_sets import GENERATED, GOLDEN, primary_set
     from ragtrail.pipeline.golden import golden_quality_key
     from ragtrail.pipeline.publish import SetToPublish, publish_sets
@@ -296,6 +344,7 @@ def publish_report(
                 kind=kind,
                 extra_quality=tuple(q for q in quality or () if q),
                 generation=generation,
+                citations=load_citations(rt, entry["run_id"]),
             )
         )
     corpus_quality = _stored_json(rt, _corpus_quality_key(corpus, snapshot_id)) or []

@@ -25,7 +25,7 @@ from ragtrail.text import content_words
 Handler = Callable[[dict[str, Any]], "str | GenerationResult"]
 
 _SYSTEM_TO_NAME = {p.system_message(): p.name for p in GENERATION_PROMPTS}
-_DOC_RE = re.compile(r'<document field="(\w+)"(?: index="\d+")?>\n(.*?)\n</document>', re.S)
+_DOC_RE = re.compile(r'<document field="(\w+)"( index="\d+")?>\n(.*?)\n</document>', re.S)
 _FIELD_RE = re.compile(r"<(\w+)>(.*?)</\1>", re.S)
 
 
@@ -39,8 +39,11 @@ def input_fields(request: GenerationRequest) -> dict[str, Any]:
     user = [m["content"] for m in request.messages if m["role"] == "user"]
     block = next(u for u in reversed(user) if u.startswith("<input>"))
     fields: dict[str, Any] = {}
-    for name, value in _DOC_RE.findall(block):
-        fields[name] = html.unescape(value)
+    for name, indexed, value in _DOC_RE.findall(block):
+        if indexed:  # a list field: one block per item, in order
+            fields.setdefault(name, []).append(html.unescape(value))
+        else:
+            fields[name] = html.unescape(value)
     inner = block.removeprefix("<input>").removesuffix("</input>")
     for name, value in _FIELD_RE.findall(_DOC_RE.sub("", inner)):
         value = html.unescape(value)
@@ -126,7 +129,29 @@ def label_by_kind(fields: dict[str, Any]) -> str:
     return json.dumps({"label_name": kind, "reason": "routed test double"})
 
 
+def _cited_answer(fields: dict[str, Any]) -> str:
+    """Answers with the first sentence of the last passage, citing it (a deterministic reader that
+    always trusts the passage shown last)."""
+    passages = fields.get("passages") or []
+    if not passages:
+        return json.dumps({"sentences": []})
+    sentence = re.split(r"(?<=[.!?])\s", passages[-1].strip())[0][:150]
+    return json.dumps({"sentences": [{"text": sentence, "citations": [len(passages)]}]})
+
+
+def _closed_book(fields: dict[str, Any]) -> str:
+    return json.dumps({"answer": f"It depends on the policy. {fields['question'][:80]}"})
+
+
+def _subqueries(fields: dict[str, Any]) -> str:
+    words = sorted(content_words(fields["question"]))
+    return json.dumps({"queries": [" ".join(words[:3]) or fields["question"]]})
+
+
 DEFAULT_HANDLERS: dict[str, Handler] = {
+    "answer.cited": _cited_answer,
+    "answer.closed_book": _closed_book,
+    "retrieval.subqueries": _subqueries,
     "facts": _facts,
     "facts_extractive": _facts,  # picks whole sentences of the context, as guided decoding would
     "summaries": _summaries,
