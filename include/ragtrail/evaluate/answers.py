@@ -6,10 +6,13 @@ The file format is JSONL, one answer per line::
     {"qid": "q1", "question": "...", "answer": "Paris is the capital [1].",
      "passages": [{"docid": "d7", "text": "..."}],          # what the model saw; [k] = k-th
      "relevant_docids": ["d7"],                              # optional
-     "gold_answers": [{"text": "... [1]", "attributable": true, "informative": true}],
-     "gold_passages": [{"docid": "d7", "text": "..."}],      # optional; gold [k] = k-th
+     "gold_answers": [{"text": "The capital is Paris [1].",  # optional
+                       "attributable": true, "informative": true}],   # flags optional
+     "gold_passages": [{"docid": "d7", "text": "..."}],      # optional
      "label": "fact_single"}                                 # optional
 
+``[k]`` in ``answer`` names ``passages[k-1]`` and in a gold answer ``gold_passages[k-1]``; a number
+with no such passage names nothing (in ``answer`` it is also counted as an invalid citation).
 :func:`load_answers` validates every line and reports every problem at once, with line numbers
 (:class:`AnswersFormatError`). :func:`score_answers` computes each metric whose inputs some record
 carries, macro-averages with bootstrap intervals per facet set, and says which metrics it skipped
