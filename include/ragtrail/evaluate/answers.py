@@ -22,8 +22,6 @@ and why.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,7 +61,7 @@ from ragtrail.evaluate.contract import (
     register_evaluator,
 )
 from ragtrail.evaluate.metrics import bootstrap_ci
-from ragtrail.jsonsafe import check_finite
+from ragtrail.jsonsafe import check_finite, write_jsonl
 from ragtrail.judges.contract import Judge, JudgeSpec
 from ragtrail.records import INCLUSIVE
 
@@ -219,20 +217,7 @@ def record_as_json(record: AnswerRecord) -> dict[str, Any]:
 
 def write_answers(records: Iterable[AnswerRecord], path: Path | str) -> int:
     """Write records as an answers JSONL file, atomically; returns how many were written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for record in records:
-                fh.write(json.dumps(record_as_json(record), ensure_ascii=False) + "\n")
-                count += 1
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return count
+    return write_jsonl((record_as_json(r) for r in records), path, "answer")
 
 
 # ---------------------------------------------------------------------------------- scoring
