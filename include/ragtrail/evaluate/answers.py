@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -450,22 +451,21 @@ class AnswersEvaluator(BaseEvaluator[AttributionConfig, AnswersInputs]):
                 n=0,
                 reasons={"value": reason, "ci_low": reason, "ci_high": reason},
             )
-        mean = sum(values) / len(values)
         if self.config.bootstrap_samples > 0:
-            low, high = bootstrap_ci(
-                values, self.config.bootstrap_samples, seed=self.config.seed + cell
-            )
-            return Aggregate.of(
-                metric, group, value=mean, ci_low=low, ci_high=high, n=len(values), reasons={}
-            )
+            seed = self.config.seed + cell  # a distinct, reproducible seed per cell
+            low, high = bootstrap_ci(values, self.config.bootstrap_samples, seed=seed)
+            reasons: dict[str, str] = {}
+        else:
+            low = high = None
+            reasons = {"ci_low": NO_BOOTSTRAP, "ci_high": NO_BOOTSTRAP}
         return Aggregate.of(
             metric,
             group,
-            value=mean,
-            ci_low=None,
-            ci_high=None,
+            value=fmean(values),
+            ci_low=low,
+            ci_high=high,
             n=len(values),
-            reasons={"ci_low": NO_BOOTSTRAP, "ci_high": NO_BOOTSTRAP},
+            reasons=reasons,
         )
 
 
