@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping, MutableMapping
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from pathlib import Path
 from typing import Any
 
 UNDEFINED_KEY = "undefined"
@@ -73,3 +76,22 @@ def dumps(value: Any, what: str = "value", **kwargs: Any) -> str:
     check_finite(value, what)
     kwargs.setdefault("default", str)
     return json.dumps(value, allow_nan=False, **kwargs)
+
+
+def write_jsonl(rows: Iterable[Any], path: Path | str, what: str = "row") -> int:
+    """Write ``rows`` as strict JSON lines, atomically (a temp file renamed into place, so a
+    failure leaves any earlier file untouched); returns how many were written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    count = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(dumps(row, f"{what} {count + 1}", ensure_ascii=False) + "\n")
+                count += 1
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return count

@@ -29,8 +29,9 @@ from typing import Any
 
 import pytest
 
+from ragtrail.evaluate.answers import load_answers
 from ragtrail.evaluate.attribution import citation_overlap
-from ragtrail.evaluate.hagrid import read_hagrid
+from ragtrail.evaluate.hagrid import hagrid_to_jsonl, read_hagrid
 
 HAGRID = ("reference", "hagrid-attributed-ir", "llama13_RTG_vanilla.csv")
 ROWS = 716
@@ -163,3 +164,9 @@ def test_gold_citations_name_gold_quotes_by_position(rows, ours) -> None:
     for row in zero_based:
         record = ours[row["query_id"]]
         assert [p.docid for p in record.gold_passages] == [q["docid"] for q in row["gold_quotes"]]
+
+
+def test_the_jsonl_conversion_of_the_real_file_loads_back_unchanged(csv_path, ours, tmp_path):
+    out = tmp_path / "hagrid.jsonl"
+    assert hagrid_to_jsonl(csv_path, out) == ROWS
+    assert load_answers(out) == list(ours.values())

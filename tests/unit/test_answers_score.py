@@ -131,3 +131,31 @@ def test_the_config_must_name_the_judge_given() -> None:
         AnswersEvaluator(AttributionConfig(judge="entailment.nli@j-0"), None)
     with pytest.raises(ValueError, match="bootstrap_samples"):
         AnswersEvaluator(AttributionConfig(bootstrap_samples=-1))
+
+
+def test_the_result_is_stored_with_its_undefined_values(engine) -> None:
+    from ragtrail.storage.db import upgrade
+    from ragtrail.storage.runs_store import RunStore
+
+    upgrade(engine)
+    store = RunStore(engine)
+    score = score_answers(RECORDS, WordSubsetJudge(), bootstrap_samples=0)
+    store.record_evaluation(
+        "r1",
+        score.result,
+        corpus=None,
+        corpus_snapshot="-",
+        qa_set_version="log",
+        models={},
+        judges={"entailment": score.judge_ref},
+    )
+    (point,) = store.metrics_history(
+        "citation_precision", evaluation="attribution", facets={"label": "b"}
+    )
+    assert point.value is None and point.n == 0 and "no answer" in point.undefined["value"]
+    stored = {
+        (q.qid, q.metric): q for q in store.query_results("r1", "attribution") if q.qid == "a2"
+    }
+    assert stored[("a2", "citation_precision")].undefined_reason == NO_RELEVANCE
+    assert stored[("a2", "autoais_cit")].value == 0.0
+    assert len(store.query_results("r1")) == len(score.result.queries) == 3 * 7

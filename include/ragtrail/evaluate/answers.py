@@ -6,10 +6,13 @@ The file format is JSONL, one answer per line::
     {"qid": "q1", "question": "...", "answer": "Paris is the capital [1].",
      "passages": [{"docid": "d7", "text": "..."}],          # what the model saw; [k] = k-th
      "relevant_docids": ["d7"],                              # optional
-     "gold_answers": [{"text": "... [1]", "attributable": true, "informative": true}],
-     "gold_passages": [{"docid": "d7", "text": "..."}],      # optional; gold [k] = k-th
+     "gold_answers": [{"text": "The capital is Paris [1].",  # optional
+                       "attributable": true, "informative": true}],   # flags optional
+     "gold_passages": [{"docid": "d7", "text": "..."}],      # optional
      "label": "fact_single"}                                 # optional
 
+``[k]`` in ``answer`` names ``passages[k-1]`` and in a gold answer ``gold_passages[k-1]``; a number
+with no such passage names nothing (in ``answer`` it is also counted as an invalid citation).
 :func:`load_answers` validates every line and reports every problem at once, with line numbers
 (:class:`AnswersFormatError`). :func:`score_answers` computes each metric whose inputs some record
 carries, macro-averages with bootstrap intervals per facet set, and says which metrics it skipped
@@ -19,12 +22,11 @@ and why.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -60,7 +62,7 @@ from ragtrail.evaluate.contract import (
     register_evaluator,
 )
 from ragtrail.evaluate.metrics import bootstrap_ci
-from ragtrail.jsonsafe import check_finite
+from ragtrail.jsonsafe import check_finite, write_jsonl
 from ragtrail.judges.contract import Judge, JudgeSpec
 from ragtrail.records import INCLUSIVE
 
@@ -216,20 +218,7 @@ def record_as_json(record: AnswerRecord) -> dict[str, Any]:
 
 def write_answers(records: Iterable[AnswerRecord], path: Path | str) -> int:
     """Write records as an answers JSONL file, atomically; returns how many were written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for record in records:
-                fh.write(json.dumps(record_as_json(record), ensure_ascii=False) + "\n")
-                count += 1
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return count
+    return write_jsonl((record_as_json(r) for r in records), path, "answer")
 
 
 # ---------------------------------------------------------------------------------- scoring
@@ -462,22 +451,21 @@ class AnswersEvaluator(BaseEvaluator[AttributionConfig, AnswersInputs]):
                 n=0,
                 reasons={"value": reason, "ci_low": reason, "ci_high": reason},
             )
-        mean = sum(values) / len(values)
         if self.config.bootstrap_samples > 0:
-            low, high = bootstrap_ci(
-                values, self.config.bootstrap_samples, seed=self.config.seed + cell
-            )
-            return Aggregate.of(
-                metric, group, value=mean, ci_low=low, ci_high=high, n=len(values), reasons={}
-            )
+            seed = self.config.seed + cell  # a distinct, reproducible seed per cell
+            low, high = bootstrap_ci(values, self.config.bootstrap_samples, seed=seed)
+            reasons: dict[str, str] = {}
+        else:
+            low = high = None
+            reasons = {"ci_low": NO_BOOTSTRAP, "ci_high": NO_BOOTSTRAP}
         return Aggregate.of(
             metric,
             group,
-            value=mean,
-            ci_low=None,
-            ci_high=None,
+            value=fmean(values),
+            ci_low=low,
+            ci_high=high,
             n=len(values),
-            reasons={"ci_low": NO_BOOTSTRAP, "ci_high": NO_BOOTSTRAP},
+            reasons=reasons,
         )
 
 

@@ -2,15 +2,15 @@
 (METHODS §8): entailment-based citation quality, citation overlap with a gold answer, correctness
 against gold answers, and citation precision/recall against known relevance.
 
-An answer is read as statements (``statements_of_record(record)``: pysbd sentences with their
-``[k]`` numbers); ``[k]`` names ``record.passages[k-1]``. A number outside ``1..len(passages)``
+An answer is read as statements (``record.cited_statements()``, parsed once per answer text:
+pysbd sentences with their ``[k]`` numbers); ``[k]`` names ``record.passages[k-1]``. A number outside ``1..len(passages)``
 cites nothing and is counted apart as an invalid citation.
 
 Entailment metrics ask a :class:`~ragtrail.judges.contract.Judge` whether a premise (one passage,
 or several joined by a line break) supports a statement. :class:`Entailments` keeps every verdict
 of an evaluation, keyed by the (premise, hypothesis) text pair, so a pair is judged once however
-many metrics or answers need it; :func:`judge_entailments` fills it for a whole evaluation in two
-judge calls (the pairs every metric needs, then the leave-one-out pairs the over-citation test
+many metrics or answers need it; :func:`judge_entailments` fills it for a whole evaluation in at
+most two judge calls (the pairs every metric needs, then the leave-one-out pairs the over-citation test
 of precision needs for the few statements that reach it). A failed verdict makes every metric
 that reads it undefined, with the judge's error as the reason, never 0 and never NaN.
 
@@ -109,10 +109,6 @@ class Score:
     @classmethod
     def undefined(cls, reason: str) -> Score:
         return cls(None, reason)
-
-    @property
-    def defined(self) -> bool:
-        return self.value is not None
 
 
 # ---------------------------------------------------------------------------------- passages
@@ -251,8 +247,8 @@ def first_round_pairs(record: AnswerRecord) -> Iterator[Pair]:
 
 def overcitation_pairs(record: AnswerRecord, table: Entailments) -> Iterator[Pair]:
     """The leave-one-out pairs precision needs after the first round: for a jointly supported
-    statement with several citations, each citation that does not entail it alone is tested by
-    the remaining cited passages together."""
+    statement with several citations, each citation that does not entail it alone (or whose
+    verdict failed) is tested by the remaining cited passages together."""
     n = len(record.passages)
     for statement in statements_of_record(record):
         cited = valid_citations(statement, n)

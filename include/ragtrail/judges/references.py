@@ -19,16 +19,15 @@ from __future__ import annotations
 import ast
 import csv
 import json
-import os
 import re
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ragtrail.jsonsafe import write_jsonl
 from ragtrail.judges.contract import NOT_SUPPORTED, SUPPORTED
 
 
@@ -151,20 +150,7 @@ def _example_from_json(line: str, default_id: str) -> EntailmentExample:
 
 def write_entailment_reference(examples: Iterable[EntailmentExample], path: Path | str) -> int:
     """Write ``examples`` as JSONL (atomically: a temp file renamed into place); returns the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for example in examples:
-                fh.write(json.dumps(example.as_dict(), ensure_ascii=False) + "\n")
-                count += 1
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return count
+    return write_jsonl((e.as_dict() for e in examples), path, "example")
 
 
 # --------------------------------------------------------------------------- HAGRID
