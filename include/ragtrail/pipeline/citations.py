@@ -42,7 +42,7 @@ from ragtrail.evaluate.mixture_answers import DEFAULT_ANSWER_PARAMS
 from ragtrail.evaluate.scenarios import run_scenarios
 from ragtrail.llm.client import GenerationParams
 from ragtrail.pipeline.evaluate import load_items, load_run_summary, producing_models, run_prefix
-from ragtrail.pipeline.judges import entailment_judge, gate_decision
+from ragtrail.pipeline.judges import entailment_judge, gate_decisions
 from ragtrail.pipeline.mixtures import corpus_from_runtime
 from ragtrail.pipeline.scenarios import scenario_corpus
 from ragtrail.records import INCLUSIVE, QAItem, QuestionLabel
@@ -212,7 +212,7 @@ def _scenarios(
         seed=params.seed,
     )
     judge = entailment_judge(rt)
-    decision = gate_decision(rt, judge).as_dict()
+    decision = gate_decisions(rt, [judge])[judge.spec.name].as_dict()
     records, facets = [], []
     for name, result in run.scenarios.items():
         for answer in result.answers:
