@@ -179,12 +179,11 @@ def evaluate_citations(
         )
     else:
         jsonsafe.mark_undefined(summary, "scenarios", "no scenario requested")
-    key = citations_key(run_id)
-    summary["citations_uri"] = rt.artifacts.put_bytes(
-        key, jsonsafe.dumps(summary, "citations.json", indent=1).encode()
+    uri = rt.artifacts.put_bytes(
+        citations_key(run_id), jsonsafe.dumps(summary, "citations.json", indent=1).encode()
     )
     _put_parquet(rt, f"{run_prefix(run_id)}/citation_queries.parquet", citation_queries_frame(mix))
-    return compact(summary)
+    return {**compact(summary), "citations_uri": uri}
 
 
 def _scenarios(
@@ -360,7 +359,6 @@ def compact(summary: dict[str, Any]) -> dict[str, Any]:
     return jsonsafe.check_finite(
         {
             "run_id": summary["run_id"],
-            "citations_uri": summary["citations_uri"],
             "answerer": summary["answerer"],
             "f1": headline,
         },

@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ragtrail.evaluate.cited_answers import CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT
+from ragtrail.evaluate.subqueries import SUBQUERY_PROMPT
 from ragtrail.generate.prompts import GENERATION_PROMPTS
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.llm.testing import ScriptedBackend
@@ -24,7 +26,10 @@ from ragtrail.text import content_words
 
 Handler = Callable[[dict[str, Any]], "str | GenerationResult"]
 
-_SYSTEM_TO_NAME = {p.system_message(): p.name for p in GENERATION_PROMPTS}
+_SYSTEM_TO_NAME = {
+    p.system_message(): p.name
+    for p in (*GENERATION_PROMPTS, CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT, SUBQUERY_PROMPT)
+}
 _DOC_RE = re.compile(r'<document field="(\w+)"( index="\d+")?>\n(.*?)\n</document>', re.S)
 _FIELD_RE = re.compile(r"<(\w+)>(.*?)</\1>", re.S)
 

@@ -1,0 +1,125 @@
+"""Citation evaluation as a pipeline step and as ``ragtrail eval citations``, on the ingested
+sample corpus with the scripted answering double (``tests/scripted_llm.py``; not a model: it
+answers with the first sentence of the passage shown last and cites that passage) and the real
+embedder, index and embedding entailment judge."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ragtrail.cli import app
+from ragtrail.evaluate.citations import ANSWERABLE
+from ragtrail.paths import sample_corpus_dir
+from ragtrail.pipeline.citations import evaluate_citations, load_citations, sample_items
+from ragtrail.pipeline.night import INGEST, run_flow
+from ragtrail.pipeline.tasks import announce_citations
+from ragtrail.records import QAItem
+from ragtrail.storage.runs_store import RunStore
+from tests.scripted_llm import SPEC as SCRIPTED_SPEC
+
+CORPUS = "hb"
+ENV_VARS = ("RAGTRAIL_CONFIG", "RAGTRAIL_DATABASE_URL", "RAGTRAIL_ARTIFACT_URI")
+
+
+@pytest.fixture
+def rt(make_runtime):
+    rt = make_runtime(
+        generation={"llm": SCRIPTED_SPEC},
+        citations={"max_items": 4, "scenario_items": 2, "bootstrap_samples": 200},
+    )
+    state = INGEST.resolve({"corpus": CORPUS, "source": str(sample_corpus_dir())}, [], "ingest-1")
+    run_flow(rt, INGEST, state)
+    return rt
+
+
+def test_sample_items_spread_over_labels_and_are_seeded() -> None:
+    items = [
+        QAItem(f"{label}{i}", "q", label) for label in ("summary", "reasoning") for i in range(5)
+    ]
+    picked = sample_items(items, 4, seed=3)
+    assert sorted(i.label for i in picked) == ["reasoning", "reasoning", "summary", "summary"]
+    assert picked == sample_items(items, 4, seed=3)
+    assert picked != sample_items(items, 4, seed=4)
+    assert sample_items(items, 0, seed=3) == items
+
+
+def test_citations_of_one_set_are_stored_and_a_rerun_makes_no_model_call(rt) -> None:
+    result = evaluate_citations(rt, CORPUS, run_id="night-1.sample", set_name="sample")
+    json.dumps(result, allow_nan=False)
+    assert set(result["f1"]) == {"relevant+irrelevant", "relevant+seemingly", "all"}
+    for systems in result["f1"].values():
+        assert set(systems) == {"model", "random"}
+        assert systems["random"]["n"] == systems["model"]["n"] > 0
+
+    summary = load_citations(rt, "night-1.sample")
+    mixture = summary["mixture"]
+    assert mixture["spec"] == "1-3/3/3" and mixture["counts"]["mixtures"] == 4 * 3
+    assert mixture["failed"] == 0
+    for query in mixture["queries"]:
+        kinds = [p["kind"] for p in query["passages"]]
+        assert query["relevant"] == [n for n, k in enumerate(kinds, 1) if k == "relevant"]
+        assert query["cited"] == [len(kinds)]  # the double cites the passage shown last
+        if query["label"] != "unanswerable":
+            expected = 1.0 if kinds[-1] == "relevant" else 0.0
+            assert query["precision"] == expected
+    scenarios = summary["scenarios"]
+    assert scenarios["names"] == ["G", "RTG-vanilla", "RTG-query-gen", "GTR", "RTG-gold"]
+    assert scenarios["judge"]["judge"].startswith("entailment.embedding@")
+    assert scenarios["judge"]["mode"] == "advise"  # never calibrated here
+    assert {a["metric"] for a in scenarios["aggregates"]} >= {"autoais_cit", "autoais_pssg"}
+    assert "bleu" in scenarios["skipped"]  # the sample set has no gold answers with citations
+
+    runs = RunStore(rt.engine)
+    stored = {v.evaluation for v in runs.query_results("night-1.sample")}
+    assert stored == {"citations", "attribution"}
+    f1 = [
+        p
+        for p in runs.metrics_history("citation_f1", evaluation="citations")
+        if p.run_id == "night-1.sample" and p.facets.get("label") == ANSWERABLE
+    ]
+    assert {p.facets["system"] for p in f1} == {"model", "random"}
+
+    usage_before = rt.llm_usage.totals().calls
+    again = evaluate_citations(rt, CORPUS, run_id="night-1.sample", set_name="sample")
+    assert rt.llm_usage.totals().calls == usage_before
+    assert again["f1"] == result["f1"]
+    rerun = load_citations(rt, "night-1.sample")
+    assert rerun["mixture"] == mixture
+    assert rerun["scenarios"]["aggregates"] == scenarios["aggregates"]
+
+    announced = announce_citations(
+        rt,
+        corpus=CORPUS,
+        run_id="night-1",
+        sets=[{"name": "sample", "run_id": "night-1.sample"}, {"name": "x", "run_id": "none"}],
+        snapshot_id="s",
+    )
+    assert list(announced["event"]["sets"]) == ["sample"]
+    assert announced["event"]["sets"]["sample"]["f1"] == result["f1"]
+
+
+def test_eval_citations_cli(rt, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    home = tmp_path / "cli-home"
+    shutil.copytree(rt.settings.home, home)
+    monkeypatch.setenv("RAGTRAIL_HOME", str(home))
+    monkeypatch.setenv("RAGTRAIL_GENERATION__LLM", SCRIPTED_SPEC)
+    monkeypatch.setenv("COLUMNS", "250")
+    cli = CliRunner()
+    args = ["eval", "citations", "--corpus", CORPUS, "--items", "2", "--scenario", "none"]
+    out = cli.invoke(app, [*args, "--mixture", "1/2/2", "--run-id", "c1", "--json"])
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.stdout)
+    assert summary["mixture"]["spec"] == "1/2/2" and summary["mixture"]["counts"]["mixtures"] == 6
+    assert summary["undefined"]["scenarios"] == "no scenario requested"
+    table = cli.invoke(app, [*args, "--run-id", "c2"])
+    assert table.exit_code == 0, table.output
+    assert "model F1" in table.output and "random F1" in table.output
+    bad = cli.invoke(app, [*args, "--mixture", "3-1/x/2"])
+    assert bad.exit_code == 2 and "error" in bad.output
