@@ -16,6 +16,7 @@ BENCHMARKS = [
     "bench_check_similarity",
     "bench_entailment",
     "bench_hagrid_attribution",
+    "bench_citations",
     "bench_nightly",
 ]
 

@@ -81,6 +81,12 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
     assert [m for m in re.findall(r"QA set: ([\w.-]+)", html)] == SETS
     assert html.count("No previous run on this version.") == 3
     assert "funnel" in html.lower()  # the generated set's sections
+    assert html.count("Citations: model vs random per mixture type and label") == 3
+    assert html.count("Attributed answers: scenarios") == 3
+    cited = json.loads(rt.artifacts.get_bytes("runs/night-1/citation_metrics.json"))
+    assert list(cited["sets"]) == SETS
+    for name in SETS:  # every set's citation checks ran and passed
+        assert f"citation_queries.{name}" in html and f"citation_metrics.{name}" in html
     assert not re.search(r"\bnan\b", html, re.IGNORECASE)
     document = json.loads((report.parent / "metrics.json").read_text())
     assert list(document["sets"]) == SETS and document["run_id"] == "night-1"
