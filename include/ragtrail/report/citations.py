@@ -36,6 +36,12 @@ def _figure(agg: Mapping[str, Any] | None, digits: int = 2) -> str:
     return f"{value:.{digits}f}{ci}"
 
 
+def _value(agg: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """The point estimate alone (for secondary columns, to keep the table readable)."""
+    value = (agg or {}).get("value")
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
 def _index(aggregates: Iterable[Mapping[str, Any]], *keys: str) -> dict[tuple[Any, ...], Any]:
     return {tuple(a.get(k) for k in keys): a for a in aggregates}
 
@@ -68,8 +74,8 @@ def mixture_table_section(mixture: Mapping[str, Any], answerer: str) -> ReportSe
                     _figure(by.get((RANDOM, mix, label, F1))),
                     _figure(by.get((MODEL, mix, label, PRECISION))),
                     _figure(by.get((MODEL, mix, label, RECALL))),
-                    _figure(by.get((MODEL, mix, label, "invalid_citation_rate"))),
-                    _figure(by.get((MODEL, mix, label, "answer_words")), 1),
+                    _value(by.get((MODEL, mix, label, "invalid_citation_rate"))),
+                    _value(by.get((MODEL, mix, label, "answer_words")), 1),
                     (model_f1 or {}).get("n", 0),
                 ]
             )
@@ -110,6 +116,7 @@ def unanswerable_section(mixture: Mapping[str, Any]) -> ReportSection | None:
             (row.get("cited_any") or {}).get("n", 0),
         ]
         for row in mixture.get("unanswerable", [])
+        if (row.get("cited_any") or {}).get("n")
     ]
     if not rows:
         return None
@@ -186,46 +193,78 @@ def _plot_section(title: str, file: str, note: str) -> ReportSection:
     return ReportSection(title=title, html=str(html))
 
 
+ATTRIBUTION_COLUMNS = (
+    ("AutoAIS cit", "autoais_cit"),
+    ("AutoAIS pssg", "autoais_pssg"),
+    ("NLI recall", "alce_citation_recall"),
+    ("NLI precision", "alce_citation_precision"),
+    ("cit. precision", PRECISION),
+    ("cit. recall", RECALL),
+    ("ROUGE-L F", "rouge_l_f1"),
+    ("BLEU", "bleu"),
+)
+RETRIEVAL_COLUMNS = (
+    ("P@1", "P@1"),
+    ("R@1", "recall@1"),
+    ("P@10", "P@10"),
+    ("R@10", "recall@10"),
+    ("nDCG@10", "ndcg@10"),
+)
+
+
+def _skipped_note(skipped: Mapping[str, str]) -> str:
+    """Skipped metrics grouped by reason (one reason usually covers several metrics)."""
+    by_reason: dict[str, list[str]] = {}
+    for metric, reason in skipped.items():
+        by_reason.setdefault(reason, []).append(metric)
+    return "; ".join(f"{reason} ({', '.join(ms)})" for reason, ms in by_reason.items()) or "none"
+
+
 def scenario_section(scenarios: Mapping[str, Any]) -> ReportSection:
-    """One row per scenario: attribution metrics (judge named) and retrieval metrics."""
+    """One row per scenario: attribution metrics, the judge named with its calibration."""
     by = _index(scenarios["aggregates"], "scenario", "metric")
-    retrieval = _index(scenarios.get("retrieval", []), "scenario", "metric")
-    columns = [
-        ("AutoAIS cit", "autoais_cit"),
-        ("AutoAIS pssg", "autoais_pssg"),
-        ("NLI recall", "nli_citation_recall"),
-        ("NLI precision", "nli_citation_precision"),
-        ("cit. precision", PRECISION),
-        ("cit. recall", RECALL),
-        ("ROUGE-L F", "rougeL_f"),
-        ("BLEU", "bleu"),
+    shown = [
+        (title, metric)
+        for title, metric in ATTRIBUTION_COLUMNS
+        if any(by.get((name, metric), {}).get("value") is not None for name in scenarios["names"])
     ]
-    ir = ("P@1", "R@1", "P@10", "R@10", "nDCG@10")
     rows = []
     for name in scenarios["names"]:
         n = max(
             (a.get("n") or 0 for a in scenarios["aggregates"] if a["scenario"] == name), default=0
         )
-        rows.append(
-            [
-                name,
-                *(_figure(by.get((name, metric))) for _, metric in columns),
-                *(_figure(retrieval.get((name, m))) for m in ir),
-                n,
-            ]
-        )
+        rows.append([name, *(_figure(by.get((name, metric))) for _, metric in shown), n])
     judge = scenarios.get("judge") or {}
     note = (
-        f"Entailment by {judge.get('judge', 'no judge')} ({judge.get('mode', 'advise')}: "
-        f"{judge.get('reason') or 'calibrated'}). Citation precision/recall against the QA set's "
-        "ground passages. ROUGE-L and BLEU need gold answers (only where the QA set has them). "
-        f"Skipped: {'; '.join(f'{k}: {v}' for k, v in scenarios.get('skipped', {}).items()) or 'none'}."
+        f"{scenarios.get('items', 0)} question(s) per scenario. Entailment by "
+        f"{judge.get('judge', 'no judge')}: {judge.get('mode', 'advise')} "
+        f"({judge.get('reason') or 'calibrated'}). Citation precision/recall against the QA "
+        "set's ground passages. Not computed: "
+        f"{_skipped_note(scenarios.get('skipped', {}))}."
     )
     return _table(
-        "Attributed answers: scenarios",
-        ["scenario", *(c for c, _ in columns), *ir, "n"],
+        "Attributed answers: scenarios", ["scenario", *(t for t, _ in shown), "n"], rows, note
+    )
+
+
+def scenario_retrieval_section(scenarios: Mapping[str, Any]) -> ReportSection:
+    """The retrieval metrics of each scenario's passage list (G retrieves nothing)."""
+    by = _index(scenarios.get("retrieval", []), "scenario", "metric")
+    rows = [
+        [
+            name,
+            *(_figure(by.get((name, metric))) for _, metric in RETRIEVAL_COLUMNS),
+            (by.get((name, "P@1")) or {}).get("n", 0),
+        ]
+        for name in scenarios["names"]
+        if any((name, metric) in by for _, metric in RETRIEVAL_COLUMNS)
+    ]
+    return _table(
+        "Attributed answers: retrieval of the scenarios' passages",
+        ["scenario", *(t for t, _ in RETRIEVAL_COLUMNS), "n"],
         rows,
-        note,
+        "The passages each scenario gave the model, in the order it saw them, against the ground "
+        "passages; questions without relevant passages are left out.",
     )
 
 
@@ -271,6 +310,7 @@ def citation_sections(
     scenarios = summary.get("scenarios")
     if scenarios and scenarios.get("names"):
         sections.append(scenario_section(scenarios))
+        sections.append(scenario_retrieval_section(scenarios))
     if mixture:
         sections.append(drill_down_section(mixture["queries"]))
     return sections
