@@ -322,6 +322,16 @@ def _ci(agg: dict[str, Any] | None) -> str:
     return f"{agg['value']:.2f}{ci}"
 
 
+def _citation_line(cited: dict[str, Any]) -> str:
+    """Citation F1 of the answering model vs random per mixture type, in one line."""
+    parts = [
+        f"{mixture} {_ci(systems.get('model'))} vs {_ci(systems.get('random'))} "
+        f"(n={(systems.get('model') or {}).get('n', 0)})"
+        for mixture, systems in cited["f1"].items()
+    ]
+    return f"citation F1 of {cited['answerer']} vs random: " + "; ".join(parts)
+
+
 def _print_citations(summary: dict[str, Any]) -> None:
     """Model vs random per mixture type and label, then the scenario table."""
     mixture = summary["mixture"]
@@ -1005,6 +1015,8 @@ def nightly(
             title=f"{name}: {summary['qa_set_version']} ({summary['n_questions']} questions)",
             change=summary["change"],
         )
+        if summary.get("citations"):
+            console.print(_citation_line(summary["citations"]), highlight=False)
     console.print(f"report:    {report_path}")
     console.print(f"data docs: {report_path.parent / 'data_docs' / 'index.html'}")
     console.print(f"corpus checks: {result.corpus_quality['data_docs_path']}")

@@ -85,6 +85,8 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
     assert html.count("Attributed answers: scenarios") == 3
     cited = json.loads(rt.artifacts.get_bytes("runs/night-1/citation_metrics.json"))
     assert list(cited["sets"]) == SETS
+    for name, summary in sets.items():  # the night's result carries each set's headline
+        assert summary["citations"] == cited["sets"][name]
     for name in SETS:  # every set's citation checks ran and passed
         assert f"citation_queries.{name}" in html and f"citation_metrics.{name}" in html
     assert not re.search(r"\bnan\b", html, re.IGNORECASE)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ragtrail import jsonsafe
+from ragtrail.pipeline.citations import compact as compact_citations
 from ragtrail.pipeline.evaluate import load_run_summary, report_dir, run_prefix
 from ragtrail.pipeline.evaluation_sets import change_since_previous
 from ragtrail.records import INCLUSIVE, LABELS
@@ -95,7 +96,16 @@ def publish_sets(
             if compare
             else None
         )
-        summaries.append({**summary, "name": entry.name, "kind": entry.kind, "change": change})
+        cited = compact_citations(entry.citations) if entry.citations else None
+        summaries.append(
+            {
+                **summary,
+                "name": entry.name,
+                "kind": entry.kind,
+                "change": change,
+                "citations": cited,
+            }
+        )
         views.append(
             SetView(
                 metrics=pd.DataFrame(summary["metrics"]),
@@ -214,6 +224,7 @@ COMPACT_KEYS = (
     "questions_per_label",
     "best",
     "change",
+    "citations",
 )
 """What the night's result and ``ragtrail nightly --json`` carry per set (metrics.json: all)."""
 
