@@ -11,6 +11,8 @@ import sys
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.scripted_llm import SPEC as SCRIPTED_SPEC
+
 CLI = [sys.executable, "-m", "ragtrail.cli"]
 
 
@@ -20,7 +22,13 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
 
 @pytest.fixture
 def env(tmp_path) -> dict[str, str]:
-    return {**os.environ, "RAGTRAIL_HOME": str(tmp_path / "home")}
+    """A fresh home; the answering model of the citation step is the scripted test double (not a
+    model: the bundled SmolLM2 would take minutes here; bench_nightly runs the real default)."""
+    return {
+        **os.environ,
+        "RAGTRAIL_HOME": str(tmp_path / "home"),
+        "RAGTRAIL_GENERATION__LLM": SCRIPTED_SPEC,
+    }
 
 
 def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
@@ -49,6 +57,9 @@ def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
     assert (report.parent / "data_docs" / "index.html").is_file()
     assert result["corpus_quality"]["success"] is True
     assert result["report"]["success"] is True
+    cited = evaluated["citations"]  # the citation step ran on the set, model vs random
+    assert set(cited["f1"]) == {"relevant+irrelevant", "relevant+seemingly", "all"}
+    assert "Citations: model vs random per mixture type and label" in html
 
     metrics = json.loads((report.parent / "metrics.json").read_text())["sets"]["handbook-sample"]
     weights = sorted({m["text_weight"] for m in metrics["metrics"]})
@@ -70,7 +81,10 @@ def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
     engine = create_engine(f"sqlite:///{tmp_path / 'home' / 'ragtrail.db'}")
     with engine.connect() as conn:
         rows = conn.execute(
-            text("SELECT count(*), count(DISTINCT label) FROM metrics_history WHERE run_id = :r"),
+            text(
+                "SELECT count(*), count(DISTINCT label) FROM metrics_history "
+                "WHERE run_id = :r AND evaluation = 'retrieval'"
+            ),
             {"r": evaluated["run_id"]},
         ).one()
     engine.dispose()
