@@ -41,7 +41,13 @@ from ragtrail.evaluate.citations import (
 from ragtrail.evaluate.mixture_answers import DEFAULT_ANSWER_PARAMS
 from ragtrail.evaluate.scenarios import run_scenarios
 from ragtrail.llm.client import GenerationParams
-from ragtrail.pipeline.evaluate import load_items, load_run_summary, producing_models, run_prefix
+from ragtrail.pipeline.evaluate import (
+    evaluated_snapshot,
+    load_items,
+    load_run_summary,
+    producing_models,
+    run_prefix,
+)
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
 from ragtrail.pipeline.mixtures import corpus_from_runtime
 from ragtrail.pipeline.scenarios import scenario_corpus
@@ -111,11 +117,7 @@ def evaluate_citations(
     Returns a compact strict-JSON summary; the full one is stored at :func:`citations_key`.
     """
     cs = rt.settings.citations
-    snapshot = (
-        rt.store.get_snapshot(snapshot_id) if snapshot_id else rt.store.latest_snapshot(corpus)
-    )
-    if snapshot is None:
-        raise ValueError(f"corpus {corpus!r} has no completed snapshot: ingest it first")
+    snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
     seed = rt.settings.seed if seed is None else seed
     scenario_names = tuple(cs.scenarios if scenarios is None else scenarios)
     items, qa_version, qa_source = load_items(rt, qa_set)

@@ -29,12 +29,23 @@ from ragtrail.evaluate.retrieval import (
 from ragtrail.paths import sample_qa_set
 from ragtrail.records import LABELS, QAItem
 from ragtrail.runtime import Runtime
+from ragtrail.storage.corpus_store import SnapshotRecord
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.testset.qaset import load_qa_set
 
 
 def run_prefix(run_id: str) -> str:
     return f"runs/{run_id}"
+
+
+def evaluated_snapshot(rt: Runtime, corpus: str, snapshot_id: str | None) -> SnapshotRecord:
+    """The given snapshot, else the corpus's latest completed one; an error when there is none."""
+    snapshot = (
+        rt.store.get_snapshot(snapshot_id) if snapshot_id else rt.store.latest_snapshot(corpus)
+    )
+    if snapshot is None:
+        raise ValueError(f"corpus {corpus!r} has no completed snapshot: ingest it first")
+    return snapshot
 
 
 def _put_parquet(rt: Runtime, key: str, frame: pd.DataFrame) -> str:
@@ -58,11 +69,7 @@ def evaluate_retrieval(
     ``set_name`` is the set's name in the night (recorded with the run; None for a lone run).
     """
     settings = rt.settings
-    snapshot = (
-        rt.store.get_snapshot(snapshot_id) if snapshot_id else rt.store.latest_snapshot(corpus)
-    )
-    if snapshot is None:
-        raise ValueError(f"corpus {corpus!r} has no completed snapshot: ingest it first")
+    snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
     items, qa_version, qa_source = load_items(rt, qa_set)
     weights = tuple(sorted(set(text_weights))) if text_weights else settings.retrieval.text_weights
     if any(not 0.0 <= w <= 1.0 for w in weights):

@@ -233,11 +233,7 @@ def plan_evaluation(
     or given set) and the snapshot they are all evaluated on."""
     from ragtrail.pipeline.evaluation_sets import plan_sets
 
-    snapshot = (
-        rt.store.get_snapshot(snapshot_id) if snapshot_id else rt.store.latest_snapshot(corpus)
-    )
-    if snapshot is None:
-        raise ValueError(f"corpus {corpus!r} has no completed snapshot: ingest it first")
+    snapshot = _evaluate.evaluated_snapshot(rt, corpus, snapshot_id)
     sets = plan_sets(rt, corpus, run_id, qa_set)
     log.info("evaluating %d QA sets: %s", len(sets), ", ".join(s["name"] for s in sets))
     return {"sets": sets, "snapshot_id": snapshot.snapshot_id}
