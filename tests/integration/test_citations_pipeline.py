@@ -123,3 +123,25 @@ def test_eval_citations_cli(rt, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert "model F1" in table.output and "random F1" in table.output
     bad = cli.invoke(app, [*args, "--mixture", "3-1/x/2"])
     assert bad.exit_code == 2 and "error" in bad.output
+
+
+def test_a_set_whose_ground_the_corpus_lacks_is_reported_not_failed(rt, tmp_path: Path) -> None:
+    """A QA set older than the corpus: its items are skipped with their reason, the step ends."""
+    stale = tmp_path / "stale.jsonl"
+    rows = [
+        {
+            "qid": f"z{i}",
+            "question": f"What does policy {i} say?",
+            "label": "fact_single",
+            "answer": "x",
+            "ground_doc_ids": ["no-such-folder/no-such-document.md"],
+        }
+        for i in range(3)
+    ]
+    stale.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = evaluate_citations(rt, CORPUS, run_id="night-1.stale", qa_set=stale)
+    assert result["f1"] == {}
+    summary = load_citations(rt, "night-1.stale")
+    assert summary["mixture"]["counts"]["mixtures"] == 0
+    assert [s["qid"] for s in summary["mixture"]["skipped"]] == ["z0", "z1", "z2"]
+    assert "not in the corpus" in summary["mixture"]["skipped"][0]["reason"]

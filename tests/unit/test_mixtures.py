@@ -206,7 +206,19 @@ def test_every_input_problem_is_listed_with_its_row() -> None:
     message = str(err.value)
     assert "unknown mixture type 'bogus'" in message
     assert "row 2: qid 'q1' repeats row 1" in message
-    assert "row 3 (q7): unknown ground chunks ['zz9']" in message
-    assert "row 3 (q7): unknown ground documents ['zz']" in message
     assert "row 4 (q8): empty question" in message
     assert "row 4 (q8): answerable item without ground context" in message
+    assert "q7" not in message  # a ground context the corpus lacks is no input error...
+
+
+def test_items_whose_ground_the_corpus_lacks_are_skipped_and_the_rest_evaluated() -> None:
+    stale = [
+        QAItem("q7", QUESTION, "fact", ground_doc_ids=("zz",), ground_chunk_ids=("zz9",)),
+        QAItem("q9", QUESTION, "fact", ground_doc_ids=("zz",)),
+    ]
+    built = build_mixtures([ITEM, *stale], CORPUS, types=("all",))
+    assert [m.qid for m in built.mixtures] == [ITEM.qid]  # ...it is skipped with its reason
+    assert [(s.qid, s.reason) for s in built.skipped] == [
+        ("q7", "ground chunks not in the corpus: ['zz9']"),
+        ("q9", "ground documents not in the corpus: ['zz']"),
+    ]

@@ -233,16 +233,27 @@ def build_mixtures(
 ) -> MixtureSet:
     """One mixture per item and type (see the module docstring).
 
-    Raises :class:`MixtureInputError` listing every bad item (duplicate qid, unknown ground chunk
-    or document, unknown mixture type) before drawing anything. An item whose ground documents
-    have no chunk among the retriever's top ``retriever_depth`` is skipped with that reason.
+    Raises :class:`MixtureInputError` listing every bad item (duplicate qid, empty question,
+    answerable item without ground context, unknown mixture type) before drawing anything. An
+    item whose ground chunks or documents are not in the corpus (a QA set older than the corpus
+    snapshot) or whose ground documents have no chunk among the retriever's top
+    ``retriever_depth`` is skipped with that reason; the others are still evaluated.
     """
     spec = spec or MixtureSpec()
     by_id = {c.chunk_id: c for c in corpus.chunks}
     by_doc: dict[str, list[Chunk]] = {}
     for chunk in corpus.chunks:
         by_doc.setdefault(chunk.doc_id, []).append(chunk)
-    _validate(items, by_id, by_doc, types)
+    _validate(items, types)
+    skipped: list[SkippedItem] = []
+    known: list[QAItem] = []
+    for item in items:
+        reason = _missing_ground(item, by_id, by_doc)
+        if reason:
+            skipped.append(SkippedItem(item.qid, reason))
+        else:
+            known.append(item)
+    items = known
 
     questions = [item.question for item in items]
     exclusions = [
@@ -255,7 +266,6 @@ def build_mixtures(
     ranked_by_item = dict(zip(doc_level, ranked, strict=True))
 
     mixtures: list[Mixture] = []
-    skipped: list[SkippedItem] = []
     for i, item in enumerate(items):
         relevant = _relevant_of(item, spec, seed, by_id, ranked_by_item.get(i, []))
         if relevant is None:
@@ -283,12 +293,20 @@ def build_mixtures(
     return MixtureSet(tuple(mixtures), tuple(skipped), spec)
 
 
-def _validate(
-    items: Sequence[QAItem],
-    by_id: dict[str, Chunk],
-    by_doc: dict[str, list[Chunk]],
-    types: Sequence[str],
-) -> None:
+def _missing_ground(
+    item: QAItem, by_id: dict[str, Chunk], by_doc: dict[str, list[Chunk]]
+) -> str | None:
+    """Why ``item``'s ground context is not in the corpus (None when it is)."""
+    missing_chunks = [c for c in item.ground_chunk_ids if c not in by_id]
+    if missing_chunks:
+        return f"ground chunks not in the corpus: {missing_chunks}"
+    missing_docs = [d for d in item.ground_doc_ids if d not in by_doc]
+    if missing_docs and _is_answerable(item):
+        return f"ground documents not in the corpus: {missing_docs}"
+    return None
+
+
+def _validate(items: Sequence[QAItem], types: Sequence[str]) -> None:
     problems = [f"unknown mixture type {t!r}" for t in types if t not in MIXTURE_TYPES]
     if len(set(types)) != len(types):
         problems.append(f"mixture types repeat: {list(types)}")
@@ -299,12 +317,6 @@ def _validate(
         seen.setdefault(item.qid, row)
         if not item.question.strip():
             problems.append(f"row {row} ({item.qid}): empty question")
-        missing_chunks = [c for c in item.ground_chunk_ids if c not in by_id]
-        if missing_chunks:
-            problems.append(f"row {row} ({item.qid}): unknown ground chunks {missing_chunks}")
-        missing_docs = [d for d in item.ground_doc_ids if d not in by_doc]
-        if missing_docs and _is_answerable(item):
-            problems.append(f"row {row} ({item.qid}): unknown ground documents {missing_docs}")
         if _is_answerable(item) and not (item.ground_chunk_ids or item.ground_doc_ids):
             problems.append(f"row {row} ({item.qid}): answerable item without ground context")
     if problems:

@@ -336,6 +336,10 @@ def mixture_view(mix: MixtureEvaluation) -> dict[str, Any]:
 def citation_queries_frame(mix: MixtureEvaluation) -> pd.DataFrame:
     """One row per (question, mixture type, system) with precision, recall and F1 (GX input)."""
     frame = mix.per_query
+    if frame.empty:  # every item was skipped: an empty table the checks still read
+        return pd.DataFrame(
+            columns=["qid", "label", "mixture", "system", "precision", "recall", "f1"]
+        )
     out = pd.DataFrame(
         {
             "qid": frame["qid"],

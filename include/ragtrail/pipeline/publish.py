@@ -199,7 +199,10 @@ def _validate_citations(
         {"evaluation": "attribution", **a}
         for a in (citations.get("scenarios") or {}).get("aggregates", [])
     ]
-    metrics = prepare_citation_metrics(pd.DataFrame(aggregates))
+    columns = ["evaluation", "metric", "value", "ci_low", "ci_high", "n"]
+    metrics = prepare_citation_metrics(
+        pd.DataFrame(aggregates, columns=None if aggregates else columns)
+    )
     limit = rt.settings.citations.max_invalid_share
     return [
         runner.validate(f"citation_queries{suffix}", queries, citation_queries_suite()),

@@ -87,6 +87,10 @@ def mixture_table_section(mixture: Mapping[str, Any], answerer: str) -> ReportSe
         f"{mixture.get('failed', 0)} answer(s) failed after retries and are left out (listed "
         "in the drill-down). Precision is undefined for an answer that cites nothing (shown –)."
     )
+    skipped = mixture.get("skipped") or []
+    if skipped:
+        reasons = sorted({s["reason"] for s in skipped})
+        note += f" {len(skipped)} question(s) skipped: {'; '.join(reasons[:3])}."
     return _table(
         "Citations: model vs random per mixture type and label",
         [
