@@ -314,7 +314,7 @@ def eval_citations(
     console.print(f"stored: {result['citations_uri']} (run {run_id})", highlight=False)
 
 
-def _ci(agg: dict[str, Any] | None) -> str:
+def _value_ci(agg: dict[str, Any] | None) -> str:
     if not agg or agg.get("value") is None:
         return "undefined"
     low, high = agg.get("ci_low"), agg.get("ci_high")
@@ -325,7 +325,7 @@ def _ci(agg: dict[str, Any] | None) -> str:
 def _citation_line(cited: dict[str, Any]) -> str:
     """Citation F1 of the answering model vs random per mixture type, in one line."""
     parts = [
-        f"{mixture} {_ci(systems.get('model'))} vs {_ci(systems.get('random'))} "
+        f"{mixture} {_value_ci(systems.get('model'))} vs {_value_ci(systems.get('random'))} "
         f"(n={(systems.get('model') or {}).get('n', 0)})"
         for mixture, systems in cited["f1"].items()
     ]
@@ -355,10 +355,10 @@ def _print_citations(summary: dict[str, Any]) -> None:
             table.add_row(
                 mix,
                 label,
-                _ci(f1),
-                _ci(by.get(("random", mix, label, "citation_f1"))),
-                _ci(by.get(("model", mix, label, "citation_precision"))),
-                _ci(by.get(("model", mix, label, "citation_recall"))),
+                _value_ci(f1),
+                _value_ci(by.get(("random", mix, label, "citation_f1"))),
+                _value_ci(by.get(("model", mix, label, "citation_precision"))),
+                _value_ci(by.get(("model", mix, label, "citation_recall"))),
                 str(f1.get("n", 0)),
             )
     Console().print(table)
@@ -381,7 +381,7 @@ def _print_citations(summary: dict[str, Any]) -> None:
     by_s = {(a["scenario"], a["metric"]): a for a in scenarios["aggregates"]}
     table = Table("scenario", *metrics, title="Attributed-answer scenarios")
     for name in scenarios["names"]:
-        table.add_row(name, *(_ci(by_s.get((name, m))) for m in metrics))
+        table.add_row(name, *(_value_ci(by_s.get((name, m))) for m in metrics))
     Console().print(table)
     judge = scenarios["judge"]
     console.print(

@@ -6,6 +6,7 @@ embedder, index and embedding entailment judge."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -121,6 +122,7 @@ def test_eval_citations_cli(rt, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     table = cli.invoke(app, [*args, "--run-id", "c2"])
     assert table.exit_code == 0, table.output
     assert "model F1" in table.output and "random F1" in table.output
+    assert re.search(r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\]", table.output)  # value [CI]
     bad = cli.invoke(app, [*args, "--mixture", "3-1/x/2"])
     assert bad.exit_code == 2 and "error" in bad.output
 
