@@ -92,6 +92,20 @@ class Aggregate:
             if number is not None and not math.isfinite(number):
                 raise ValueError(f"{self.metric} {dict(self.facets)}: {name} is not finite")
 
+    def as_dict(self) -> dict[str, Any]:
+        """Strict JSON: metric, facets, value, CI, n, and ``undefined`` reasons when any."""
+        out: dict[str, Any] = {
+            "metric": self.metric,
+            "facets": dict(self.facets),
+            "value": self.value,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "n": self.n,
+        }
+        if self.undefined:
+            out["undefined"] = dict(self.undefined)
+        return out
+
     @classmethod
     def of(
         cls,

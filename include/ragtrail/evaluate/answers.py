@@ -289,27 +289,13 @@ class AnswersScore:
                 "answers": len(self.records),
                 "citations": self.citations,
                 "invalid_citations": self.invalid_citations,
-                "aggregates": [_aggregate_json(a) for a in self.result.aggregates],
+                "aggregates": [a.as_dict() for a in self.result.aggregates],
                 "skipped": self.skipped,
                 "undefined": self.undefined,
                 "records": self.records,
             },
             "answers score",
         )
-
-
-def _aggregate_json(agg: Aggregate) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "metric": agg.metric,
-        "facets": dict(agg.facets),
-        "value": agg.value,
-        "ci_low": agg.ci_low,
-        "ci_high": agg.ci_high,
-        "n": agg.n,
-    }
-    if agg.undefined:
-        out["undefined"] = dict(agg.undefined)
-    return out
 
 
 def _overall_facets(result: EvaluationResult) -> Facets:

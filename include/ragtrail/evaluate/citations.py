@@ -326,17 +326,9 @@ def _scores_of(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _aggregate_dict(agg: Aggregate) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "metric": agg.metric,
-        **dict(agg.facets),
-        "value": agg.value,
-        "ci_low": agg.ci_low,
-        "ci_high": agg.ci_high,
-        "n": agg.n,
-    }
-    if agg.undefined:
-        out["undefined"] = dict(agg.undefined)
-    return out
+    """The aggregate's JSON with its facets flattened beside the metric (the report's form)."""
+    out = agg.as_dict()
+    return {"metric": out.pop("metric"), **out.pop("facets"), **out}
 
 
 def _expected_by_type(mixtures: Sequence[Mixture]) -> dict[str, dict[str, float]]:

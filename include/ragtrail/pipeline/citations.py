@@ -19,7 +19,6 @@ gives the same numbers. Rerunning the step replaces the run's citation rows inst
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import random
@@ -46,6 +45,7 @@ from ragtrail.pipeline.evaluate import (
     load_items,
     load_run_summary,
     producing_models,
+    put_parquet,
     run_prefix,
 )
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
@@ -184,7 +184,7 @@ def evaluate_citations(
     uri = rt.artifacts.put_bytes(
         citations_key(run_id), jsonsafe.dumps(summary, "citations.json", indent=1).encode()
     )
-    _put_parquet(rt, f"{run_prefix(run_id)}/citation_queries.parquet", citation_queries_frame(mix))
+    put_parquet(rt, f"{run_prefix(run_id)}/citation_queries.parquet", citation_queries_frame(mix))
     return {**compact(summary), "citations_uri": uri}
 
 
@@ -376,9 +376,3 @@ def load_citations(rt: Runtime, run_id: str) -> dict[str, Any] | None:
     """The stored citation summary of a set's run (None when citations were not evaluated)."""
     key = citations_key(run_id)
     return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None
-
-
-def _put_parquet(rt: Runtime, key: str, frame: pd.DataFrame) -> str:
-    buf = io.BytesIO()
-    frame.to_parquet(buf, index=False)
-    return rt.artifacts.put_bytes(key, buf.getvalue())

@@ -48,7 +48,8 @@ def evaluated_snapshot(rt: Runtime, corpus: str, snapshot_id: str | None) -> Sna
     return snapshot
 
 
-def _put_parquet(rt: Runtime, key: str, frame: pd.DataFrame) -> str:
+def put_parquet(rt: Runtime, key: str, frame: pd.DataFrame) -> str:
+    """Store ``frame`` as Parquet under ``key``; returns its URI."""
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)
     return rt.artifacts.put_bytes(key, buf.getvalue())
@@ -110,9 +111,9 @@ def evaluate_retrieval(
     )
 
     prefix = run_prefix(run_id)
-    _put_parquet(rt, f"{prefix}/retrieval_metrics.parquet", result.metrics)
-    _put_parquet(rt, f"{prefix}/retrieval_best.parquet", result.best)
-    _put_parquet(rt, f"{prefix}/retrieval_per_query.parquet", result.per_query)
+    put_parquet(rt, f"{prefix}/retrieval_metrics.parquet", result.metrics)
+    put_parquet(rt, f"{prefix}/retrieval_best.parquet", result.best)
+    put_parquet(rt, f"{prefix}/retrieval_per_query.parquet", result.per_query)
     summary = {
         **params,
         "run_id": run_id,

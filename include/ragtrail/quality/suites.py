@@ -250,10 +250,16 @@ def prepare_retrieval_results(metrics: pd.DataFrame) -> pd.DataFrame:
     value = pd.to_numeric(out["value"])
     low = pd.to_numeric(out["ci_low"])
     high = pd.to_numeric(out["ci_high"])
+    out["ci_contains_value"] = interval_holds(value, low, high)
+    return out
+
+
+def interval_holds(value: pd.Series, low: pd.Series, high: pd.Series) -> pd.Series:
+    """``low <= value <= high`` (within :data:`CI_TOLERANCE`), or True where a bound is missing
+    (no interval was computed; its reason travels in the records, not in a column)."""
     missing = low.isna() | high.isna()
     inside = (low <= value + CI_TOLERANCE) & (value <= high + CI_TOLERANCE)
-    out["ci_contains_value"] = (missing | inside).astype(bool)
-    return out
+    return (missing | inside).astype(bool)
 
 
 def retrieval_results_suite(
@@ -617,9 +623,7 @@ def prepare_citation_metrics(aggregates: pd.DataFrame) -> pd.DataFrame:
     counts = out["metric"].isin(UNBOUNDED_METRICS)
     in_range = value.isna() | ((value >= 0) & (counts | (value <= 1)))
     out["value_in_range"] = in_range.astype(bool)
-    missing = value.isna() | low.isna() | high.isna()
-    inside = (low <= value + CI_TOLERANCE) & (value <= high + CI_TOLERANCE)
-    out["ci_contains_value"] = (missing | inside).astype(bool)
+    out["ci_contains_value"] = (value.isna() | interval_holds(value, low, high)).astype(bool)
     return out
 
 
