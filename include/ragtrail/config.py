@@ -173,6 +173,12 @@ class JudgeSettings(BaseModel):
     entailment_min_kappa: float = Field(
         0.4, ge=-1.0, le=1.0, description="an entailment judge gates when its kappa is >= this"
     )
+    sufficiency_min_kappa: float = Field(
+        0.4, ge=-1.0, le=1.0, description="a sufficiency rater gates when its kappa is >= this"
+    )
+    correctness_min_kappa: float = Field(
+        0.4, ge=-1.0, le=1.0, description="a correctness judge gates when its kappa is >= this"
+    )
     entailment_fallback: Literal["entailment.embedding", "entailment.llm"] = Field(
         "entailment.embedding",
         description="the entailment judge used while nli_model is none (no NLI weights exist "
@@ -206,6 +212,95 @@ class JudgeSettings(BaseModel):
         le=100_000,
         description="bootstrap resamples for kappa intervals (0: no interval, null with a reason)",
     )
+
+
+SUFFICIENCY_RATERS = (
+    "sufficiency.llm",
+    "sufficiency.llm_1shot",
+    "sufficiency.chunked",
+    "sufficiency.contains_answer",
+    "sufficiency.entailment",
+)
+"""The sufficiency raters by name (METHODS §9): the LLM zero- and one-shot, the chunked LLM, the
+"contains the gold answer" baseline and the entailment judge's probability of the gold answer."""
+
+ANSWER_SETTINGS = ("retrieved", "gold", "none")
+"""The contexts an answer is given: the retrieved top-k, the ground context, no retrieval."""
+
+
+class SufficiencySettings(BaseModel):
+    """Sufficient context and Correct / Abstain / Hallucinate (METHODS §9).
+
+    The nightly rates ``max_items`` questions per golden set (spread over the labels, seeded) in
+    every answer setting; ``0`` rates every question (``RAGTRAIL_SUFFICIENCY__MAX_ITEMS=0``).
+    """
+
+    enabled: bool = Field(True, description="run sufficiency and C/A/H in the nightly")
+    qa_sets: Literal["golden", "all"] = Field(
+        "golden", description="which QA sets of a night are rated: golden sets only, or all"
+    )
+    max_items: int = Field(8, ge=0, description="questions per QA set; 0 = all")
+    retrieval_k: int = Field(3, ge=1, le=50, description="retrieved chunks per question")
+    raters: tuple[str, ...] = SUFFICIENCY_RATERS
+    settings: tuple[str, ...] = ANSWER_SETTINGS
+    chunk_tokens: int = Field(1600, ge=16, description="chunk size of the chunked raters")
+    max_context_tokens: int = Field(
+        6000, ge=16, description="contexts are truncated to this many tokens (recorded)"
+    )
+    entailment_threshold: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="sufficient when an NLI judge's max-over-chunks P(entailment) of the gold "
+        "answer reaches this",
+    )
+    calibration_per_kind: int = Field(
+        4,
+        ge=1,
+        description="golden references per kind (ground context, unanswerable, irrelevant "
+        "passages) each rater is calibrated on",
+    )
+    reference_file: Path | None = Field(
+        None,
+        description="a labelled JSONL (question, context, label[, answer]) raters are "
+        "also calibrated on",
+    )
+    max_new_tokens: int = Field(64, ge=8, le=2048, description="answer token budget")
+    bootstrap_samples: int = Field(1000, ge=0)
+
+    @field_validator("raters")
+    @classmethod
+    def _known_raters(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(v) - set(SUFFICIENCY_RATERS))
+        if unknown or not v:
+            raise ValueError(f"raters must be a non-empty subset of {SUFFICIENCY_RATERS}")
+        return tuple(r for r in SUFFICIENCY_RATERS if r in v)
+
+    @field_validator("settings")
+    @classmethod
+    def _known_settings(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(v) - set(ANSWER_SETTINGS))
+        if unknown or not v:
+            raise ValueError(f"settings must be a non-empty subset of {ANSWER_SETTINGS}")
+        return tuple(s for s in ANSWER_SETTINGS if s in v)
+
+
+class SelectiveSettings(BaseModel):
+    """Selective generation: confidence features and the abstention policy (METHODS §9).
+
+    The paper samples 20 answers and asks 5 times (``p_true_samples=20``, ``p_true_asks=5``);
+    the nightly's defaults are smaller so the default night stays under 15 minutes on 2 cores.
+    """
+
+    enabled: bool = Field(True, description="compute confidence and fit the policy nightly")
+    p_true_samples: int = Field(2, ge=1, le=100, description="sampled answers shown per P(True)")
+    p_true_asks: int = Field(2, ge=1, le=50, description="times the model is asked per P(True)")
+    sample_temperature: float = Field(0.7, gt=0.0, le=2.0)
+    p_correct: bool = Field(True, description="also ask for answers with probabilities")
+    search_iterations: int = Field(100, ge=1, description="random hyperparameter search draws")
+    test_share: float = Field(0.5, gt=0.0, lt=1.0, description="questions held out to evaluate")
+    target_coverage: float = Field(0.8, gt=0.0, le=1.0, description="coverage the threshold is for")
+    bootstrap_samples: int = Field(1000, ge=0)
 
 
 MIXTURE_TYPES = ("relevant+irrelevant", "relevant+seemingly", "all")
@@ -316,6 +411,8 @@ class Settings(BaseSettings):
     models: ModelSettings = ModelSettings()
     judges: JudgeSettings = JudgeSettings()
     citations: CitationSettings = CitationSettings()
+    sufficiency: SufficiencySettings = SufficiencySettings()
+    selective: SelectiveSettings = SelectiveSettings()
     nli_model: str | None = Field(
         None,
         description="NLI model for entailment judges: 'hf:<HF id, local path or s3:// URI>'; "

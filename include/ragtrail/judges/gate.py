@@ -48,6 +48,8 @@ def default_bars(settings: JudgeSettings | None = None) -> tuple[GateBar, ...]:
         GateBar(JudgeRole.LABELLER.value, KAPPA, s.labeller_min_kappa),
         GateBar(JudgeRole.CRITIQUE.value, CONTRAST_ACCURACY, s.critique_min_contrast),
         GateBar(JudgeRole.ENTAILMENT.value, KAPPA, s.entailment_min_kappa),
+        GateBar(JudgeRole.SUFFICIENCY.value, KAPPA, s.sufficiency_min_kappa),
+        GateBar(JudgeRole.CORRECTNESS.value, KAPPA, s.correctness_min_kappa),
     )
 
 

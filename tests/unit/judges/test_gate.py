@@ -144,9 +144,13 @@ def test_default_bars_follow_settings() -> None:
         GateBar("labeller", "kappa", 0.4),
         GateBar("critique", "contrast_accuracy", 0.75),
         GateBar("entailment", "kappa", 0.4),
+        GateBar("sufficiency", "kappa", 0.4),
+        GateBar("correctness", "kappa", 0.4),
     )
-    custom = JudgeSettings(labeller_min_kappa=0.6, critique_min_contrast=0.5)
-    assert [b.minimum for b in default_bars(custom)] == [0.6, 0.5, 0.4]
+    custom = JudgeSettings(
+        labeller_min_kappa=0.6, critique_min_contrast=0.5, sufficiency_min_kappa=0.3
+    )
+    assert [b.minimum for b in default_bars(custom)] == [0.6, 0.5, 0.4, 0.3, 0.4]
 
 
 def test_settings_defaults_env_and_ranges(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
