@@ -24,6 +24,8 @@ The extras each asset's events carry are defined once, in the core:
   ``data_docs_path``, ``report_url``, ``data_docs_url``.
 - ``CITATION_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``sets`` (per evaluated set
   its run id and headline citation F1, model and random, per mixture type) and ``metrics_uri``.
+- ``SUFFICIENCY_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``sets`` (per rated set
+  its run id, C/A/H rates per answer setting and the selective policy's AUC gain) and ``metrics_uri``.
 - ``DRIFT_ASSET``: reserved for the drift decision that asks for retraining (nothing emits it yet).
 """
 
@@ -57,6 +59,12 @@ CITATION_METRICS_ASSET = Asset(
     group=ASSET_GROUP,
     extra={"description": "citation precision/recall/F1 on relevance mixtures, model vs random"},
 )
+SUFFICIENCY_METRICS_ASSET = Asset(
+    name="ragtrail_sufficiency_metrics",
+    uri="ragtrail://metrics/sufficiency",
+    group=ASSET_GROUP,
+    extra={"description": "sufficient context, Correct/Abstain/Hallucinate, selective generation"},
+)
 DRIFT_ASSET = Asset(
     name="ragtrail_drift",
     uri="ragtrail://drift/default",
@@ -68,6 +76,7 @@ ASSETS_BY_KEY: dict[str, Asset] = {
     "corpus": CORPUS_ASSET,
     "testset": TESTSET_ASSET,
     "citation_metrics": CITATION_METRICS_ASSET,
+    "sufficiency_metrics": SUFFICIENCY_METRICS_ASSET,
     "retrieval_metrics": RETRIEVAL_METRICS_ASSET,
 }
 """The Asset of each key of ``ragtrail.pipeline.night.AssetKey``."""
@@ -76,6 +85,7 @@ ALL_ASSETS: tuple[Asset, ...] = (
     CORPUS_ASSET,
     TESTSET_ASSET,
     CITATION_METRICS_ASSET,
+    SUFFICIENCY_METRICS_ASSET,
     RETRIEVAL_METRICS_ASSET,
     DRIFT_ASSET,
 )
@@ -88,5 +98,6 @@ __all__ = [
     "CORPUS_ASSET",
     "DRIFT_ASSET",
     "RETRIEVAL_METRICS_ASSET",
+    "SUFFICIENCY_METRICS_ASSET",
     "TESTSET_ASSET",
 ]

@@ -314,6 +314,149 @@ def eval_citations(
     console.print(f"stored: {result['citations_uri']} (run {run_id})", highlight=False)
 
 
+QaSetOpt = Annotated[
+    str | None,
+    typer.Option(help="QA set file, golden:<version> or testset:<version>; default sample."),
+]
+
+
+def _run_sufficiency(
+    corpus: str,
+    qa_set: str | None,
+    rater: list[str] | None,
+    items: int | None,
+    seed: int | None,
+    run_id: str | None,
+    *,
+    selective: bool,
+    as_json: bool,
+) -> dict[str, Any]:
+    from ragtrail.pipeline.sufficiency import evaluate_sufficiency, load_sufficiency
+    from ragtrail.storage.db import utcnow
+
+    prefix = "selective" if selective else "sufficiency"
+    run_id = run_id or f"{prefix}-{utcnow():%Y%m%dT%H%M%S}"
+    with _runtime_with_progress(as_json) as (rt, _):
+        result = evaluate_sufficiency(
+            rt,
+            corpus,
+            run_id=run_id,
+            qa_set=qa_set,
+            raters=rater or None,
+            max_items=items,
+            seed=seed,
+            selective=selective,
+        )
+        summary = load_sufficiency(rt, run_id)
+    assert summary is not None
+    summary["stored"] = result["sufficiency_uri"]
+    return summary
+
+
+RaterOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--rater",
+        help="Repeat: sufficiency.llm, sufficiency.llm_1shot, sufficiency.chunked, "
+        "sufficiency.contains_answer, sufficiency.entailment. Default: sufficiency.raters.",
+    ),
+]
+ItemsOpt = Annotated[int | None, typer.Option(help="Questions to rate (0 = all); default setting.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Seed of every draw; default settings.seed.")]
+
+
+@eval_app.command("sufficiency")
+def eval_sufficiency(
+    corpus: CorpusOpt = "handbook",
+    qa_set: QaSetOpt = None,
+    rater: RaterOpt = None,
+    items: ItemsOpt = None,
+    seed: SeedOpt = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Is the context sufficient? Every rater (with its measured agreement) on the retrieved and
+    gold contexts, and the answers classified Correct / Abstain / Hallucinate per setting."""
+    summary = _run_sufficiency(
+        corpus, qa_set, rater, items, seed, run_id, selective=False, as_json=as_json
+    )
+    if as_json:
+        _emit(summary)
+        return
+    _print_sufficiency(summary)
+
+
+@eval_app.command("selective")
+def eval_selective(
+    corpus: CorpusOpt = "handbook",
+    qa_set: QaSetOpt = None,
+    rater: RaterOpt = None,
+    items: ItemsOpt = None,
+    seed: SeedOpt = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Selective generation: the model's confidence (P(True), P(Correct)) plus sufficiency in a
+    logistic-regression abstention policy, compared with confidence alone on held-out questions."""
+    summary = _run_sufficiency(
+        corpus, qa_set, rater, items, seed, run_id, selective=True, as_json=as_json
+    )
+    if as_json:
+        _emit(summary)
+        return
+    _print_sufficiency(summary)
+    _print_selective(summary)
+
+
+def _print_sufficiency(summary: dict[str, Any]) -> None:
+    raters = Table(title=f"sufficiency raters ({summary['items']} questions)")
+    for col in ("rater", "agreement", "mode", "sufficient share"):
+        raters.add_column(col)
+    for r in summary["raters"]:
+        cal = r.get("calibration") or {}
+        shares = ", ".join(
+            f"{s} {_value_ci(v.get('share'))}" for s, v in r.get("per_setting", {}).items()
+        )
+        agreement = (
+            f"{cal.get('metric')} {_value_ci(cal)} (n={cal.get('n')})"
+            if cal.get("value") is not None
+            else cal.get("reason") or cal.get("status", "")
+        )
+        star = " *" if r["name"] == summary["primary_rater"]["name"] else ""
+        raters.add_row(r["name"] + star, agreement, (r.get("gate") or {}).get("mode", ""), shares)
+    console.print(raters)
+    console.print(f"* stratifies C/A/H: {summary['primary_rater']['reason']}", highlight=False)
+    table = Table(title=f"Correct / Abstain / Hallucinate of {summary.get('answerer')}")
+    for col in ("setting", "context", "label", "correct", "abstain", "hallucinate", "n"):
+        table.add_column(col)
+    for row in summary["cah"]["table"]:
+        table.add_row(
+            row["setting"],
+            row["sufficiency"],
+            row["label"],
+            *(_value_ci(row.get(o)) for o in ("correct", "abstain", "hallucinate")),
+            str(row.get("n_scored", 0)),
+        )
+    console.print(table)
+    console.print(f"stored: {summary['stored']} (run {summary['run_id']})", highlight=False)
+
+
+def _print_selective(summary: dict[str, Any]) -> None:
+    selective = summary.get("selective") or {}
+    if selective.get("status") != "fitted":
+        reason = selective.get("reason") or summary.get("undefined", {}).get("selective")
+        console.print(f"selective generation: no policy ({reason})", highlight=False)
+        return
+    auc = selective["auc"]
+    console.print(
+        f"area under the coverage curve: confidence alone {_value_ci(auc.get('confidence'))}, "
+        f"sufficiency + confidence {_value_ci(auc.get('sufficiency_confidence'))}, "
+        f"difference {_value_ci(auc.get('gain'))} (n={auc.get('gain', {}).get('n')}); "
+        f"policy: {selective.get('policy_uri')}",
+        highlight=False,
+    )
+
+
 def _value_ci(agg: dict[str, Any] | None) -> str:
     if not agg or agg.get("value") is None:
         return "undefined"
@@ -330,6 +473,17 @@ def _citation_line(cited: dict[str, Any]) -> str:
         for mixture, systems in cited["f1"].items()
     ]
     return f"citation F1 of {cited['answerer']} vs random: " + "; ".join(parts)
+
+
+def _sufficiency_line(rated: dict[str, Any]) -> str:
+    """Hallucination rate per answer setting and the selective policy's gain, in one line."""
+    parts = [
+        f"{setting} {_value_ci(agg)} (n={(agg or {}).get('n', 0)})"
+        for setting, agg in rated["hallucination"].items()
+    ]
+    gain = rated.get("auc_gain")
+    tail = f"; selective AUC gain {_value_ci(gain)}" if gain else ""
+    return f"hallucination rate of {rated['answerer']}: " + "; ".join(parts) + tail
 
 
 def _print_citations(summary: dict[str, Any]) -> None:
@@ -1017,6 +1171,8 @@ def nightly(
         )
         if summary.get("citations"):
             console.print(_citation_line(summary["citations"]), highlight=False)
+        if summary.get("sufficiency"):
+            console.print(_sufficiency_line(summary["sufficiency"]), highlight=False)
     console.print(f"report:    {report_path}")
     console.print(f"data docs: {report_path.parent / 'data_docs' / 'index.html'}")
     console.print(f"corpus checks: {result.corpus_quality['data_docs_path']}")

@@ -30,7 +30,9 @@ from ragtrail.records import DEFAULT_TEXT_WEIGHTS, LABELS
 
 log = logging.getLogger(__name__)
 
-AssetKey = Literal["corpus", "testset", "citation_metrics", "retrieval_metrics"]
+AssetKey = Literal[
+    "corpus", "testset", "citation_metrics", "sufficiency_metrics", "retrieval_metrics"
+]
 """The logical datasets that chain the flows (Airflow Assets in ``plugins/assets.py``)."""
 
 COUNT_KEYS = (
@@ -56,6 +58,7 @@ ASSET_EXTRAS: dict[AssetKey, tuple[str, ...]] = {
     ),
     "testset": ("corpus", "snapshot_id", "qa_set", "qa_set_version", "accepted", "regenerated"),
     "citation_metrics": ("run_id", "corpus", "snapshot_id", "sets", "metrics_uri"),
+    "sufficiency_metrics": ("run_id", "corpus", "snapshot_id", "sets", "metrics_uri"),
     "retrieval_metrics": (
         "run_id",
         "corpus",
@@ -361,7 +364,8 @@ EVALUATE = Flow(
     dag_id="evaluate_retrieval",
     doc="Recall@k per question label across the text-weight scan on every QA set of the corpus "
     "(each golden set's latest version and the announced test set, each its own stored run), "
-    "then the answering model's citation quality on each set.",
+    "then the answering model's citation quality on each set, and whether it answers when the "
+    "context suffices and abstains when it does not (golden sets by default).",
     run_prefix="retrieval",
     listens_to="testset",
     tags=("evaluation",),
@@ -422,6 +426,24 @@ EVALUATE = Flow(
             inputs=("corpus", "run_id", "sets", "snapshot_id"),
             after_mapped=True,
             emits="citation_metrics",
+        ),
+        Step(
+            "sufficiency",
+            "evaluate_set_sufficiency",
+            "sufficiency raters (calibrated) on retrieved and gold contexts, Correct / Abstain / "
+            "Hallucinate per setting, confidence and the selective-generation policy of one QA set",
+            inputs=("corpus", "snapshot_id"),
+            pool="llm_api",
+            map_over="sets",
+            map_as="qa_set_entry",
+        ),
+        Step(
+            "announce_sufficiency",
+            "announce_sufficiency",
+            "collects every rated set's C/A/H and selective-generation headline into one summary",
+            inputs=("corpus", "run_id", "sets", "snapshot_id"),
+            after_mapped=True,
+            emits="sufficiency_metrics",
         ),
         Step(
             "publish",

@@ -21,6 +21,8 @@ from ragtrail import jsonsafe
 from ragtrail.pipeline.citations import compact as compact_citations
 from ragtrail.pipeline.evaluate import load_run_summary, report_dir, run_prefix
 from ragtrail.pipeline.evaluation_sets import change_since_previous
+from ragtrail.pipeline.sufficiency import compact as compact_sufficiency
+from ragtrail.pipeline.sufficiency import metrics_frame
 from ragtrail.records import INCLUSIVE, LABELS
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
@@ -35,7 +37,8 @@ class SetToPublish:
     """One evaluated set: its stored run, its name in the report (None: a single-set report),
     its kind (golden / generated / file), validations made elsewhere (its test-set or golden-set
     checks), for a generated set its generation summary (adds the funnel sections), and its
-    citation summary when citations were evaluated (adds the citation sections and checks)."""
+    citation summary when citations were evaluated (adds the citation sections and checks), and
+    its sufficiency summary when it was rated (adds the sufficiency / C/A/H / selective sections)."""
 
     run_id: str
     name: str | None = None
@@ -43,6 +46,7 @@ class SetToPublish:
     extra_quality: tuple[dict[str, Any], ...] = ()
     generation: dict[str, Any] | None = None
     citations: dict[str, Any] | None = None
+    sufficiency: dict[str, Any] | None = None
 
 
 def publish_sets(
@@ -62,6 +66,7 @@ def publish_sets(
     from ragtrail.quality.runner import QualityRunner, enforce
     from ragtrail.report.citations import citation_sections
     from ragtrail.report.html import SetView, render_sets_report
+    from ragtrail.report.sufficiency import sufficiency_sections
     from ragtrail.report.testset import testset_sections
 
     if not sets:
@@ -84,6 +89,12 @@ def publish_sets(
             quality += [r.as_dict() for r in cited]
             suffix = "" if entry.name is None else f".{entry.name}"
             sections += citation_sections(entry.citations, out, suffix)
+        if entry.sufficiency:
+            rated = _validate_sufficiency(rt, runner, entry.sufficiency, entry.name)
+            results += rated
+            quality += [r.as_dict() for r in rated]
+            suffix = "" if entry.name is None else f".{entry.name}"
+            sections += sufficiency_sections(entry.sufficiency, out, suffix)
         evaluation = summary["evaluation"]
         change = (
             change_since_previous(
@@ -97,6 +108,7 @@ def publish_sets(
             else None
         )
         cited = compact_citations(entry.citations) if entry.citations else None
+        sufficient = compact_sufficiency(entry.sufficiency) if entry.sufficiency else None
         summaries.append(
             {
                 **summary,
@@ -104,6 +116,7 @@ def publish_sets(
                 "kind": entry.kind,
                 "change": change,
                 "citations": cited,
+                "sufficiency": sufficient,
             }
         )
         views.append(
@@ -210,6 +223,31 @@ def _validate_citations(
     ]
 
 
+def _validate_sufficiency(
+    rt: Runtime, runner: QualityRunner, summary: dict[str, Any], name: str | None
+) -> list[QualityResult]:
+    """GX on one set's sufficiency results: the per-(question, setting) rows and every figure
+    (raters' agreement, C/A/H rates, the selective policy's areas)."""
+    import io
+
+    from ragtrail.quality.suites import (
+        prepare_citation_metrics,
+        sufficiency_metrics_suite,
+        sufficiency_queries_suite,
+    )
+
+    suffix = _validation_suffix(name)
+    key = f"{run_prefix(summary['run_id'])}/sufficiency_queries.parquet"
+    queries = pd.read_parquet(io.BytesIO(rt.artifacts.get_bytes(key)))
+    metrics = prepare_citation_metrics(metrics_frame(summary))
+    return [
+        runner.validate(
+            f"sufficiency_queries{suffix}", queries, sufficiency_queries_suite(summary["settings"])
+        ),
+        runner.validate(f"sufficiency_metrics{suffix}", metrics, sufficiency_metrics_suite()),
+    ]
+
+
 def _description(entry: SetToPublish, summary: dict[str, Any]) -> str:
     kind = {"golden": "golden set", "generated": "generated test set"}.get(entry.kind, "QA set")
     return (
@@ -228,6 +266,7 @@ COMPACT_KEYS = (
     "best",
     "change",
     "citations",
+    "sufficiency",
 )
 """What the night's result and ``ragtrail nightly --json`` carry per set (metrics.json: all)."""
 

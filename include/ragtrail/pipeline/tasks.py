@@ -307,6 +307,59 @@ def announce_citations(
     return {"sets": per_set, "metrics_uri": metrics_uri, "event": event}
 
 
+def evaluate_set_sufficiency(
+    rt: Runtime,
+    *,
+    corpus: str,
+    qa_set_entry: dict[str, str],
+    snapshot_id: str | None = None,
+) -> dict[str, Any]:
+    """Sufficient context, C/A/H and selective generation on one planned QA set (golden sets
+    only unless ``sufficiency.qa_sets`` is ``all``), stored in the set's run."""
+    from ragtrail.pipeline.evaluation_sets import GOLDEN
+
+    ss = rt.settings.sufficiency
+    name = qa_set_entry["name"]
+    if not ss.enabled:
+        return {"name": name, "skipped": "sufficiency.enabled is false"}
+    if ss.qa_sets == "golden" and qa_set_entry["kind"] != GOLDEN:
+        return {"name": name, "skipped": "sufficiency.qa_sets is 'golden'"}
+    from ragtrail.pipeline.sufficiency import evaluate_sufficiency
+
+    result = evaluate_sufficiency(
+        rt,
+        corpus,
+        run_id=qa_set_entry["run_id"],
+        qa_set=qa_set_entry["qa_set"],
+        set_name=name,
+        snapshot_id=snapshot_id,
+    )
+    return {"name": name, **result}
+
+
+def announce_sufficiency(
+    rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
+) -> dict[str, Any]:
+    """Every rated set's headline (hallucination rate per setting, the policy's gain) in one
+    document, announced as the sufficiency-metrics Asset; no event when no set was rated."""
+    from ragtrail.pipeline.sufficiency import compact, load_sufficiency
+
+    per_set = {}
+    for entry in sets:
+        summary = load_sufficiency(rt, entry["run_id"])
+        if summary is not None:
+            per_set[entry["name"]] = compact(summary)
+    if not per_set:
+        return {"sets": {}, "event": None}
+    document = {"run_id": run_id, "corpus": corpus, "snapshot_id": snapshot_id, "sets": per_set}
+    metrics_uri = rt.artifacts.put_bytes(
+        f"{_evaluate.run_prefix(run_id)}/sufficiency_metrics.json",
+        jsonsafe.dumps(document, "sufficiency_metrics.json", indent=1).encode(),
+    )
+    event = {**document, "metrics_uri": metrics_uri}
+    return {"sets": per_set, "metrics_uri": metrics_uri, "event": event}
+
+
 def publish_report(
     rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
 ) -> dict[str, Any]:
@@ -321,6 +374,7 @@ def publish_report(
     from ragtrail.pipeline.evaluation_sets import GENERATED, GOLDEN, primary_set
     from ragtrail.pipeline.golden import golden_quality_key
     from ragtrail.pipeline.publish import SetToPublish, publish_sets
+    from ragtrail.pipeline.sufficiency import load_sufficiency
 
     entries = []
     for entry in sets:
@@ -341,6 +395,7 @@ def publish_report(
                 extra_quality=tuple(q for q in quality or () if q),
                 generation=generation,
                 citations=load_citations(rt, entry["run_id"]),
+                sufficiency=load_sufficiency(rt, entry["run_id"]),
             )
         )
     corpus_quality = _stored_json(rt, _corpus_quality_key(corpus, snapshot_id)) or []

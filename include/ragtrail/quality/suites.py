@@ -609,19 +609,23 @@ CITATION_METRIC_COLUMNS: Final = (
 INVALID_CITATION_RATE: Final = "invalid_citation_rate"
 
 UNBOUNDED_METRICS: Final = frozenset({"distinct_citations", "answer_words", "n_citations"})
-"""Citation metrics that are counts (>= 0); every other one is a proportion in [0, 1]."""
+"""Citation metrics that are counts (>= 0); every other one is a proportion in [0, 1]..."""
+SIGNED_METRICS: Final = frozenset({"auc_gain", "kappa"})
+"""... except these differences and agreements beyond chance, which lie in [-1, 1]."""
 
 
 def prepare_citation_metrics(aggregates: pd.DataFrame) -> pd.DataFrame:
     """Copy of a long aggregates frame (evaluation, metric, value, ci_low, ci_high, n, facets…)
-    with ``value_in_range`` (proportions in [0, 1], counts >= 0; a null value — undefined, with
+    with ``value_in_range`` (proportions in [0, 1], counts >= 0, signed figures in [-1, 1]; a null value — undefined, with
     its reason kept elsewhere — is in range) and ``ci_contains_value`` (as for retrieval)."""
     out = aggregates.drop(columns=["undefined"], errors="ignore").copy()
     value = pd.to_numeric(out["value"], errors="coerce")
     low = pd.to_numeric(out["ci_low"], errors="coerce")
     high = pd.to_numeric(out["ci_high"], errors="coerce")
     counts = out["metric"].isin(UNBOUNDED_METRICS)
-    in_range = value.isna() | ((value >= 0) & (counts | (value <= 1)))
+    signed = out["metric"].isin(SIGNED_METRICS)
+    low_end = signed.map({True: -1.0, False: 0.0}).astype(float)
+    in_range = value.isna() | ((value >= low_end) & (counts | (value <= 1)))
     out["value_in_range"] = in_range.astype(bool)
     out["ci_contains_value"] = (value.isna() | interval_holds(value, low, high)).astype(bool)
     return out
@@ -693,3 +697,102 @@ def citation_metrics_suite(max_invalid_share: float) -> gx.ExpectationSuite:
         ),
     ]
     return _suite(CITATION_METRICS_SUITE, "citation metrics with intervals", expectations)
+
+
+# ------------------------------------------------------------------- sufficiency and C/A/H
+
+SUFFICIENCY_QUERIES_SUITE: Final = "sufficiency_queries"
+SUFFICIENCY_METRICS_SUITE: Final = "sufficiency_metrics"
+
+SUFFICIENCY_QUERY_COLUMNS: Final = (
+    "qid",
+    "label",
+    "setting",
+    "sufficiency",
+    "outcome",
+    "unscored_reason",
+    "p_true",
+    "p_correct",
+)
+OUTCOMES: Final = ("correct", "abstain", "hallucinate")
+SUFFICIENCY_STRATA: Final = ("sufficient", "insufficient", "unrated", "no context")
+
+
+def sufficiency_queries_suite(settings: Iterable[str]) -> gx.ExpectationSuite:
+    """Suite over the per-(question, setting) rows of a sufficiency evaluation.
+
+    fail: columns present; one row per (qid, setting); known settings, strata and outcomes; an
+    unscored row says why (no silent gaps); confidences are probabilities where defined.
+    warn: the model answers (hallucinates on) unanswerable questions.
+    """
+    expectations: list[gxe.Expectation] = [
+        _columns_present(SUFFICIENCY_QUERY_COLUMNS),
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=["qid", "setting"],
+            meta=policy(FAIL, "each question is answered once per setting"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="setting",
+            value_set=list(settings),
+            meta=policy(FAIL, "answers come from the configured settings only"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="sufficiency",
+            value_set=list(SUFFICIENCY_STRATA),
+            meta=policy(FAIL, "every row falls in one sufficiency stratum"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="outcome",
+            value_set=[*OUTCOMES, "unscored"],
+            meta=policy(FAIL, "an answer is correct, an abstention, a hallucination or unscored"),
+        ),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="unscored_reason",
+            row_condition=Column("outcome") == "unscored",
+            meta=policy(FAIL, "an unscored answer carries its reason"),
+        ),
+        *[
+            gxe.ExpectColumnValuesToBeBetween(
+                column=col,
+                min_value=0.0,
+                max_value=1.0,
+                meta=policy(FAIL, "self-rated confidence is a probability"),
+            )
+            for col in ("p_true", "p_correct")
+        ],
+        gxe.ExpectColumnValuesToNotBeInSet(
+            column="outcome",
+            value_set=["hallucinate"],
+            row_condition=Column("label") == QuestionLabel.UNANSWERABLE.value,
+            meta=policy(WARN, "answering an unanswerable question is a hallucination"),
+        ),
+    ]
+    return _suite(SUFFICIENCY_QUERIES_SUITE, "per-question C/A/H and confidence", expectations)
+
+
+def sufficiency_metrics_suite() -> gx.ExpectationSuite:
+    """Suite over sufficiency, C/A/H and selective aggregates (prepared like the citation ones by
+    :func:`prepare_citation_metrics`).
+
+    fail: columns present; every value in its range (rates in [0, 1]; the policy's AUC gain in
+    [-1, 1] is checked apart); every interval contains its estimate; n >= 0.
+    """
+    expectations: list[gxe.Expectation] = [
+        _columns_present(CITATION_METRIC_COLUMNS),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="value_in_range",
+            value_set=[True],
+            meta=policy(FAIL, "rates and areas lie in [0, 1], a gain in [-1, 1]"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="ci_contains_value",
+            value_set=[True],
+            meta=policy(FAIL, "an interval must contain its point estimate"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="n",
+            min_value=0,
+            meta=policy(FAIL, "every figure says over how many answers it was computed"),
+        ),
+    ]
+    return _suite(SUFFICIENCY_METRICS_SUITE, "sufficiency and C/A/H figures", expectations)
