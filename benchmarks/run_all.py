@@ -17,6 +17,7 @@ BENCHMARKS = [
     "bench_entailment",
     "bench_hagrid_attribution",
     "bench_citations",
+    "bench_sufficiency",
     "bench_nightly",
 ]
 
