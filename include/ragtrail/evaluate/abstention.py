@@ -31,7 +31,8 @@ _TOPIC = rf"(?: (?:about|on|regarding|of|for) {_FREE})?"
 """What the missing information is about ("... about the leave policy")."""
 _OBJECT = (
     r"(?: (?:this|that|it|anything|(?:the |an )?answer|"
-    rf"(?:the|any|a|an|how|what|when|where|who|which|whether|why|if) {_FREE}))?"
+    r"(?:the|any|a|an|this|that|these|those|such|enough|how|what|when|where|who|which|"
+    rf"whether|why|if) {_FREE}))?"
 )
 """What the source does not give: "it", "the leave policy", "how many days staff get"."""
 _QUESTION = r"(?: (?:to )?(?:this|that|the|your) question)?"
