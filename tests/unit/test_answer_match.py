@@ -18,7 +18,9 @@ def test_stop_words_are_sklearns_minus_the_meaning_words() -> None:
     assert MEANING_WORDS <= ENGLISH_STOP_WORDS  # each kept word really is one sklearn drops
     assert answer_stop_words() == ENGLISH_STOP_WORDS - MEANING_WORDS
     assert {"the", "a", "an", "of", "is"} <= answer_stop_words()
-    assert not {"not", "no", "two", "three", "before", "after", "more", "less"} & answer_stop_words()
+    assert (
+        not {"not", "no", "two", "three", "before", "after", "more", "less"} & answer_stop_words()
+    )
 
 
 @pytest.mark.parametrize(

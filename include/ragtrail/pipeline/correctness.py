@@ -107,7 +107,9 @@ def calibrate_correctness_if_missing(
             log.warning("%s not calibrated on %r: %s", spec.ref, corpus, exc)
             out.update(status="not calibrated", reason=str(exc))
         else:
-            log.info("%s calibrated: %s %s on n=%d", spec.ref, record.metric, record.value, record.n)
+            log.info(
+                "%s calibrated: %s %s on n=%d", spec.ref, record.metric, record.value, record.n
+            )
             out["status"] = "calibrated"
     if record is not None:
         out.update(metric=record.metric, value=record.value, n=record.n)
