@@ -45,6 +45,8 @@ from ragtrail.evaluate.abstention import ABSTENTION_PATTERNS, is_abstention
         '"I don\'t know."',
         "I don't know. The context does not mention it.",
         "Sorry. I don't know.",
+        "I have no idea about parking.",
+        "No idea.",
     ],
 )
 def test_abstentions(text: str) -> None:

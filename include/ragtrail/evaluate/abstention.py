@@ -40,7 +40,7 @@ _QUESTION = r"(?: (?:to )?(?:this|that|the|your) question)?"
 ABSTENTION_PATTERNS: tuple[str, ...] = (
     # I don't know / I do not know the answer (to this question)
     rf"i (?:really |honestly |simply )?{_NOT} know(?: (?:the|an|that|this) answer)?{_QUESTION}",
-    r"no idea|i have no idea|i have no (?:information|answer)" + _TOPIC,
+    r"(?:(?:i have )?no (?:idea|clue)|i have no (?:information|answer))" + _TOPIC,
     # not sure / unsure / not certain
     r"(?:i'?m |i am )?(?:not sure|unsure|not certain|uncertain)" + _TOPIC,
     # I cannot answer / unable to answer / can't determine (this question)
