@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
-from ragtrail.text import word_tokens
+from ragtrail.text import contains_word_run, word_tokens
 
 _NEGATIONS = "no not nor never none nothing nobody noone neither cannot cant couldnt hasnt without"
 _NUMBERS = (
@@ -58,20 +58,11 @@ def normalise_answer(text: str) -> str:
     return " ".join(answer_tokens(text))
 
 
-def _contains(haystack: list[str], needle: list[str]) -> bool:
-    width = len(needle)
-    return any(haystack[i : i + width] == needle for i in range(len(haystack) - width + 1))
-
-
 def matches_gold(answer: str, golds: Iterable[str]) -> bool:
     """True when some gold answer's normalised words occur in the normalised answer as a
     contiguous run of whole words (equality included); an empty normalised gold never matches."""
     words = answer_tokens(answer)
-    for gold in golds:
-        needle = answer_tokens(gold)
-        if needle and _contains(words, needle):
-            return True
-    return False
+    return any(contains_word_run(words, answer_tokens(gold)) for gold in golds)
 
 
 __all__ = [

@@ -227,7 +227,9 @@ def classify(cases: Sequence[AnswerCase], judge: Judge | None) -> list[CAHRecord
             else:
                 why = verdict.error if not verdict.ok else f"value {verdict.value!r} not a category"
                 records[i] = CAHRecord(case, None, None, seen, f"{JUDGE_FAILED}: {why}")
-    return [r for r in records if r is not None]
+    done = [r for r in records if r is not None]
+    assert len(done) == len(cases), "every case is classified or left unscored with a reason"
+    return done
 
 
 # ------------------------------------------------------------------------------------ tables

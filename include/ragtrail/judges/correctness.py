@@ -32,7 +32,7 @@ from ragtrail.judges.contract import (
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
 from ragtrail.records import QAItem, QuestionLabel
-from ragtrail.text import word_tokens
+from ragtrail.text import contains_word_run, word_tokens
 
 CORRECT = "correct"
 INCORRECT = "incorrect"
@@ -229,12 +229,10 @@ class CorrectnessExample(NamedTuple):
 
 
 def _overlapping(a: str, b: str) -> bool:
-    """True when the word sequence of one text occurs in the other's (same answer, reworded
+    """True when the words of one text occur in the other's as a run (the same answer, reworded
     at most by case, punctuation or extra words)."""
     x, y = word_tokens(a), word_tokens(b)
-    short, long = (x, y) if len(x) <= len(y) else (y, x)
-    width = len(short)
-    return any(long[i : i + width] == short for i in range(len(long) - width + 1))
+    return contains_word_run(x, y) or contains_word_run(y, x)
 
 
 def correctness_examples(items: Sequence[QAItem], *, n: int, seed: int) -> list[CorrectnessExample]:
