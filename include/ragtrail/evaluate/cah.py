@@ -210,7 +210,7 @@ def classify(cases: Sequence[AnswerCase], judge: Judge | None) -> list[CAHRecord
             JudgeInput(
                 question=cases[i].question,
                 answer=cases[i].answer.text,
-                context="\n".join(g for g in cases[i].golds if g.strip()),
+                context="\n".join(" ".join(g.split()) for g in cases[i].golds if g.strip()),
             )
             for i in pending
         ]
