@@ -42,6 +42,13 @@ def text_key(text: str) -> str:
     return " ".join(word_tokens(text))
 
 
+def contains_word_run(words: list[str], run: list[str]) -> bool:
+    """True when ``run`` occurs in ``words`` as a contiguous sequence of whole words (an empty
+    ``run`` never does): ``["27", "days"]`` is in ``["staff", "get", "27", "days"]``."""
+    width = len(run)
+    return width > 0 and any(words[i : i + width] == run for i in range(len(words) - width + 1))
+
+
 def content_words(text: str, *, min_length: int = 2) -> frozenset[str]:
     """The distinct folded words of ``text`` that are not stop words and have at least
     ``min_length`` characters (the vocabulary that overlap scores compare)."""

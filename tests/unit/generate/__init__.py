@@ -17,8 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ragtrail.evaluate.cited_answers import CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT
+from ragtrail.evaluate.short_answers import SHORT_ANSWER_PROMPT
 from ragtrail.evaluate.subqueries import SUBQUERY_PROMPT
 from ragtrail.generate.prompts import GENERATION_PROMPTS
+from ragtrail.judges.correctness import CORRECTNESS_PROMPT
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.records import Context, sha256_text
@@ -30,6 +32,10 @@ _SYSTEM_TO_NAME = {
     p.system_message(): p.name
     for p in (*GENERATION_PROMPTS, CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT, SUBQUERY_PROMPT)
 }
+# issue 10, C/A/H prompts
+_SYSTEM_TO_NAME.update(
+    {p.system_message(): p.name for p in (SHORT_ANSWER_PROMPT, CORRECTNESS_PROMPT)}
+)
 _DOC_RE = re.compile(r'<document field="(\w+)"( index="\d+")?>\n(.*?)\n</document>', re.S)
 _FIELD_RE = re.compile(r"<(\w+)>(.*?)</\1>", re.S)
 
@@ -153,6 +159,22 @@ def _subqueries(fields: dict[str, Any]) -> str:
     return json.dumps({"queries": [" ".join(words[:3]) or fields["question"]]})
 
 
+def _short_answer(fields: dict[str, Any]) -> str:
+    """answer.short: the first sentence of the first passage; abstains without passages."""
+    passages = fields.get("passages") or []
+    if not passages:
+        return json.dumps({"answer": "", "abstain": True})
+    first = re.split(r"(?<=[.!?])\s", passages[0].strip())[0][:150]
+    return json.dumps({"answer": first, "abstain": False})
+
+
+def _correctness(fields: dict[str, Any]) -> str:
+    """judge.correctness: correct when every content word of some gold is in the candidate."""
+    candidate = content_words(fields["candidate"])
+    correct = any(g and g <= candidate for g in map(content_words, fields["gold_answers"]))
+    return json.dumps({"reason": "scripted word overlap", "correct": correct})
+
+
 DEFAULT_HANDLERS: dict[str, Handler] = {
     "answer.cited": _cited_answer,
     "answer.closed_book": _closed_book,
@@ -165,6 +187,9 @@ DEFAULT_HANDLERS: dict[str, Handler] = {
     "label": _label,
     "single_shot_qa": _baseline,
     **{p.name: _critique for p in GENERATION_PROMPTS if p.name.startswith("critique_")},
+    # issue 10, C/A/H: answer.short and judge.correctness
+    "answer.short": _short_answer,
+    "judge.correctness": _correctness,
 }
 
 
