@@ -251,7 +251,7 @@ def reference_id(kind: str, payload: Any) -> str:
 # ------------------------------------------------------------------------------ calibrating
 
 
-def _store(
+def store_calibration_run(
     rt: Runtime,
     judge: Judge,
     calibration: Calibration,
@@ -298,7 +298,7 @@ def calibrate_labeller(
         for e, v in zip(examples, verdicts, strict=True)
     ]
     reference = reference_id("qa", [(e.item_id, e.question, e.label) for e in examples])
-    return _store(rt, judge, calibration, reference, details)
+    return store_calibration_run(rt, judge, calibration, reference, details)
 
 
 def calibrate_critique(
@@ -326,7 +326,7 @@ def calibrate_critique(
         for p, (a, b) in zip(pairs, verdicts, strict=True)
     ]
     reference = reference_id("contrasts", [(p.source_id, p.perturbation) for p in pairs])
-    return _store(rt, judge, calibration, reference, details)
+    return store_calibration_run(rt, judge, calibration, reference, details)
 
 
 def calibrate_entailment(
@@ -361,7 +361,7 @@ def calibrate_entailment(
         for e, v in zip(examples, verdicts, strict=True)
     ]
     reference = reference_id("entailment", [(e.source_id, e.label) for e in examples])
-    return _store(rt, judge, calibration, reference, details)
+    return store_calibration_run(rt, judge, calibration, reference, details)
 
 
 # --------------------------------------------------------------------------- the nightly
