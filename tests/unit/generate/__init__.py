@@ -19,6 +19,7 @@ from typing import Any
 from ragtrail.evaluate.cited_answers import CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT
 from ragtrail.evaluate.subqueries import SUBQUERY_PROMPT
 from ragtrail.generate.prompts import GENERATION_PROMPTS
+from ragtrail.judges.sufficiency import SUFFICIENCY_PROMPTS
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.records import Context, sha256_text
@@ -28,7 +29,13 @@ Handler = Callable[[dict[str, Any]], "str | GenerationResult"]
 
 _SYSTEM_TO_NAME = {
     p.system_message(): p.name
-    for p in (*GENERATION_PROMPTS, CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT, SUBQUERY_PROMPT)
+    for p in (
+        *GENERATION_PROMPTS,
+        CITED_ANSWER_PROMPT,
+        CLOSED_BOOK_PROMPT,
+        SUBQUERY_PROMPT,
+        *SUFFICIENCY_PROMPTS,
+    )
 }
 _DOC_RE = re.compile(r'<document field="(\w+)"( index="\d+")?>\n(.*?)\n</document>', re.S)
 _FIELD_RE = re.compile(r"<(\w+)>(.*?)</\1>", re.S)
@@ -153,6 +160,27 @@ def _subqueries(fields: dict[str, Any]) -> str:
     return json.dumps({"queries": [" ".join(words[:3]) or fields["question"]]})
 
 
+SUFFICIENT_OVERLAP = 0.5
+"""The scripted sufficiency rater calls a context sufficient when it holds at least this share of
+the question's content words."""
+
+
+def question_overlap(fields: dict[str, Any]) -> float:
+    """Share of the question's content words that occur in the context (0 without any)."""
+    words = content_words(fields["question"])
+    return len(words & content_words(fields["context"])) / len(words) if words else 0.0
+
+
+def _sufficiency(fields: dict[str, Any]) -> str:
+    share = question_overlap(fields)
+    return json.dumps(
+        {
+            "reason": f"{share:.2f} of the question's words",
+            "sufficient": share >= SUFFICIENT_OVERLAP,
+        }
+    )
+
+
 DEFAULT_HANDLERS: dict[str, Handler] = {
     "answer.cited": _cited_answer,
     "answer.closed_book": _closed_book,
@@ -165,6 +193,8 @@ DEFAULT_HANDLERS: dict[str, Handler] = {
     "label": _label,
     "single_shot_qa": _baseline,
     **{p.name: _critique for p in GENERATION_PROMPTS if p.name.startswith("critique_")},
+    # sufficiency raters (sufficiency.rate, sufficiency.rate_1shot): question-word overlap
+    **{p.name: _sufficiency for p in SUFFICIENCY_PROMPTS},
 }
 
 
