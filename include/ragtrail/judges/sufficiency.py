@@ -209,6 +209,20 @@ def with_note(verdict: Verdict, note: str) -> Verdict:
     )
 
 
+def judge_groups(judge: Judge, groups: Sequence[Sequence[JudgeInput]]) -> list[list[Verdict]]:
+    """``judge``'s verdicts for every group of inputs, asked in one batched call (none when all
+    groups are empty) and handed back group by group."""
+    flat = [item for group in groups for item in group]
+    verdicts = judge.judge(flat) if flat else []
+    if len(verdicts) != len(flat):
+        raise RuntimeError(f"{judge.spec.ref}: {len(verdicts)} verdicts for {len(flat)} items")
+    out, start = [], 0
+    for group in groups:
+        out.append(list(verdicts[start : start + len(group)]))
+        start += len(group)
+    return out
+
+
 # -------------------------------------------------------------------------------- LLM rater
 
 
@@ -418,21 +432,16 @@ class ChunkedSufficiencyJudge:
         cuts = [
             truncate_to_tokens(i.context, self.max_context_tokens, self._counter) for i in items
         ]
-        windows = [split_token_chunks(cut.text, self.chunk_tokens, self._counter) for cut in cuts]
-        asks = [
-            JudgeInput(question=item.question, context=window, answer=item.answer)
-            for item, item_windows in zip(items, windows, strict=True)
-            for window in item_windows
+        asks: list[list[JudgeInput]] = []
+        for item, cut in zip(items, cuts, strict=True):
+            windows = split_token_chunks(cut.text, self.chunk_tokens, self._counter)
+            asks.append(
+                [JudgeInput(question=item.question, context=w, answer=item.answer) for w in windows]
+            )
+        return [
+            with_note(self._combine(own), cut.note)
+            for own, cut in zip(judge_groups(self._inner, asks), cuts, strict=True)
         ]
-        answers = self._inner.judge(asks)
-        if len(answers) != len(asks):
-            raise RuntimeError(f"{self._inner.spec.ref}: {len(answers)} verdicts for {len(asks)}")
-        verdicts, start = [], 0
-        for cut, item_windows in zip(cuts, windows, strict=True):
-            own = answers[start : start + len(item_windows)]
-            start += len(item_windows)
-            verdicts.append(with_note(self._combine(own), cut.note))
-        return verdicts
 
     def _combine(self, window_verdicts: Sequence[Verdict]) -> Verdict:
         ref, n = self._spec.ref, len(window_verdicts)
@@ -638,16 +647,8 @@ class EntailmentSufficiencyJudge:
                     if w.strip()
                 ]
             )
-        flat = [p for item_pairs in pairs for p in item_pairs]
-        answers = self._entailment.judge(flat) if flat else []
-        if len(answers) != len(flat):
-            raise RuntimeError(
-                f"{self._entailment.spec.ref}: {len(answers)} verdicts for {len(flat)}"
-            )
-        verdicts, start = [], 0
-        for item, cut, item_pairs in zip(items, cuts, pairs, strict=True):
-            own = answers[start : start + len(item_pairs)]
-            start += len(item_pairs)
+        verdicts = []
+        for item, cut, own in zip(items, cuts, judge_groups(self._entailment, pairs), strict=True):
             if not gold_answers(item.answer):
                 verdict = Verdict(judge=ref, value=INSUFFICIENT, reason=NO_GOLD_ANSWER)
             else:
