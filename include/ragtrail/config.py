@@ -266,6 +266,12 @@ class SufficiencySettings(BaseModel):
         "also calibrated on",
     )
     max_new_tokens: int = Field(64, ge=8, le=2048, description="answer token budget")
+    rater_max_new_tokens: int = Field(
+        96,
+        ge=16,
+        le=2048,
+        description="token budget of an LLM rater's reply (a short reason, then the decision)",
+    )
     bootstrap_samples: int = Field(1000, ge=0)
 
     @field_validator("raters")

@@ -21,6 +21,7 @@ from ragtrail.evaluate.short_answers import SHORT_ANSWER_PROMPT
 from ragtrail.evaluate.subqueries import SUBQUERY_PROMPT
 from ragtrail.generate.prompts import GENERATION_PROMPTS
 from ragtrail.judges.correctness import CORRECTNESS_PROMPT
+from ragtrail.judges.sufficiency import SUFFICIENCY_PROMPTS
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.records import Context, sha256_text
@@ -30,7 +31,13 @@ Handler = Callable[[dict[str, Any]], "str | GenerationResult"]
 
 _SYSTEM_TO_NAME = {
     p.system_message(): p.name
-    for p in (*GENERATION_PROMPTS, CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT, SUBQUERY_PROMPT)
+    for p in (
+        *GENERATION_PROMPTS,
+        CITED_ANSWER_PROMPT,
+        CLOSED_BOOK_PROMPT,
+        SUBQUERY_PROMPT,
+        *SUFFICIENCY_PROMPTS,
+    )
 }
 # issue 10, C/A/H prompts
 _SYSTEM_TO_NAME.update(
@@ -175,6 +182,27 @@ def _correctness(fields: dict[str, Any]) -> str:
     return json.dumps({"reason": "scripted word overlap", "correct": correct})
 
 
+SUFFICIENT_OVERLAP = 0.5
+"""The scripted sufficiency rater calls a context sufficient when it holds at least this share of
+the question's content words."""
+
+
+def question_overlap(fields: dict[str, Any]) -> float:
+    """Share of the question's content words that occur in the context (0 without any)."""
+    words = content_words(fields["question"])
+    return len(words & content_words(fields["context"])) / len(words) if words else 0.0
+
+
+def _sufficiency(fields: dict[str, Any]) -> str:
+    share = question_overlap(fields)
+    return json.dumps(
+        {
+            "reason": f"{share:.2f} of the question's words",
+            "sufficient": share >= SUFFICIENT_OVERLAP,
+        }
+    )
+
+
 DEFAULT_HANDLERS: dict[str, Handler] = {
     "answer.cited": _cited_answer,
     "answer.closed_book": _closed_book,
@@ -190,6 +218,8 @@ DEFAULT_HANDLERS: dict[str, Handler] = {
     # issue 10, C/A/H: answer.short and judge.correctness
     "answer.short": _short_answer,
     "judge.correctness": _correctness,
+    # sufficiency raters (sufficiency.rate, sufficiency.rate_1shot): question-word overlap
+    **{p.name: _sufficiency for p in SUFFICIENCY_PROMPTS},
 }
 
 
