@@ -33,20 +33,28 @@ import pandas as pd
 
 from ragtrail import jsonsafe
 from ragtrail.config import ModelRole
-from ragtrail.evaluate.abstention import is_abstention
-from ragtrail.evaluate.cah import AnswerCase, CAHEvaluator, CAHRecord, cah_table, classify
-from ragtrail.evaluate.confidence import p_correct, p_true
+from ragtrail.evaluate.cah import ALL, CAHEvaluation, CAHRecord, Outcome, evaluate_cah
+from ragtrail.evaluate.cah import AnswerCase as CAHCase
+from ragtrail.evaluate.confidence import ConfidenceRow, ConfidenceScore, p_correct, p_true
 from ragtrail.evaluate.selective import (
+    WITH_SUFFICIENCY,
+    SelectiveEvalConfig,
     SelectiveEvaluator,
+    SelectiveInputs,
     SelectiveRow,
-    compare_selective,
-    fit_policy,
-    split_by_question,
+    SelectiveRun,
 )
-from ragtrail.evaluate.short_answers import ShortAnswer, ShortAnswerInput, answer_questions
+from ragtrail.evaluate.selective_policy import P_CORRECT, P_TRUE
+from ragtrail.evaluate.selective_policy import SUFFICIENT as SUFFICIENT_FEATURE
+from ragtrail.evaluate.short_answers import (
+    ShortAnswer,
+    ShortAnswerInput,
+    answer_questions,
+    short_answer_params,
+)
+from ragtrail.judges.calibration import proportion
 from ragtrail.judges.contract import Judge, JudgeInput, Verdict
 from ragtrail.judges.sufficiency import SUFFICIENT
-from ragtrail.llm.client import GenerationParams
 from ragtrail.pipeline.citations import best_text_weight, sample_items
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.evaluate import (
@@ -66,9 +74,8 @@ from ragtrail.storage.runs_store import RunStore
 log = logging.getLogger(__name__)
 
 RATED_SETTINGS = ("retrieved", "gold")
-"""The settings whose context is rated; ``none`` has no context (its own stratum)."""
-NO_CONTEXT = "no context"
-UNRATED = "unrated"
+"""The settings whose context is rated; ``none`` has no context (its answers stay unrated)."""
+OUTCOMES = tuple(str(o) for o in Outcome)
 
 
 def sufficiency_key(run_id: str) -> str:
@@ -91,9 +98,9 @@ def item_contexts(
     k: int,
     text_weight: float,
 ) -> dict[tuple[str, str], list[str] | None]:
-    """``(qid, setting) -> passages`` (None: the corpus has no ground context for the item)."""
+    """``(qid, setting) -> passages`` (None: the corpus holds no ground context for the item)."""
     out: dict[tuple[str, str], list[str] | None] = {}
-    if "retrieved" in settings:
+    if "retrieved" in settings and items:
         hits = scenario_corpus(rt, corpus).search([i.question for i in items], k, text_weight)
         for item, passages in zip(items, hits, strict=True):
             out[(item.qid, "retrieved")] = [p.text for p in passages]
@@ -107,52 +114,72 @@ def item_contexts(
 
 
 def gold_answer(item: QAItem) -> str:
-    """The gold answer a rater may look for ("" for unanswerable items: there is none)."""
+    """The gold answer raters and the matcher look for ("" for unanswerable items: none)."""
     return "" if item.label == QuestionLabel.UNANSWERABLE else item.answer.strip()
 
 
 # ------------------------------------------------------------------------------- raters
 
 
-def rate_contexts(
-    raters: Sequence[Judge],
-    pairs: Sequence[tuple[QAItem, str, list[str]]],
-) -> dict[str, list[Verdict]]:
-    """Every rater's verdicts on every (item, setting, passages) pair, in ``pairs`` order."""
-    inputs = [
-        JudgeInput(question=item.question, context="\n\n".join(passages), answer=gold_answer(item))
-        for item, _, passages in pairs
-    ]
-    return {rater.spec.name: rater.judge(inputs) for rater in raters}
-
-
 def choose_primary(
     raters: Sequence[Judge], calibrations: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """The rater whose verdicts stratify C/A/H: the gating rater with the highest calibration
-    value, else the advising one with the highest value (named as advising), else the first."""
+    """The rater whose verdicts split C/A/H into sufficient / insufficient: the gating rater
+    with the highest calibration value, else the best advising one (named as advising), else
+    the first configured one."""
 
     def value(name: str) -> float:
         v = calibrations.get(name, {}).get("value")
         return float(v) if isinstance(v, int | float) else float("-inf")
 
-    def gates(name: str) -> bool:
-        return bool(calibrations.get(name, {}).get("gate", {}).get("gates"))
-
     names = [r.spec.name for r in raters]
-    gating = [n for n in names if gates(n)]
-    pool = gating or names
-    best = max(pool, key=lambda n: (value(n), -names.index(n)))
-    measured = value(best) != float("-inf")
+    gating = [n for n in names if (calibrations.get(n, {}).get("gate") or {}).get("gates")]
+    best = max(gating or names, key=lambda n: (value(n), -names.index(n)))
     if gating:
         reason = f"the gating rater with the highest agreement ({value(best):.2f})"
-    elif measured:
-        reason = (
-            f"no rater gates; the best-agreeing one ({value(best):.2f}) is used and only advises"
-        )
+    elif value(best) != float("-inf"):
+        reason = f"no rater gates; the best-agreeing one ({value(best):.2f}) only advises"
     else:
-        reason = "no rater has a calibration; the first configured one is used and only advises"
+        reason = "no rater has a calibration; the first configured one only advises"
     return {"name": best, "gates": bool(gating), "reason": reason}
+
+
+def _rater_view(
+    raters: Sequence[Judge],
+    calibrations: Mapping[str, Mapping[str, Any]],
+    rated: Sequence[tuple[QAItem, str, list[str]]],
+    verdicts: Mapping[str, Sequence[Verdict]],
+) -> list[dict[str, Any]]:
+    """Per rater: identity, calibration and gate, and per rated setting the share of contexts
+    it called sufficient (Wilson CI), its failures and truncations."""
+    out = []
+    for rater in raters:
+        spec, calibration = rater.spec, dict(calibrations.get(rater.spec.name, {}))
+        per_setting = {}
+        for setting in dict.fromkeys(s for _, s, _ in rated):
+            mine = [
+                v for (_, s, _), v in zip(rated, verdicts[spec.name], strict=True) if s == setting
+            ]
+            ok = [v for v in mine if v.ok]
+            share = proportion(sum(v.value == SUFFICIENT for v in ok), len(ok), what="verdicts")
+            per_setting[setting] = {
+                "n": len(mine),
+                "failed": len(mine) - len(ok),
+                "truncated": sum("truncated" in v.reason for v in mine),
+                "share": share.as_dict(),
+            }
+        out.append(
+            {
+                "name": spec.name,
+                "judge": spec.ref,
+                "approximate": spec.approximate,
+                "description": spec.description,
+                "calibration": {k: v for k, v in calibration.items() if k != "gate"},
+                "gate": calibration.get("gate"),
+                "per_setting": per_setting,
+            }
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------- the step
@@ -174,8 +201,8 @@ def evaluate_sufficiency(
     """Sufficiency, C/A/H and (optionally) selective generation on one QA set; see the module
     docstring. Arguments left None come from ``settings.sufficiency`` / ``settings.selective``.
     Returns a compact strict-JSON summary; the full one is stored at :func:`sufficiency_key`."""
-    ss, sel = rt.settings.sufficiency, rt.settings.selective
-    selective = sel.enabled if selective is None else selective
+    ss = rt.settings.sufficiency
+    selective = rt.settings.selective.enabled if selective is None else selective
     seed = rt.settings.seed if seed is None else seed
     snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
     items, qa_version, qa_source = load_items(rt, qa_set)
@@ -191,17 +218,26 @@ def evaluate_sufficiency(
     runs = RunStore(rt.engine)
     if runs.get_run(run_id) is None:
         runs.start_run(run_id, "evaluate_sufficiency", params)
-    timings: dict[str, float] = {}
-    usage_before = rt.llm_usage.snapshot() if hasattr(rt.llm_usage, "snapshot") else None
-
-    started = time.perf_counter()
+    llm_models = rt.llm_models()
+    record = {
+        "corpus": corpus,
+        "corpus_snapshot": snapshot.snapshot_id,
+        "qa_set_version": qa_version,
+        "models": {
+            **producing_models(
+                rt.settings.index_backend, rt.settings.embedding_model, rt.backends()
+            ),
+            "answerer": llm_models.get(ModelRole.ANSWERER.value),
+            "judge": llm_models.get(ModelRole.JUDGE.value),
+        },
+    }
+    clock = _Clock(rt)
     contexts = item_contexts(
         rt, corpus, sample, ss.settings, k=ss.retrieval_k, text_weight=text_weight
     )
-    timings["contexts"] = time.perf_counter() - started
+    clock.lap("contexts")
 
-    # 1. raters, calibrated on the corpus's golden references first
-    started = time.perf_counter()
+    # 1. raters, each calibrated on the corpus's golden references first (cached per version)
     judges = sufficiency_raters(rt, raters)
     golden, _ = golden_items(rt, corpus)
     calibrations = calibrate_sufficiency_raters(rt, corpus, golden, judges)
@@ -212,65 +248,51 @@ def evaluate_sufficiency(
         for setting in ss.settings
         if setting in RATED_SETTINGS and (passages := contexts.get((item.qid, setting)))
     ]
-    verdicts = rate_contexts(judges, rated)
-    timings["raters"] = time.perf_counter() - started
-    sufficiency: dict[tuple[str, str], bool | None] = {}
-    for (item, setting, _), verdict in zip(rated, verdicts[primary["name"]], strict=True):
-        sufficiency[(item.qid, setting)] = (verdict.value == SUFFICIENT) if verdict.ok else None
+    inputs = [
+        JudgeInput(question=i.question, context="\n\n".join(p), answer=gold_answer(i))
+        for i, _, p in rated
+    ]
+    verdicts = {judge.spec.name: judge.judge(inputs) for judge in judges}
+    sufficient = {
+        (item.qid, setting): (v.value == SUFFICIENT) if v.ok else None
+        for (item, setting, _), v in zip(rated, verdicts[primary["name"]], strict=True)
+    }
+    clock.lap("raters")
 
-    # 2. answers in every setting, classified C / A / H
-    started = time.perf_counter()
+    # 2. answers in every setting, classified Correct / Abstain / Hallucinate
     answered = [
         (item, setting, passages)
         for item in sample
         for setting in ss.settings
         if (passages := contexts.get((item.qid, setting))) is not None
     ]
-    answer_params = GenerationParams(
-        max_new_tokens=ss.max_new_tokens, temperature=0.0, seed=seed, grow_on_truncation=False
-    )
     answers = answer_questions(
         rt.llm(ModelRole.ANSWERER),
         [ShortAnswerInput(question=i.question, passages=list(p)) for i, _, p in answered],
-        answer_params,
+        short_answer_params(ss.max_new_tokens, seed),
     )
-    timings["answers"] = time.perf_counter() - started
-    started = time.perf_counter()
-    correctness = correctness_judge(rt)
-    correctness_calibration = calibrate_correctness_if_missing(rt, corpus, golden)
+    clock.lap("answers")
+    correctness = calibrate_correctness_if_missing(rt, corpus, golden)
     cases = [
-        AnswerCase(
+        CAHCase(
             qid=item.qid,
             label=item.label,
             setting=setting,
             question=item.question,
             answer=answer,
             golds=(gold_answer(item),) if gold_answer(item) else (),
-            sufficient=sufficiency.get((item.qid, setting)),
+            sufficient=sufficient.get((item.qid, setting)),
             sufficiency_judge=primary["name"] if setting in RATED_SETTINGS else None,
         )
         for (item, setting, _), answer in zip(answered, answers, strict=True)
     ]
-    records = classify(cases, correctness)
-    timings["correctness"] = time.perf_counter() - started
-    cah_result = CAHEvaluator().evaluate(records)
-    models = producing_models(rt.settings.index_backend, rt.settings.embedding_model, rt.backends())
-    llm_models = rt.llm_models()
-    record = {
-        "corpus": corpus,
-        "corpus_snapshot": snapshot.snapshot_id,
-        "qa_set_version": qa_version,
-        "models": {
-            **models,
-            "answerer": llm_models.get(ModelRole.ANSWERER.value),
-            "judge": llm_models.get(ModelRole.JUDGE.value),
-        },
+    cah = evaluate_cah(cases, correctness_judge(rt))
+    clock.lap("correctness")
+    gates = {
+        "sufficiency": (calibrations[primary["name"]].get("gate") or {}),
+        "correctness": correctness.get("gate") or {},
     }
-    judge_decisions = {
-        "sufficiency": calibrations[primary["name"]].get("gate"),
-        "correctness": correctness_calibration.get("gate"),
-    }
-    runs.record_evaluation(run_id, cah_result, **record, judges=judge_decisions)
+    runs.record_evaluation(run_id, cah.result, **record, judges=gates)
 
     summary: dict[str, Any] = {
         "run_id": run_id,
@@ -286,24 +308,24 @@ def evaluate_sufficiency(
         "retrieval_k": ss.retrieval_k,
         "raters": _rater_view(judges, calibrations, rated, verdicts),
         "primary_rater": primary,
-        "cah": {
-            "correctness": correctness_calibration,
-            "table": [row.as_dict() for row in cah_table(records, by=CAH_FACETS)],
-            "counts": _cah_counts(records),
-        },
+        "cah": _cah_view(cah, correctness),
     }
 
-    rows = _selective_rows(records, sufficiency)
+    confidence: dict[int, dict[str, ConfidenceScore]] = {}
     if selective:
-        started = time.perf_counter()
-        summary["selective"] = _selective(rt, run_id, answered, answers, rows, seed, record)
-        timings["selective"] = time.perf_counter() - started
+        run, confidence = _selective_run(rt, cah.records, answered, seed)
+        evaluator = SelectiveEvaluator(_selective_config(rt, seed))
+        runs.record_evaluation(run_id, evaluator.result_of(run), **record, judges=gates)
+        summary["selective"] = _selective_view(rt, run_id, run, evaluator, confidence)
+        clock.lap("selective")
     else:
         jsonsafe.mark_undefined(summary, "selective", "selective generation was not requested")
-    summary["queries"] = _query_rows(answered, answers, records, rated, verdicts, summary)
-    summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
-    if usage_before is not None:
-        summary["model_calls"] = rt.llm_usage.snapshot() - usage_before
+    ratings = {
+        (item.qid, setting): {name: vs[i].value for name, vs in verdicts.items()}
+        for i, (item, setting, _) in enumerate(rated)
+    }
+    summary["queries"] = _query_rows(answered, cah.records, ratings, confidence, summary)
+    summary["seconds"], summary["model_calls"] = clock.seconds, clock.calls
     uri = rt.artifacts.put_bytes(
         sufficiency_key(run_id), jsonsafe.dumps(summary, "sufficiency.json", indent=1).encode()
     )
@@ -311,4 +333,334 @@ def evaluate_sufficiency(
     return {**compact(summary), "sufficiency_uri": uri}
 
 
-CAH_FACETS = ("setting", "sufficiency", "label")
+class _Clock:
+    """Wall seconds and model calls of each stage of the step."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self._start = time.perf_counter()
+        self._calls = rt.llm_usage.totals().calls
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def lap(self, stage: str) -> None:
+        now, calls = time.perf_counter(), self._rt.llm_usage.totals().calls
+        self.seconds[stage] = round(now - self._start, 3)
+        self.calls[stage] = calls - self._calls
+        self._start, self._calls = now, calls
+
+
+# ------------------------------------------------------------------------------- C/A/H
+
+
+def _cah_view(cah: CAHEvaluation, correctness: Mapping[str, Any]) -> dict[str, Any]:
+    """The C/A/H table with each rate beside its facets, the counts and the judge."""
+    table = []
+    for row in cah.table:
+        data = row.as_dict()
+        rates = data.pop("rates")
+        table.append({**data, **{o: rates[o] for o in OUTCOMES}})
+    records = cah.records
+    unscored: dict[str, int] = {}
+    for r in records:
+        if r.unscored_reason:
+            kind = r.unscored_reason.split(":", 1)[0]
+            unscored[kind] = unscored.get(kind, 0) + 1
+    decided: dict[str, int] = {}
+    for r in records:
+        if r.decided_by:
+            key = r.decided_by if "@" not in r.decided_by else "judge"
+            decided[key] = decided.get(key, 0) + 1
+    return {
+        "correctness": dict(correctness),
+        "table": table,
+        "aggregates": [a.as_dict() for a in cah.result.aggregates],
+        "counts": {
+            "answers": len(records),
+            "scored": sum(r.scored for r in records),
+            "unscored": unscored,
+            "decided_by": decided,
+        },
+    }
+
+
+# --------------------------------------------------------------------- selective generation
+
+
+def sufficiency_feature(setting: str, sufficient: bool | None) -> float | None:
+    """The policy's binary sufficiency feature: 1/0 from the primary rater, 0 without context
+    (an empty context answers nothing), None when the rater failed."""
+    if setting == "none":
+        return 0.0
+    return None if sufficient is None else float(sufficient)
+
+
+def _selective_config(rt: Runtime, seed: int) -> SelectiveEvalConfig:
+    sel = rt.settings.selective
+    return SelectiveEvalConfig(
+        confidence_features=(P_TRUE, P_CORRECT) if sel.p_correct else (P_TRUE,),
+        fallback_feature=P_TRUE,
+        test_share=sel.test_share,
+        iterations=sel.search_iterations,
+        target_coverage=sel.target_coverage,
+        bootstrap_samples=sel.bootstrap_samples,
+        seed=seed,
+    )
+
+
+def _selective_run(
+    rt: Runtime,
+    records: Sequence[CAHRecord],
+    answered: Sequence[tuple[QAItem, str, list[str]]],
+    seed: int,
+) -> tuple[SelectiveRun, dict[int, dict[str, ConfidenceScore]]]:
+    """Confidence features of every answer that is correct or hallucinated (abstentions already
+    abstain; unscored answers have no outcome to learn), then the policy and its comparison."""
+    sel = rt.settings.selective
+    chosen = [
+        i for i, r in enumerate(records) if r.outcome in (Outcome.CORRECT, Outcome.HALLUCINATE)
+    ]
+    rows = [
+        ConfidenceRow(
+            question=answered[i][0].question,
+            passages=tuple(answered[i][2]),
+            answer=records[i].case.answer.text,
+        )
+        for i in chosen
+    ]
+    client = rt.llm(ModelRole.ANSWERER)
+    scores: dict[str, list[ConfidenceScore]] = {
+        P_TRUE: p_true(
+            client,
+            rows,
+            samples=sel.p_true_samples,
+            asks=sel.p_true_asks,
+            temperature=sel.sample_temperature,
+            seed=seed,
+        )
+    }
+    if sel.p_correct:
+        scores[P_CORRECT] = p_correct(client, rows, seed=seed)
+    confidence = {i: {k: v[j] for k, v in scores.items()} for j, i in enumerate(chosen)}
+    selective_rows = []
+    for i in chosen:
+        record = records[i]
+        case = record.case
+        features: dict[str, float | None] = {k: v.value for k, v in confidence[i].items()}
+        features[SUFFICIENT_FEATURE] = sufficiency_feature(case.setting, case.sufficient)
+        selective_rows.append(
+            SelectiveRow(
+                row_id=f"{case.qid}/{case.setting}",
+                qid=case.qid,
+                features=features,
+                correct=record.outcome == Outcome.CORRECT,
+                hallucinated=record.outcome == Outcome.HALLUCINATE,
+            )
+        )
+    evaluator = SelectiveEvaluator(_selective_config(rt, seed))
+    return evaluator.run(SelectiveInputs(selective_rows)), confidence
+
+
+def _selective_view(
+    rt: Runtime,
+    run_id: str,
+    run: SelectiveRun,
+    evaluator: SelectiveEvaluator,
+    confidence: Mapping[int, Mapping[str, ConfidenceScore]],
+) -> dict[str, Any]:
+    """What the report and CLI read; the policy (with split and metrics) is its own artifact."""
+    comparison = run.comparison
+    aggregates = {a.metric: a.as_dict() for a in evaluator.result_of(run).aggregates}
+    policy = run.policies.get(WITH_SUFFICIENCY)
+    status = "fitted" if policy is not None else "undefined"
+    document = {
+        "run_id": run_id,
+        "config": evaluator.config_dict(),
+        **run.as_dict(),
+        "metrics": list(aggregates.values()),
+    }
+    uri = rt.artifacts.put_bytes(
+        policy_key(run_id), jsonsafe.dumps(document, "selective_policy.json", indent=1).encode()
+    )
+    curves, threshold = {}, None
+    for key, summary in (
+        ("confidence", comparison.confidence_only),
+        ("sufficiency_confidence", comparison.with_sufficiency),
+    ):
+        if summary is not None:
+            curves[key] = [p.as_dict() for p in summary.curve]
+    if comparison.with_sufficiency is not None:
+        point = comparison.with_sufficiency.at_target
+        threshold = {"target_coverage": comparison.target_coverage, **point.as_dict()}
+        threshold["value"] = point.threshold
+    failed = {
+        name: sum(1 for scores in confidence.values() if scores[name].value is None)
+        for name in (P_TRUE, P_CORRECT)
+        if any(name in scores for scores in confidence.values())
+    }
+    view: dict[str, Any] = {
+        "status": status,
+        "reason": run.policy_undefined.get(WITH_SUFFICIENCY, ""),
+        "features": list(policy.features) if policy else [SUFFICIENT_FEATURE, P_TRUE],
+        "n_rows": len(confidence),
+        "n_train": len(run.train_qids),
+        "n_test": comparison.n_questions,
+        "excluded": comparison.excluded_missing,
+        "confidence_failed": failed,
+        "confidence_source": (
+            comparison.confidence_only.source if comparison.confidence_only else None
+        ),
+        "auc": {
+            "confidence": aggregates.get("auc_confidence"),
+            "sufficiency_confidence": aggregates.get("auc_sufficiency_confidence"),
+            "gain": aggregates.get("auc_gain"),
+        },
+        "curves": curves,
+        "threshold": threshold,
+        "policy_uri": uri,
+        "undefined_reasons": dict(comparison.undefined),
+    }
+    if policy is not None:
+        view["policy"] = policy.as_dict()
+    return jsonsafe.check_finite(view, "selective view")
+
+
+# ------------------------------------------------------------------------ per-query rows
+
+
+def _query_rows(
+    answered: Sequence[tuple[QAItem, str, list[str]]],
+    records: Sequence[CAHRecord],
+    ratings: Mapping[tuple[str, str], Mapping[str, Any]],
+    confidence: Mapping[int, Mapping[str, ConfidenceScore]],
+    summary: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    policy = (summary.get("selective") or {}).get("policy")
+    scorer = None
+    if policy:
+        from ragtrail.evaluate.selective_policy import SelectivePolicy
+
+        scorer = SelectivePolicy.from_dict(policy)
+    rows = []
+    for i, ((item, setting, passages), record) in enumerate(zip(answered, records, strict=True)):
+        answer: ShortAnswer = record.case.answer
+        scores = confidence.get(i, {})
+        features = {k: v.value for k, v in scores.items()}
+        features[SUFFICIENT_FEATURE] = sufficiency_feature(setting, record.case.sufficient)
+        policy_score = None
+        row = SelectiveRow(f"{item.qid}/{setting}", item.qid, features, False, False)
+        if scorer is not None and scorer.can_score(row):
+            policy_score = scorer.score(row)
+        rows.append(
+            {
+                "qid": item.qid,
+                "label": item.label,
+                "setting": setting,
+                "question": item.question,
+                "passages": list(passages),
+                "sufficiency": record.case.sufficiency,
+                "ratings": dict(ratings.get((item.qid, setting), {})),
+                "gold": gold_answer(item),
+                "answer": answer.text,
+                "abstained": answer.abstained,
+                "error": answer.error,
+                "raw": "\n---\n".join(answer.raw),
+                "outcome": None if record.outcome is None else str(record.outcome),
+                "decided_by": record.decided_by,
+                "unscored_reason": record.unscored_reason,
+                "p_true": features.get(P_TRUE),
+                "p_correct": features.get(P_CORRECT),
+                "policy_score": policy_score,
+            }
+        )
+    return rows
+
+
+def queries_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per (question, setting): stratum, outcome (``unscored`` with its reason) and
+    confidences — the GX input."""
+    columns = [
+        "qid",
+        "label",
+        "setting",
+        "sufficiency",
+        "outcome",
+        "unscored_reason",
+        "p_true",
+        "p_correct",
+    ]
+    rows = [
+        {
+            **{c: q.get(c) for c in columns},
+            "outcome": q.get("outcome") or "unscored",
+        }
+        for q in summary["queries"]
+    ]
+    frame = pd.DataFrame(rows, columns=columns)
+    for col in ("p_true", "p_correct"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+    return frame
+
+
+def metrics_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
+    """Every figure of a sufficiency summary as (evaluation, metric, value, ci_low, ci_high, n)."""
+    rows: list[dict[str, Any]] = [
+        {"evaluation": "cah", **a} for a in summary["cah"].get("aggregates", [])
+    ]
+    for rater in summary["raters"]:
+        cal = rater.get("calibration") or {}
+        if cal.get("metric"):
+            rows.append(
+                {
+                    "evaluation": f"calibration.{rater['name']}",
+                    **{k: cal.get(k) for k in ("metric", "value", "ci_low", "ci_high")},
+                    "n": cal.get("n") or 0,
+                }
+            )
+        for setting, per in rater.get("per_setting", {}).items():
+            rows.append(
+                {
+                    "evaluation": f"rater.{rater['name']}.{setting}",
+                    "metric": "sufficient_share",
+                    **per["share"],
+                }
+            )
+    for agg in ((summary.get("selective") or {}).get("auc") or {}).values():
+        if agg:
+            rows.append({"evaluation": "selective", **agg})
+    columns = ["evaluation", "metric", "value", "ci_low", "ci_high", "n"]
+    frame = pd.DataFrame(rows, columns=None if rows else columns)
+    return frame.drop(columns=["facets", "undefined"], errors="ignore")
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def compact(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The step's result: hallucination rate per setting (all labels, all strata), the primary
+    rater and the selective policy's AUC gain."""
+    hallucination = {
+        row["setting"]: {k: row["hallucinate"].get(k) for k in ("value", "ci_low", "ci_high", "n")}
+        for row in summary["cah"]["table"]
+        if row["setting"] != ALL and row["sufficiency"] == ALL and row["label"] == ALL
+    }
+    selective = summary.get("selective") or {}
+    gain = (selective.get("auc") or {}).get("gain")
+    return jsonsafe.check_finite(
+        {
+            "run_id": summary["run_id"],
+            "answerer": summary["answerer"],
+            "primary_rater": summary["primary_rater"]["name"],
+            "hallucination": hallucination,
+            "auc_gain": {k: gain.get(k) for k in ("value", "ci_low", "ci_high", "n")}
+            if gain
+            else None,
+        },
+        "sufficiency result",
+    )
+
+
+def load_sufficiency(rt: Runtime, run_id: str) -> dict[str, Any] | None:
+    """The stored sufficiency summary of a set's run (None when it was not rated)."""
+    key = sufficiency_key(run_id)
+    return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None

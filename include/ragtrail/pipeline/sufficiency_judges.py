@@ -99,9 +99,9 @@ def sufficiency_rater(rt: Runtime, name: str) -> Judge:
     raise CalibrationError(f"unknown sufficiency rater {name!r}; known: {', '.join(known)}")
 
 
-def sufficiency_raters(rt: Runtime) -> list[Judge]:
-    """The configured raters (``settings.sufficiency.raters``), in the settings' order."""
-    return [sufficiency_rater(rt, name) for name in rt.settings.sufficiency.raters]
+def sufficiency_raters(rt: Runtime, names: Sequence[str] | None = None) -> list[Judge]:
+    """The raters ``names`` (default: the configured ``settings.sufficiency.raters``), in order."""
+    return [sufficiency_rater(rt, name) for name in names or rt.settings.sufficiency.raters]
 
 
 # ------------------------------------------------------------------------------ references
@@ -215,9 +215,10 @@ def _figures(record: CalibrationRecord) -> dict[str, Any]:
 
 
 def calibrate_sufficiency_raters(
-    rt: Runtime, corpus: str, items: Sequence[QAItem]
+    rt: Runtime, corpus: str, items: Sequence[QAItem], raters: Sequence[Judge] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Calibrate each configured rater that has no calibration for its version yet.
+    """Calibrate each rater (``raters``, default the configured ones) that has no calibration
+    for its version yet.
 
     Per rater name: ``status`` (calibrated / cached / not calibrated, with ``reason``), the
     headline figures (metric, value, CI, n) of its latest calibration, and its ``gate`` decision.
@@ -227,7 +228,7 @@ def calibrate_sufficiency_raters(
     store = JudgeStore(rt.engine)
     examples: list[SufficiencyExample] | None = None
     report: dict[str, dict[str, Any]] = {}
-    for judge in sufficiency_raters(rt):
+    for judge in sufficiency_raters(rt) if raters is None else raters:
         spec = judge.spec
         entry: dict[str, Any] = {"judge": spec.ref, "approximate": spec.approximate}
         record = store.latest(spec.name, spec.version)
