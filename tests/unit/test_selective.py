@@ -292,7 +292,9 @@ def test_evaluate_selective_with_undefined_policies_falls_back_to_raw_p_true() -
     assert comp.confidence_only is not None and comp.confidence_only.source == "raw:p_true"
     assert comp.confidence_only.auc == 1.0
     out = json.loads(dumps(run.as_dict()))
-    assert out["comparison"]["undefined"]["auc_gain"].startswith("undefined: sufficiency")
+    assert out["comparison"]["undefined"]["auc_gain"].startswith(
+        "sufficiency+confidence: policy undefined: all 4"
+    )
     assert out["policies"]["undefined"][CONFIDENCE_ONLY].startswith("all 4 training rows")
     assert len(out["split"]["test_qids"]) == 4
 

@@ -209,7 +209,7 @@ def compare_selective(
         gain = summaries[WITH_SUFFICIENCY].auc - summaries[CONFIDENCE_ONLY].auc
     else:
         missing = [k for k in scorers if k not in summaries]
-        reasons["auc_gain"] = f"undefined: {'; '.join(f'{k}: {reasons[k]}' for k in missing)}"
+        reasons["auc_gain"] = "; ".join(f"{k}: {reasons[k]}" for k in missing)
     intervals = _bootstrap_intervals(rows, active, bootstrap, seed) if active else {}
     return SelectiveComparison(
         n_rows=len(rows),
