@@ -143,6 +143,7 @@ class _State:
     attempts: list[Attempt] = field(default_factory=list)
     outcome: CallOutcome[Any] | None = None
     max_new_tokens: int = 0
+    seed: int = 0
 
 
 @dataclass
@@ -209,9 +210,16 @@ class LLMClient:
         *,
         stage: str,
         params: GenerationParams | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[CallOutcome[OutT]]:
-        """One outcome per input, in order (see module docstring)."""
+        """One outcome per input, in order (see module docstring).
+
+        ``seeds`` (one per input) replaces ``params.seed`` input by input, so one batch can hold
+        several sampled draws of the same prompt, each with its own seed and cache entry.
+        """
         params = params or GenerationParams()
+        if seeds is not None and len(seeds) != len(inputs):
+            raise ValueError(f"{len(seeds)} seeds for {len(inputs)} inputs")
         outcomes: list[CallOutcome[OutT]] = []
         tally = _Tally(f"model calls {stage}", len(inputs), self.progress)
         for start in range(0, len(inputs), self.chunk_size):
@@ -222,6 +230,7 @@ class LLMClient:
                     prompt.render(inp),
                     prompt.guided_schema(inp) if params.guided_json else None,
                     prompt.foreign_example_words(inp),
+                    seed=params.seed if seeds is None else int(seeds[start + i]),
                 )
                 for i, inp in enumerate(chunk)
             ]
@@ -333,7 +342,7 @@ class LLMClient:
                 else params.temperature
             ),
             top_p=params.top_p,
-            seed=params.seed + attempt,
+            seed=state.seed + attempt,
             json_schema=state.schema,
             stop=params.stop,
             avoid_copying=avoid,

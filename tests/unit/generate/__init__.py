@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ragtrail.evaluate.cited_answers import CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT
+from ragtrail.evaluate.confidence import CONFIDENCE_PROMPTS
 from ragtrail.evaluate.short_answers import SHORT_ANSWER_PROMPT
 from ragtrail.evaluate.subqueries import SUBQUERY_PROMPT
 from ragtrail.generate.prompts import GENERATION_PROMPTS
@@ -43,6 +44,7 @@ _SYSTEM_TO_NAME = {
 _SYSTEM_TO_NAME.update(
     {p.system_message(): p.name for p in (SHORT_ANSWER_PROMPT, CORRECTNESS_PROMPT)}
 )
+_SYSTEM_TO_NAME.update({p.system_message(): p.name for p in CONFIDENCE_PROMPTS})
 _DOC_RE = re.compile(r'<document field="(\w+)"( index="\d+")?>\n(.*?)\n</document>', re.S)
 _FIELD_RE = re.compile(r"<(\w+)>(.*?)</\1>", re.S)
 
@@ -203,6 +205,33 @@ def _sufficiency(fields: dict[str, Any]) -> str:
     )
 
 
+# confidence.sample_answer / confidence.p_true / confidence.p_correct (selective generation)
+def _sample_answer(fields: dict[str, Any]) -> str:
+    """The first four words of the first passage (``"unknown"`` without passages)."""
+    passages = fields.get("passages") or []
+    return json.dumps({"answer": " ".join(passages[0].split()[:4]) if passages else "unknown"})
+
+
+def shares_first_passage_word(fields: dict[str, Any]) -> bool:
+    """Whether the proposed answer shares a content word with the first passage."""
+    passages = fields.get("passages") or []
+    first = passages[0] if passages else ""
+    return bool(content_words(fields["proposed_answer"]) & content_words(first))
+
+
+def _p_true(fields: dict[str, Any]) -> str:
+    return json.dumps({"correct": shares_first_passage_word(fields)})
+
+
+def _p_correct(fields: dict[str, Any]) -> str:
+    """0.8 for the first passage's opening words, 0.1 for "unknown" (0.3 without passages)."""
+    top = json.loads(_sample_answer(fields))["answer"]
+    p = 0.8 if fields.get("passages") else 0.3
+    return json.dumps(
+        {"answers": [{"answer": top, "probability": p}, {"answer": "unknown", "probability": 0.1}]}
+    )
+
+
 DEFAULT_HANDLERS: dict[str, Handler] = {
     "answer.cited": _cited_answer,
     "answer.closed_book": _closed_book,
@@ -220,6 +249,10 @@ DEFAULT_HANDLERS: dict[str, Handler] = {
     "judge.correctness": _correctness,
     # sufficiency raters (sufficiency.rate, sufficiency.rate_1shot): question-word overlap
     **{p.name: _sufficiency for p in SUFFICIENCY_PROMPTS},
+    # confidence features (selective generation)
+    "confidence.sample_answer": _sample_answer,
+    "confidence.p_true": _p_true,
+    "confidence.p_correct": _p_correct,
 }
 
 

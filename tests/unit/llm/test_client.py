@@ -389,3 +389,23 @@ def test_avoid_copying_is_part_of_the_cache_key_only_when_set() -> None:
     assert guarded.generation_params()["avoid_copying"] == ["an example"]
     worded = GenerationRequest(messages=base.messages, avoid_words=("elm",))
     assert worded.generation_params()["avoid_words"] == ["elm"]
+
+
+def test_per_input_seeds_replace_the_run_seed_and_key_the_cache() -> None:
+    def reply(req: GenerationRequest, number: int) -> str:
+        return "no json" if item_text(req) == "be" and req.seed == 7 else good_reply(req, number)
+
+    backend = ScriptedBackend(reply)
+    cache = MemoryLLMCache()
+    client = LLMClient(backend, cache, max_attempts=2)
+    items = [ITEMS[0], ITEMS[0], ITEMS[1]]
+    outs = client.run(
+        PROMPT, items, stage="judge", params=GenerationParams(seed=3), seeds=[5, 6, 7]
+    )
+    assert [o.ok for o in outs] == [True, True, True]
+    assert [r.seed for r in backend.calls] == [5, 6, 7, 8]  # the retry adds 1 to its own seed
+    again = ScriptedBackend(reply)
+    LLMClient(again, cache, max_attempts=2).run(PROMPT, items, stage="judge", seeds=[5, 6, 7])
+    assert again.calls == []  # same item twice, two seeds: two cache entries, both replayed
+    with pytest.raises(ValueError, match="2 seeds for 3 inputs"):
+        client.run(PROMPT, items, stage="judge", seeds=[1, 2])
