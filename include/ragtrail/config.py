@@ -239,7 +239,7 @@ class SufficiencySettings(BaseModel):
     qa_sets: Literal["golden", "all"] = Field(
         "golden", description="which QA sets of a night are rated: golden sets only, or all"
     )
-    max_items: int = Field(8, ge=0, description="questions per QA set; 0 = all")
+    max_items: int = Field(4, ge=0, description="questions per QA set; 0 = all")
     retrieval_k: int = Field(3, ge=1, le=50, description="retrieved chunks per question")
     raters: tuple[str, ...] = SUFFICIENCY_RATERS
     settings: tuple[str, ...] = ANSWER_SETTINGS
@@ -255,10 +255,11 @@ class SufficiencySettings(BaseModel):
         "answer reaches this",
     )
     calibration_per_kind: int = Field(
-        4,
+        2,
         ge=1,
         description="golden references per kind (ground context, unanswerable, irrelevant "
-        "passages) each rater is calibrated on",
+        "passages) each rater is calibrated on, and per class (correct, incorrect) for the "
+        "correctness judge",
     )
     reference_file: Path | None = Field(
         None,
@@ -299,7 +300,7 @@ class SelectiveSettings(BaseModel):
     """
 
     enabled: bool = Field(True, description="compute confidence and fit the policy nightly")
-    p_true_samples: int = Field(2, ge=1, le=100, description="sampled answers shown per P(True)")
+    p_true_samples: int = Field(1, ge=1, le=100, description="sampled answers shown per P(True)")
     p_true_asks: int = Field(2, ge=1, le=50, description="times the model is asked per P(True)")
     sample_temperature: float = Field(0.7, gt=0.0, le=2.0)
     p_correct: bool = Field(True, description="also ask for answers with probabilities")
