@@ -41,6 +41,11 @@ def _calibration_text(calibration: Mapping[str, Any]) -> str:
     return f"{calibration.get('metric', '?')} {figure} (n={calibration.get('n', 0)})"
 
 
+def _share(share: Mapping[str, Any] | None) -> str:
+    """A share with its interval and the verdicts it is over (failed ones are counted apart)."""
+    return f"{_figure(share)} (n={(share or {}).get('n', 0)})"
+
+
 def raters_section(summary: Mapping[str, Any]) -> ReportSection:
     """One row per rater: its agreement with the golden references, whether it gates, and the
     share of contexts it called sufficient per rated setting."""
@@ -58,10 +63,7 @@ def raters_section(summary: Mapping[str, Any]) -> ReportSection:
                 name,
                 _calibration_text(rater.get("calibration") or {}),
                 gate.get("mode", "advise"),
-                *(
-                    f"{_figure(per.get(s, {}).get('share'))} (n={per.get(s, {}).get('n', 0)})"
-                    for s in settings
-                ),
+                *(_share(per.get(s, {}).get("share")) for s in settings),
                 sum(per.get(s, {}).get("failed", 0) for s in settings),
                 sum(per.get(s, {}).get("truncated", 0) for s in settings),
             ]
@@ -167,7 +169,7 @@ def selective_sections(
     if not selective:
         reason = summary.get("undefined", {}).get("selective", "not computed")
         return [_table("Selective generation", ["status"], [[reason]], "")]
-    if selective.get("status") != "fitted":
+    if not selective.get("curves"):
         return [
             _table(
                 "Selective generation",
@@ -176,21 +178,31 @@ def selective_sections(
                 "The policy needs held-out questions with both hallucinated and other answers.",
             )
         ]
-    auc = selective["auc"]
+    auc = selective.get("auc") or {}
     threshold = selective.get("threshold") or {}
+    status = (
+        "policy fitted"
+        if selective.get("status") == "fitted"
+        else f"no policy ({selective.get('reason', '')}); confidence alone is shown"
+    )
     rows = [
         ["confidence alone", _figure(auc.get("confidence")), selective.get("confidence_source")],
         ["sufficiency + confidence", _figure(auc.get("sufficiency_confidence")), "policy"],
-        ["difference", _figure(auc.get("gain")), f"n={auc.get('gain', {}).get('n', 0)}"],
+        ["difference", _figure(auc.get("gain")), f"n={(auc.get('gain') or {}).get('n', 0)}"],
     ]
     note = (
-        f"Logistic regression on {', '.join(selective['features'])} predicting hallucination, "
-        f"fitted on {selective['n_train']} answers and evaluated on {selective['n_test']} of other "
-        f"questions (seeded split; {selective.get('excluded', 0)} answers without a C/A/H outcome "
-        "or a feature left out). The difference's interval is a bootstrap over held-out "
-        f"questions. At {threshold.get('target_coverage')} coverage the policy answers when its "
-        f"score is at least {_figure(threshold, 3)}."
+        f"{status}. Logistic regression on {', '.join(selective['features'])} predicting "
+        "hallucination, "
+        f"fitted on the answers to {selective['n_train']} questions and evaluated on those to "
+        f"{selective['n_test']} other questions (seeded split; abstentions and unscored answers "
+        f"are not rated, {selective.get('excluded', 0)} held-out answers lacked a feature). The difference's interval is a bootstrap over held-out "
+        "questions."
     )
+    if threshold:
+        note += (
+            f" At {threshold.get('target_coverage')} coverage the policy answers when its score "
+            f"is at least {_figure(threshold, 3)}."
+        )
     table = _table(
         "Selective generation: area under the coverage curve",
         ["ranking", "area", "source"],
