@@ -102,6 +102,7 @@ def cah_section(summary: Mapping[str, Any]) -> ReportSection:
             row.get("n_unscored", 0),
         ]
         for row in cah["table"]
+        if row["label"] == "all" or row["sufficiency"] == "all"
     ]
     correctness = cah.get("correctness") or {}
     gate = correctness.get("gate") or {}
@@ -113,7 +114,8 @@ def cah_section(summary: Mapping[str, Any]) -> ReportSection:
         "the answer, else the correctness judge "
         f"{correctness.get('judge', '?')} decides ({gate.get('mode', 'advise')}: "
         f"{_calibration_text(correctness)}). An unanswerable question answered is a "
-        "hallucination. Not scored: "
+        "hallucination. Rows: setting x context over all labels, then setting x label over "
+        "both contexts (every crossing is in sufficiency.json). Not scored: "
         + ("; ".join(f"{reason} ({n})" for reason, n in unscored.items()) or "none")
         + "."
     )
