@@ -11,7 +11,7 @@ default home so the GGUF conversion is not timed):
 2. **Cached rerun**: the whole step again: wall time, its ratio to the cold total (target <= 0.10)
    and model calls (target 0), and identical numbers.
 
-    .venv/bin/python -m benchmarks.bench_sufficiency [--items 8] [--write]
+    .venv/bin/python -m benchmarks.bench_sufficiency [--items N] [--write]
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ def _numbers(summary: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in summary.items() if k not in drop}, sort_keys=True)
 
 
-def run(items: int = 8) -> str:
+def run(items: int | None = None) -> str:
     with tempfile.TemporaryDirectory(prefix="ragtrail-bench-sufficiency-") as tmp:
-        rt = _runtime(Path(tmp) / "home", generation={"llm": LLM}, sufficiency={"max_items": items})
+        sizes = {} if items is None else {"sufficiency": {"max_items": items}}
+        rt = _runtime(Path(tmp) / "home", generation={"llm": LLM}, **sizes)
         qa_set = _ingest(rt, "sample")
         suff_s, suff_calls, _ = _timed(rt, qa_set=qa_set, selective=False)
         sel_s, sel_calls, cold = _timed(rt, qa_set=qa_set, selective=True)
@@ -93,7 +94,7 @@ def run(items: int = 8) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=8)
+    parser.add_argument("--items", type=int, default=None, help="default: the nightly's")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     section = run(args.items)
