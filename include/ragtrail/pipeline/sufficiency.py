@@ -67,6 +67,7 @@ from ragtrail.pipeline.evaluate import (
 from ragtrail.pipeline.judges import golden_items, ground_context
 from ragtrail.pipeline.scenarios import scenario_corpus
 from ragtrail.pipeline.sufficiency_judges import calibrate_sufficiency_raters, sufficiency_raters
+from ragtrail.quality.suites import SUFFICIENCY_QUERY_COLUMNS
 from ragtrail.records import QAItem, QuestionLabel
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
@@ -579,16 +580,7 @@ def _query_rows(
 def queries_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
     """One row per (question, setting): stratum, outcome (``unscored`` with its reason) and
     confidences — the GX input."""
-    columns = [
-        "qid",
-        "label",
-        "setting",
-        "sufficiency",
-        "outcome",
-        "unscored_reason",
-        "p_true",
-        "p_correct",
-    ]
+    columns = list(SUFFICIENCY_QUERY_COLUMNS)
     rows = [
         {
             **{c: q.get(c) for c in columns},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ragtrail import jsonsafe
@@ -291,17 +292,28 @@ def announce_citations(
     announced as the citation-metrics Asset; no event when no set was evaluated."""
     from ragtrail.pipeline.citations import compact, load_citations
 
-    per_set = {}
-    for entry in sets:
-        summary = load_citations(rt, entry["run_id"])
-        if summary is not None:
-            per_set[entry["name"]] = compact(summary)
+    headlines = {e["name"]: load_citations(rt, e["run_id"]) for e in sets}
+    return _announce(rt, "citation_metrics", compact, headlines, corpus, run_id, snapshot_id)
+
+
+def _announce(
+    rt: Runtime,
+    document_name: str,
+    compact: Callable[[dict[str, Any]], dict[str, Any]],
+    summaries: Mapping[str, dict[str, Any] | None],
+    corpus: str,
+    run_id: str,
+    snapshot_id: str,
+) -> dict[str, Any]:
+    """The compact headline of every set that has a stored summary, in one document under the
+    night's run (``<document_name>.json``) and as the Asset event; no event without any."""
+    per_set = {name: compact(s) for name, s in summaries.items() if s is not None}
     if not per_set:
         return {"sets": {}, "event": None}
     document = {"run_id": run_id, "corpus": corpus, "snapshot_id": snapshot_id, "sets": per_set}
+    file = f"{document_name}.json"
     metrics_uri = rt.artifacts.put_bytes(
-        f"{_evaluate.run_prefix(run_id)}/citation_metrics.json",
-        jsonsafe.dumps(document, "citation_metrics.json", indent=1).encode(),
+        f"{_evaluate.run_prefix(run_id)}/{file}", jsonsafe.dumps(document, file, indent=1).encode()
     )
     event = {**document, "metrics_uri": metrics_uri}
     return {"sets": per_set, "metrics_uri": metrics_uri, "event": event}
@@ -344,20 +356,8 @@ def announce_sufficiency(
     document, announced as the sufficiency-metrics Asset; no event when no set was rated."""
     from ragtrail.pipeline.sufficiency import compact, load_sufficiency
 
-    per_set = {}
-    for entry in sets:
-        summary = load_sufficiency(rt, entry["run_id"])
-        if summary is not None:
-            per_set[entry["name"]] = compact(summary)
-    if not per_set:
-        return {"sets": {}, "event": None}
-    document = {"run_id": run_id, "corpus": corpus, "snapshot_id": snapshot_id, "sets": per_set}
-    metrics_uri = rt.artifacts.put_bytes(
-        f"{_evaluate.run_prefix(run_id)}/sufficiency_metrics.json",
-        jsonsafe.dumps(document, "sufficiency_metrics.json", indent=1).encode(),
-    )
-    event = {**document, "metrics_uri": metrics_uri}
-    return {"sets": per_set, "metrics_uri": metrics_uri, "event": event}
+    headlines = {e["name"]: load_sufficiency(rt, e["run_id"]) for e in sets}
+    return _announce(rt, "sufficiency_metrics", compact, headlines, corpus, run_id, snapshot_id)
 
 
 def publish_report(
