@@ -22,13 +22,15 @@ import json
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ragtrail.jsonsafe import write_jsonl
 from ragtrail.judges.contract import NOT_SUPPORTED, SUPPORTED
+
+T = TypeVar("T")
 
 
 class ReferenceFormatError(ValueError):
@@ -84,14 +86,21 @@ def parse_label(value: Any) -> str:
     )
 
 
-def load_entailment_reference(path: Path | str) -> list[EntailmentExample]:
-    """Read a JSONL reference; every bad line is reported at once (:class:`ReferenceFormatError`).
+def read_reference_jsonl(
+    path: Path | str,
+    parse: Callable[[dict[str, Any], str], T],
+    id_of: Callable[[T], str],
+    id_name: str,
+) -> list[T]:
+    """Read a JSONL reference with ``parse(row, default_id)`` per line; every bad line is
+    reported at once (:class:`ReferenceFormatError`).
 
-    Blank lines are ignored. A line without ``source_id`` gets ``"<file name>:<line>"``; a
-    ``source_id`` used twice is an error (calibration results are keyed by it).
+    Blank lines are ignored. ``default_id`` is ``"<file name>:<line>"`` for a line without an
+    id; an id (``id_of``, named ``id_name`` in messages) used twice is an error (calibration
+    results are keyed by it).
     """
     path = Path(path)
-    examples: list[EntailmentExample] = []
+    examples: list[T] = []
     problems: list[str] = []
     first_line: dict[str, int] = {}
     with path.open(encoding="utf-8") as fh:
@@ -99,17 +108,17 @@ def load_entailment_reference(path: Path | str) -> list[EntailmentExample]:
             if not line.strip():
                 continue
             try:
-                example = _example_from_json(line, f"{path.name}:{number}")
+                example = parse(_json_object(line), f"{path.name}:{number}")
             except ValueError as exc:
                 problems.append(f"line {number}: {exc}")
                 continue
-            if example.source_id in first_line:
+            key = id_of(example)
+            if key in first_line:
                 problems.append(
-                    f"line {number}: source_id {example.source_id!r} already used on line "
-                    f"{first_line[example.source_id]}"
+                    f"line {number}: {id_name} {key!r} already used on line {first_line[key]}"
                 )
                 continue
-            first_line[example.source_id] = number
+            first_line[key] = number
             examples.append(example)
     if not examples and not problems:
         problems.append("no examples (the file is empty)")
@@ -118,14 +127,24 @@ def load_entailment_reference(path: Path | str) -> list[EntailmentExample]:
     return examples
 
 
-def _example_from_json(line: str, default_id: str) -> EntailmentExample:
-    """One example from one JSONL line; a ValueError lists everything wrong with the line."""
+def _json_object(line: str) -> dict[str, Any]:
     try:
         row = json.loads(line)
     except ValueError as exc:
         raise ValueError(f"not valid JSON ({exc})") from None
     if not isinstance(row, dict):
         raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def load_entailment_reference(path: Path | str) -> list[EntailmentExample]:
+    """Read a JSONL of premise/hypothesis/label rows (optional ``source_id``), see
+    :func:`read_reference_jsonl`."""
+    return read_reference_jsonl(path, _example_from_row, lambda e: e.source_id, "source_id")
+
+
+def _example_from_row(row: dict[str, Any], default_id: str) -> EntailmentExample:
+    """One example from one JSONL object; a ValueError lists everything wrong with it."""
     errors: list[str] = []
     for key in ("premise", "hypothesis"):
         value = row.get(key)

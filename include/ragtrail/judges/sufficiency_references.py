@@ -12,14 +12,13 @@ of other documents is *insufficient* (``"irrelevant"``). A user may add a labell
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ragtrail.judges.references import ReferenceFormatError
+from ragtrail.judges.references import read_reference_jsonl
 from ragtrail.judges.sufficiency import INSUFFICIENT, SUFFICIENCY_CATEGORIES, SUFFICIENT
 from ragtrail.records import QAItem, QuestionLabel
 
@@ -60,47 +59,13 @@ def parse_sufficiency_label(value: Any) -> str:
 
 
 def load_sufficiency_reference(path: Path | str) -> list[SufficiencyExample]:
-    """Read a labelled JSONL; every bad line is reported at once (:class:`ReferenceFormatError`).
-
-    Blank lines are ignored. A line without ``id`` gets ``"<file name>:<line>"``; an id used
-    twice is an error (calibration details are keyed by it).
-    """
-    path = Path(path)
-    examples: list[SufficiencyExample] = []
-    problems: list[str] = []
-    first_line: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                example = _example_from_json(line, f"{path.name}:{number}")
-            except ValueError as exc:
-                problems.append(f"line {number}: {exc}")
-                continue
-            if example.example_id in first_line:
-                problems.append(
-                    f"line {number}: id {example.example_id!r} already used on line "
-                    f"{first_line[example.example_id]}"
-                )
-                continue
-            first_line[example.example_id] = number
-            examples.append(example)
-    if not examples and not problems:
-        problems.append("no examples (the file is empty)")
-    if problems:
-        raise ReferenceFormatError(path, problems)
-    return examples
+    """Read a labelled JSONL (question, context, label[, answer, id]); every bad line is reported
+    at once (:func:`~ragtrail.judges.references.read_reference_jsonl`)."""
+    return read_reference_jsonl(path, _example_from_row, lambda e: e.example_id, "id")
 
 
-def _example_from_json(line: str, default_id: str) -> SufficiencyExample:
-    """One example from one JSONL line; a ValueError lists everything wrong with the line."""
-    try:
-        row = json.loads(line)
-    except ValueError as exc:
-        raise ValueError(f"not valid JSON ({exc})") from None
-    if not isinstance(row, dict):
-        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+def _example_from_row(row: dict[str, Any], default_id: str) -> SufficiencyExample:
+    """One example from one JSONL object; a ValueError lists everything wrong with it."""
     errors: list[str] = []
     for key in ("question", "context"):
         value = row.get(key)
