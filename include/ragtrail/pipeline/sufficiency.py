@@ -219,7 +219,9 @@ def evaluate_sufficiency(
     runs = RunStore(rt.engine)
     if runs.get_run(run_id) is None:
         runs.start_run(run_id, "evaluate_sufficiency", params)
-    llm_models = rt.llm_models()
+    answerer, judge_model = (
+        rt.llm(r).backend.model_id for r in (ModelRole.ANSWERER, ModelRole.JUDGE)
+    )
     record = {
         "corpus": corpus,
         "corpus_snapshot": snapshot.snapshot_id,
@@ -228,8 +230,8 @@ def evaluate_sufficiency(
             **producing_models(
                 rt.settings.index_backend, rt.settings.embedding_model, rt.backends()
             ),
-            "answerer": llm_models.get(ModelRole.ANSWERER.value),
-            "judge": llm_models.get(ModelRole.JUDGE.value),
+            "answerer": answerer,
+            "judge": judge_model,
         },
     }
     clock = _Clock(rt)
@@ -300,8 +302,8 @@ def evaluate_sufficiency(
         "set_name": set_name,
         **params,
         "seed": seed,
-        "answerer": llm_models.get(ModelRole.ANSWERER.value),
-        "judge_model": llm_models.get(ModelRole.JUDGE.value),
+        "answerer": answerer,
+        "judge_model": judge_model,
         "text_weight": text_weight,
         "text_weight_source": weight_source,
         "items": len(sample),
