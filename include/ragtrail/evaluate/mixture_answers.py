@@ -102,8 +102,7 @@ def answer_mixtures(
     answers = []
     for mixture, outcome in zip(mixtures, outcomes, strict=True):
         raw = tuple(outcome.raw_texts)
-        truncated = bool(outcome.attempts) and outcome.attempts[-1].finish_reason == "length"
-        if outcome.ok and truncated:
+        if outcome.ok and outcome.cut_off:
             answers.append(
                 MixtureAnswer(
                     mixture.qid,

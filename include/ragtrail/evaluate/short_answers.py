@@ -160,8 +160,7 @@ def answer_questions(
     answers = []
     for outcome in outcomes:
         raw = tuple(outcome.raw_texts)
-        truncated = bool(outcome.attempts) and outcome.attempts[-1].finish_reason == "length"
-        if outcome.ok and truncated:
+        if outcome.ok and outcome.cut_off:
             answers.append(
                 failed_answer(f"{TRUNCATED}: the reply was cut off at the token limit", raw)
             )

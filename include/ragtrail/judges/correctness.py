@@ -204,9 +204,7 @@ class LlmCorrectnessJudge:
                     value = CORRECT if outcome.value.correct else INCORRECT
                     verdicts[i] = Verdict(ref, value, reason=outcome.value.reason.strip(), raw=raw)
                 else:
-                    cause = str(outcome.cause) if outcome.cause is not None else "failed"
-                    error = f"{cause}: {outcome.error}" if outcome.error else cause
-                    verdicts[i] = Verdict(judge=ref, value=None, error=error, raw=raw)
+                    verdicts[i] = Verdict(judge=ref, value=None, error=outcome.failure, raw=raw)
         return [verdicts[i] for i in range(len(items))]
 
 

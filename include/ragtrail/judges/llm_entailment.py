@@ -153,7 +153,5 @@ class LLMEntailmentJudge:
                     Verdict(judge=ref, value=value.verdict, reason=value.reason.strip())
                 )
             else:
-                cause = str(outcome.cause) if outcome.cause is not None else "failed"
-                error = f"{cause}: {outcome.error}" if outcome.error else cause
-                verdicts.append(failed_verdict(ref, error, outcome.raw_texts))
+                verdicts.append(failed_verdict(ref, outcome.failure, outcome.raw_texts))
         return verdicts

@@ -301,9 +301,7 @@ def outcome_verdict(ref: str, outcome: CallOutcome[SufficiencyOutput]) -> Verdic
     if outcome.ok and outcome.value is not None:
         value = SUFFICIENT if outcome.value.sufficient else INSUFFICIENT
         return Verdict(judge=ref, value=value, reason=outcome.value.reason.strip())
-    cause = str(outcome.cause) if outcome.cause is not None else "failed"
-    error = f"{cause}: {outcome.error}" if outcome.error else cause
-    return failed_verdict(ref, error, outcome.raw_texts)
+    return failed_verdict(ref, outcome.failure, outcome.raw_texts)
 
 
 class LlmSufficiencyJudge:

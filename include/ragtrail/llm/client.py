@@ -133,6 +133,17 @@ class CallOutcome(Generic[OutT]):
         """The raw text of every attempt, first to last (empty string where none came back)."""
         return [a.text for a in self.attempts]
 
+    @property
+    def failure(self) -> str:
+        """``"<cause>: <error>"`` (or the cause alone) of a failed outcome, for a failed verdict."""
+        cause = str(self.cause) if self.cause is not None else "failed"
+        return f"{cause}: {self.error}" if self.error else cause
+
+    @property
+    def cut_off(self) -> bool:
+        """Whether the last attempt stopped at the token limit (a parsed value may be partial)."""
+        return bool(self.attempts) and self.attempts[-1].finish_reason == "length"
+
 
 @dataclass
 class _State:
