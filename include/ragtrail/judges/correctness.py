@@ -29,6 +29,7 @@ from ragtrail.judges.contract import (
     VerdictType,
     judge_version,
 )
+from ragtrail.judges.entailment import judge_nonempty
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
 from ragtrail.records import QAItem, QuestionLabel
@@ -177,35 +178,24 @@ class LlmCorrectnessJudge:
         return self._spec
 
     def judge(self, items: Sequence[JudgeInput]) -> list[Verdict]:
+        return judge_nonempty(self._spec.ref, items, self._judge_valid, problem=input_problem)
+
+    def _judge_valid(self, items: list[JudgeInput]) -> list[Verdict]:
         ref = self._spec.ref
-        verdicts: dict[int, Verdict] = {}
-        valid: list[int] = []
-        for i, item in enumerate(items):
-            problem = input_problem(item)
-            if problem is None:
-                valid.append(i)
+        inputs = [
+            CorrectnessInput(question=i.question, gold_answers=golds_of(i), candidate=i.answer)
+            for i in items
+        ]
+        outcomes = self._client.run(self._prompt, inputs, stage=self._stage, params=self._params)
+        verdicts = []
+        for outcome in outcomes:
+            raw = tuple(outcome.raw_texts)
+            if outcome.ok and outcome.value is not None:
+                value = CORRECT if outcome.value.correct else INCORRECT
+                verdicts.append(Verdict(ref, value, reason=outcome.value.reason.strip(), raw=raw))
             else:
-                verdicts[i] = Verdict(judge=ref, value=None, error=problem)
-        if valid:
-            inputs = [
-                CorrectnessInput(
-                    question=items[i].question,
-                    gold_answers=golds_of(items[i]),
-                    candidate=items[i].answer,
-                )
-                for i in valid
-            ]
-            outcomes = self._client.run(
-                self._prompt, inputs, stage=self._stage, params=self._params
-            )
-            for i, outcome in zip(valid, outcomes, strict=True):
-                raw = tuple(outcome.raw_texts)
-                if outcome.ok and outcome.value is not None:
-                    value = CORRECT if outcome.value.correct else INCORRECT
-                    verdicts[i] = Verdict(ref, value, reason=outcome.value.reason.strip(), raw=raw)
-                else:
-                    verdicts[i] = Verdict(judge=ref, value=None, error=outcome.failure, raw=raw)
-        return [verdicts[i] for i in range(len(items))]
+                verdicts.append(Verdict(judge=ref, value=None, error=outcome.failure, raw=raw))
+        return verdicts
 
 
 # ------------------------------------------------------------------------------- references

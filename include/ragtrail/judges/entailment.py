@@ -74,18 +74,23 @@ def judge_nonempty(
     judge: str,
     items: Sequence[JudgeInput],
     judge_valid: Callable[[list[JudgeInput]], list[Verdict]],
+    *,
+    problem: Callable[[JudgeInput], str | None] = input_problem,
 ) -> list[Verdict]:
-    """Verdicts for ``items`` in order: a failed verdict for each item with an empty side, and
-    ``judge_valid`` (one call, same order) for the rest."""
+    """Verdicts for ``items`` in order: a failed verdict for each item ``problem`` finds fault
+    with (default: an empty entailment side), and ``judge_valid`` (one call, same order) for the
+    rest. Any judge whose inputs can be unjudgeable uses it with its own ``problem``."""
     verdicts: dict[int, Verdict] = {}
     valid: list[int] = []
     for i, item in enumerate(items):
-        problem = input_problem(item)
-        if problem is None:
+        fault = problem(item)
+        if fault is None:
             valid.append(i)
         else:
-            verdicts[i] = failed_verdict(judge, problem)
+            verdicts[i] = failed_verdict(judge, fault)
     judged = judge_valid([items[i] for i in valid]) if valid else []
+    if len(judged) != len(valid):
+        raise RuntimeError(f"{judge}: {len(judged)} verdicts for {len(valid)} items")
     verdicts.update(zip(valid, judged, strict=True))
     return [verdicts[i] for i in range(len(items))]
 

@@ -29,7 +29,7 @@ with "context truncated from N to B tokens" so the cut is recorded with the verd
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,7 +46,7 @@ from ragtrail.judges.contract import (
     VerdictType,
     judge_version,
 )
-from ragtrail.judges.entailment import failed_verdict
+from ragtrail.judges.entailment import failed_verdict, judge_nonempty
 from ragtrail.judges.nli import BACKENDS as NLI_BACKENDS
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
@@ -171,28 +171,6 @@ def input_problem(item: JudgeInput) -> str | None:
 def join_reason(*parts: str) -> str:
     """The non-empty parts of a reason, separated by "; "."""
     return "; ".join(p for p in parts if p)
-
-
-def rate_valid(
-    ref: str,
-    items: Sequence[JudgeInput],
-    rate: Callable[[list[JudgeInput]], list[Verdict]],
-) -> list[Verdict]:
-    """Verdicts in order: a failed verdict for each item with :func:`input_problem`, ``rate``
-    (one call, same order) for the rest."""
-    verdicts: dict[int, Verdict] = {}
-    valid: list[int] = []
-    for i, item in enumerate(items):
-        problem = input_problem(item)
-        if problem is None:
-            valid.append(i)
-        else:
-            verdicts[i] = failed_verdict(ref, problem)
-    rated = rate([items[i] for i in valid]) if valid else []
-    if len(rated) != len(valid):
-        raise RuntimeError(f"{ref}: {len(rated)} verdicts for {len(valid)} items")
-    verdicts.update(zip(valid, rated, strict=True))
-    return [verdicts[i] for i in range(len(items))]
 
 
 def with_note(verdict: Verdict, note: str) -> Verdict:
@@ -359,7 +337,7 @@ class LlmSufficiencyJudge:
         return self._spec
 
     def judge(self, items: Sequence[JudgeInput]) -> list[Verdict]:
-        return rate_valid(self._spec.ref, items, self._rate)
+        return judge_nonempty(self._spec.ref, items, self._rate, problem=input_problem)
 
     def _rate(self, items: list[JudgeInput]) -> list[Verdict]:
         cuts = [
@@ -424,7 +402,7 @@ class ChunkedSufficiencyJudge:
         return self._spec
 
     def judge(self, items: Sequence[JudgeInput]) -> list[Verdict]:
-        return rate_valid(self._spec.ref, items, self._rate)
+        return judge_nonempty(self._spec.ref, items, self._rate, problem=input_problem)
 
     def _rate(self, items: list[JudgeInput]) -> list[Verdict]:
         cuts = [
@@ -510,7 +488,12 @@ class ContainsAnswerJudge:
         return self._spec
 
     def judge(self, items: Sequence[JudgeInput]) -> list[Verdict]:
-        return rate_valid(self._spec.ref, items, lambda valid: [self._rate(i) for i in valid])
+        return judge_nonempty(
+            self._spec.ref,
+            items,
+            lambda valid: [self._rate(i) for i in valid],
+            problem=input_problem,
+        )
 
     def _rate(self, item: JudgeInput) -> Verdict:
         ref = self._spec.ref
@@ -627,7 +610,7 @@ class EntailmentSufficiencyJudge:
         return self._spec
 
     def judge(self, items: Sequence[JudgeInput]) -> list[Verdict]:
-        return rate_valid(self._spec.ref, items, self._rate)
+        return judge_nonempty(self._spec.ref, items, self._rate, problem=input_problem)
 
     def _rate(self, items: list[JudgeInput]) -> list[Verdict]:
         ref = self._spec.ref
