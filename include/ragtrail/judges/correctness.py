@@ -27,9 +27,9 @@ from ragtrail.judges.contract import (
     JudgeSpec,
     Verdict,
     VerdictType,
-    judge_version,
 )
 from ragtrail.judges.entailment import judge_nonempty
+from ragtrail.judges.llm_judge import LLM_BACKEND, llm_judge_version
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
 from ragtrail.records import QAItem, QuestionLabel
@@ -39,7 +39,6 @@ CORRECT = "correct"
 INCORRECT = "incorrect"
 CORRECTNESS_CATEGORIES: tuple[str, ...] = (CORRECT, INCORRECT)
 JUDGE_NAME = "correctness.llm"
-BACKEND = "llm"
 STAGE = "judge.correctness"
 MAX_REASON_CHARS = 120
 DEFAULT_PARAMS = GenerationParams(max_new_tokens=64, temperature=0.0, seed=0)
@@ -150,23 +149,12 @@ class LlmCorrectnessJudge:
         self._prompt = prompt
         self._stage = stage
         model = str(client.backend.model_id)
-        version = judge_version(
-            backend=BACKEND,
-            model=model,
-            prompt=prompt.name,
-            prompt_version=prompt.version,
-            max_new_tokens=params.max_new_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            seed=params.seed,
-            guided_json=params.guided_json,
-            max_attempts=client.max_attempts,
-        )
+        version = llm_judge_version(client, prompt, params)
         self._spec = JudgeSpec(
             name=JUDGE_NAME,
             version=version,
             role=JudgeRole.CORRECTNESS,
-            backend=BACKEND,
+            backend=LLM_BACKEND,
             model=model,
             verdict_type=VerdictType.CATEGORY,
             categories=CORRECTNESS_CATEGORIES,

@@ -17,17 +17,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ragtrail.judges.contract import JudgeInput, JudgeSpec, Verdict, judge_version
+from ragtrail.judges.contract import JudgeInput, JudgeSpec, Verdict
 from ragtrail.judges.entailment import (
     LLM_JUDGE_NAME,
     entailment_spec,
     failed_verdict,
     judge_nonempty,
 )
+from ragtrail.judges.llm_judge import LLM_BACKEND, llm_judge_version
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
 
-BACKEND = "llm"
 STAGE = "judge.entailment"
 DEFAULT_PARAMS = GenerationParams(max_new_tokens=32, temperature=0.0, seed=0)
 """Greedy; 32 tokens hold the verdict JSON with room for a few words of reason from an unguided
@@ -114,22 +114,11 @@ class LLMEntailmentJudge:
         self._params = params
         self._stage = stage
         model = str(client.backend.model_id)
-        version = judge_version(
-            backend=BACKEND,
-            model=model,
-            prompt=prompt.name,
-            prompt_version=prompt.version,
-            max_new_tokens=params.max_new_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            seed=params.seed,
-            guided_json=params.guided_json,
-            max_attempts=client.max_attempts,
-        )
+        version = llm_judge_version(client, prompt, params)
         self._spec = entailment_spec(
             name=LLM_JUDGE_NAME,
             version=version,
-            backend=BACKEND,
+            backend=LLM_BACKEND,
             model=model,
             description=f"LLM {model} with prompt {prompt.name} v{prompt.version}",
         )

@@ -47,6 +47,7 @@ from ragtrail.judges.contract import (
     judge_version,
 )
 from ragtrail.judges.entailment import failed_verdict, judge_nonempty
+from ragtrail.judges.llm_judge import LLM_BACKEND, llm_judge_version
 from ragtrail.judges.nli import BACKENDS as NLI_BACKENDS
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
@@ -310,23 +311,19 @@ class LlmSufficiencyJudge:
         self._counter = counter
         self._stage = stage
         model = str(client.backend.model_id)
-        version = judge_version(
-            backend=client.backend.name,
-            model=model,
-            prompt=self._prompt.name,
-            prompt_version=self._prompt.version,
+        version = llm_judge_version(
+            client,
+            self._prompt,
+            params,
+            llm_backend=client.backend.name,
             shots=shots,
             max_context_tokens=self.max_context_tokens,
             tokenizer=tokenizer_name,
-            temperature=params.temperature,
-            max_new_tokens=params.max_new_tokens,
-            guided_json=params.guided_json,
-            max_attempts=client.max_attempts,
         )
         self._spec = sufficiency_spec(
             name=LLM_1SHOT_RATER if shots else LLM_RATER,
             version=version,
-            backend="llm",
+            backend=LLM_BACKEND,
             model=f"{client.backend.name}:{model}",
             description=f"LLM {model}, prompt {self._prompt.name} v{self._prompt.version} "
             f"({shots}-shot), context cut to {self.max_context_tokens} tokens",
