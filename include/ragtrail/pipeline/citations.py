@@ -41,10 +41,8 @@ from ragtrail.evaluate.mixture_answers import DEFAULT_ANSWER_PARAMS
 from ragtrail.evaluate.scenarios import run_scenarios
 from ragtrail.llm.client import GenerationParams
 from ragtrail.pipeline.evaluate import (
-    evaluated_snapshot,
-    load_items,
     load_run_summary,
-    producing_models,
+    open_set_run,
     put_parquet,
     run_prefix,
 )
@@ -117,33 +115,26 @@ def evaluate_citations(
     Returns a compact strict-JSON summary; the full one is stored at :func:`citations_key`.
     """
     cs = rt.settings.citations
-    snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
     seed = rt.settings.seed if seed is None else seed
     scenario_names = tuple(cs.scenarios if scenarios is None else scenarios)
-    items, qa_version, qa_source = load_items(rt, qa_set)
+    opened = open_set_run(
+        rt,
+        corpus,
+        run_id,
+        "evaluate_citations",
+        qa_set=qa_set,
+        set_name=set_name,
+        snapshot_id=snapshot_id,
+    )
+    items, params = opened.items, opened.params
     text_weight, weight_source = best_text_weight(rt, run_id)
-    params = {
-        "corpus": corpus,
-        "snapshot_id": snapshot.snapshot_id,
-        "qa_set": qa_source,
-        "qa_set_version": qa_version,
-        "qa_set_name": set_name,
-    }
     runs = RunStore(rt.engine)
-    if runs.get_run(run_id) is None:
-        runs.start_run(run_id, "evaluate_citations", params)
     client = rt.llm(ModelRole.ANSWERER)
     answer_params = GenerationParams(
         **{**DEFAULT_ANSWER_PARAMS.__dict__, "max_new_tokens": cs.max_new_tokens, "seed": seed}
     )
-    models = producing_models(rt.settings.index_backend, rt.settings.embedding_model, rt.backends())
     answerer = rt.llm_models().get(ModelRole.ANSWERER.value, client.backend.model_id)
-    record = {
-        "corpus": corpus,
-        "corpus_snapshot": snapshot.snapshot_id,
-        "qa_set_version": qa_version,
-        "models": {**models, "answerer": answerer},
-    }
+    record = opened.record(rt, answerer=answerer)
 
     sample = sample_items(items, cs.max_items if max_items is None else max_items, seed)
     config = CitationEvalConfig(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,59 @@ def producing_models(
 ) -> dict[str, str]:
     """What produced a retrieval metric, stored with every point (``metrics_history.models``)."""
     return {**backends, "index_backend": index_backend, "embedding_model": embedding_model}
+
+
+@dataclass(frozen=True)
+class SetRun:
+    """One QA set opened for an answer-side evaluation under a set's run id: its items, the
+    snapshot they are evaluated on and the run's parameters."""
+
+    run_id: str
+    corpus: str
+    snapshot_id: str
+    items: list[QAItem]
+    qa_version: str
+    params: dict[str, Any]
+
+    def record(self, rt: Runtime, **models: Any) -> dict[str, Any]:
+        """The keyword arguments of ``RunStore.record_evaluation`` (the producing models plus
+        ``models``, e.g. the answerer)."""
+        produced = producing_models(
+            rt.settings.index_backend, rt.settings.embedding_model, rt.backends()
+        )
+        return {
+            "corpus": self.corpus,
+            "corpus_snapshot": self.snapshot_id,
+            "qa_set_version": self.qa_version,
+            "models": {**produced, **models},
+        }
+
+
+def open_set_run(
+    rt: Runtime,
+    corpus: str,
+    run_id: str,
+    task: str,
+    *,
+    qa_set: str | Path | None,
+    set_name: str | None,
+    snapshot_id: str | None,
+) -> SetRun:
+    """Load the QA set, fix the snapshot and start the run ``run_id`` (as ``task``) unless the
+    set's retrieval step already did."""
+    snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
+    items, qa_version, qa_source = load_items(rt, qa_set)
+    params = {
+        "corpus": corpus,
+        "snapshot_id": snapshot.snapshot_id,
+        "qa_set": qa_source,
+        "qa_set_version": qa_version,
+        "qa_set_name": set_name,
+    }
+    runs = RunStore(rt.engine)
+    if runs.get_run(run_id) is None:
+        runs.start_run(run_id, task, params)
+    return SetRun(run_id, corpus, snapshot.snapshot_id, items, qa_version, params)
 
 
 TESTSET_PREFIX = "testset:"

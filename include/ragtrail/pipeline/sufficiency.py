@@ -58,9 +58,7 @@ from ragtrail.judges.sufficiency import SUFFICIENT
 from ragtrail.pipeline.citations import best_text_weight, sample_items
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.evaluate import (
-    evaluated_snapshot,
-    load_items,
-    producing_models,
+    open_set_run,
     put_parquet,
     run_prefix,
 )
@@ -205,35 +203,22 @@ def evaluate_sufficiency(
     ss = rt.settings.sufficiency
     selective = rt.settings.selective.enabled if selective is None else selective
     seed = rt.settings.seed if seed is None else seed
-    snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
-    items, qa_version, qa_source = load_items(rt, qa_set)
-    sample = sample_items(items, ss.max_items if max_items is None else max_items, seed)
+    opened = open_set_run(
+        rt,
+        corpus,
+        run_id,
+        "evaluate_sufficiency",
+        qa_set=qa_set,
+        set_name=set_name,
+        snapshot_id=snapshot_id,
+    )
+    sample = sample_items(opened.items, ss.max_items if max_items is None else max_items, seed)
     text_weight, weight_source = best_text_weight(rt, run_id)
-    params = {
-        "corpus": corpus,
-        "snapshot_id": snapshot.snapshot_id,
-        "qa_set": qa_source,
-        "qa_set_version": qa_version,
-        "qa_set_name": set_name,
-    }
     runs = RunStore(rt.engine)
-    if runs.get_run(run_id) is None:
-        runs.start_run(run_id, "evaluate_sufficiency", params)
     answerer, judge_model = (
         rt.llm(r).backend.model_id for r in (ModelRole.ANSWERER, ModelRole.JUDGE)
     )
-    record = {
-        "corpus": corpus,
-        "corpus_snapshot": snapshot.snapshot_id,
-        "qa_set_version": qa_version,
-        "models": {
-            **producing_models(
-                rt.settings.index_backend, rt.settings.embedding_model, rt.backends()
-            ),
-            "answerer": answerer,
-            "judge": judge_model,
-        },
-    }
+    record = opened.record(rt, answerer=answerer, judge=judge_model)
     clock = _Clock(rt)
     contexts = item_contexts(
         rt, corpus, sample, ss.settings, k=ss.retrieval_k, text_weight=text_weight
@@ -300,7 +285,7 @@ def evaluate_sufficiency(
     summary: dict[str, Any] = {
         "run_id": run_id,
         "set_name": set_name,
-        **params,
+        **opened.params,
         "seed": seed,
         "answerer": answerer,
         "judge_model": judge_model,
