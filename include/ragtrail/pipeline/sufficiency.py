@@ -44,7 +44,7 @@ from ragtrail.evaluate.selective import (
     SelectiveRow,
     SelectiveRun,
 )
-from ragtrail.evaluate.selective_policy import P_CORRECT, P_TRUE
+from ragtrail.evaluate.selective_policy import P_CORRECT, P_TRUE, SelectivePolicy
 from ragtrail.evaluate.selective_policy import SUFFICIENT as SUFFICIENT_FEATURE
 from ragtrail.evaluate.short_answers import (
     ShortAnswer,
@@ -300,9 +300,12 @@ def evaluate_sufficiency(
     }
 
     confidence: dict[int, dict[str, ConfidenceScore]] = {}
+    policy = None
     if selective:
-        run, confidence = _selective_run(rt, cah.records, answered, seed)
+        rows, confidence = _selective_rows(rt, cah.records, answered, seed)
         evaluator = SelectiveEvaluator(_selective_config(rt, seed))
+        run = evaluator.run(SelectiveInputs(rows))
+        policy = run.policies.get(WITH_SUFFICIENCY)
         runs.record_evaluation(run_id, evaluator.result_of(run), **record, judges=gates)
         summary["selective"] = _selective_view(rt, run_id, run, evaluator, confidence)
         clock.lap("selective")
@@ -312,7 +315,7 @@ def evaluate_sufficiency(
         (item.qid, setting): {name: vs[i].value for name, vs in verdicts.items()}
         for i, (item, setting, _) in enumerate(rated)
     }
-    summary["queries"] = _query_rows(answered, cah.records, ratings, confidence, summary)
+    summary["queries"] = _query_rows(answered, cah.records, ratings, confidence, policy)
     summary["seconds"], summary["model_calls"] = clock.seconds, clock.calls
     uri = rt.artifacts.put_bytes(
         sufficiency_key(run_id), jsonsafe.dumps(summary, "sufficiency.json", indent=1).encode()
@@ -396,14 +399,14 @@ def _selective_config(rt: Runtime, seed: int) -> SelectiveEvalConfig:
     )
 
 
-def _selective_run(
+def _selective_rows(
     rt: Runtime,
     records: Sequence[CAHRecord],
     answered: Sequence[tuple[QAItem, str, list[str]]],
     seed: int,
-) -> tuple[SelectiveRun, dict[int, dict[str, ConfidenceScore]]]:
-    """Confidence features of every answer that is correct or hallucinated (abstentions already
-    abstain; unscored answers have no outcome to learn), then the policy and its comparison."""
+) -> tuple[list[SelectiveRow], dict[int, dict[str, ConfidenceScore]]]:
+    """The policy's rows: confidence features of every answer that is correct or hallucinated
+    (abstentions already abstain; unscored answers have no outcome to learn), by answer index."""
     sel = rt.settings.selective
     chosen = [
         i for i, r in enumerate(records) if r.outcome in (Outcome.CORRECT, Outcome.HALLUCINATE)
@@ -445,8 +448,7 @@ def _selective_run(
                 hallucinated=record.outcome == Outcome.HALLUCINATE,
             )
         )
-    evaluator = SelectiveEvaluator(_selective_config(rt, seed))
-    return evaluator.run(SelectiveInputs(selective_rows)), confidence
+    return selective_rows, confidence
 
 
 def _selective_view(
@@ -521,14 +523,8 @@ def _query_rows(
     records: Sequence[CAHRecord],
     ratings: Mapping[tuple[str, str], Mapping[str, Any]],
     confidence: Mapping[int, Mapping[str, ConfidenceScore]],
-    summary: Mapping[str, Any],
+    policy: SelectivePolicy | None,
 ) -> list[dict[str, Any]]:
-    policy = (summary.get("selective") or {}).get("policy")
-    scorer = None
-    if policy:
-        from ragtrail.evaluate.selective_policy import SelectivePolicy
-
-        scorer = SelectivePolicy.from_dict(policy)
     rows = []
     for i, ((item, setting, passages), record) in enumerate(zip(answered, records, strict=True)):
         answer: ShortAnswer = record.case.answer
@@ -537,8 +533,8 @@ def _query_rows(
         features[SUFFICIENT_FEATURE] = sufficiency_feature(setting, record.case.sufficient)
         policy_score = None
         row = SelectiveRow(f"{item.qid}/{setting}", item.qid, features, False, False)
-        if scorer is not None and scorer.can_score(row):
-            policy_score = scorer.score(row)
+        if policy is not None and policy.can_score(row):
+            policy_score = policy.score(row)
         rows.append(
             {
                 "qid": item.qid,
