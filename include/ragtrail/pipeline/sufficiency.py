@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -351,26 +352,19 @@ def _cah_view(cah: CAHEvaluation, correctness: Mapping[str, Any]) -> dict[str, A
         data = row.as_dict()
         rates = data.pop("rates")
         table.append({**data, **{o: rates[o] for o in OUTCOMES}})
-    records = cah.records
-    unscored: dict[str, int] = {}
-    for r in records:
-        if r.unscored_reason:
-            kind = r.unscored_reason.split(":", 1)[0]
-            unscored[kind] = unscored.get(kind, 0) + 1
-    decided: dict[str, int] = {}
-    for r in records:
-        if r.decided_by:
-            key = r.decided_by if "@" not in r.decided_by else "judge"
-            decided[key] = decided.get(key, 0) + 1
+    overall = next(r for r in cah.table if set(r.facets.values()) == {ALL})  # every answer
+    decided = Counter(
+        "judge" if "@" in r.decided_by else r.decided_by for r in cah.records if r.decided_by
+    )
     return {
         "correctness": dict(correctness),
         "table": table,
         "aggregates": [a.as_dict() for a in cah.result.aggregates],
         "counts": {
-            "answers": len(records),
-            "scored": sum(r.scored for r in records),
-            "unscored": unscored,
-            "decided_by": decided,
+            "answers": overall.n,
+            "scored": overall.n_scored,
+            "unscored": dict(overall.unscored_reasons),
+            "decided_by": dict(decided),
         },
     }
 
