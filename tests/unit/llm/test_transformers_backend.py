@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM
+from transformers import LlamaForCausalLM, LogitsProcessorList
 
 from ragtrail.llm.backends import model_store
 from ragtrail.llm.backends.base import GenerationRequest
-from ragtrail.llm.backends.transformers_local import TransformersBackend
+from ragtrail.llm.backends.transformers_local import TransformersBackend, _PerRowSampler
 from ragtrail.llm.factory import load_llm_backend
 from ragtrail.models import store as model_cache
 from tests.tiny_models import build_tiny_llama, build_tiny_t5
@@ -121,6 +121,49 @@ def test_seeded_sampling_is_deterministic_and_batch_invariant(
     assert a == b == solo
     other = requests(max_new_tokens=12, temperature=1.0, top_p=0.95, seed=124)
     assert [r.text for r in backend.generate(other)] != a
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_single_request_decodes_as_plain_generate(tiny_llama: Path, temperature: float) -> None:
+    """One request alone (how an unbatched client calls) gives what ``generate`` gives with
+    transformers' own cache and prefill: the in-place cache changes no output."""
+    backend = TransformersBackend(str(tiny_llama), batch_size=4)
+    for req in requests(3, max_new_tokens=12, temperature=temperature, seed=9):
+        ids = backend._encode(req.messages)
+        sampler = _PerRowSampler([req.temperature], [req.top_p], [req.effective_seed()])
+        with torch.inference_mode():
+            out = backend.model.generate(
+                input_ids=torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                generation_config=backend._generation_config(12),
+                logits_processor=LogitsProcessorList([sampler]),
+            )
+        new = out[0, len(ids) :].tolist()
+        cut = next((k for k, t in enumerate(new) if t in backend.eos_ids), len(new))
+        expected = backend.tokenizer.decode(new[:cut], skip_special_tokens=True)
+        assert backend.generate([req])[0].text == expected
+
+
+def test_batch_rows_are_prefilled_alone_without_padding(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=3)
+    reqs = requests(3, max_new_tokens=5)
+    ids = [backend._encode(r.messages) for r in reqs]
+    assert len({len(row) for row in ids}) == 3 and not backend._shared_prefix(ids)
+    shapes: list[tuple[int, int]] = []
+    forward = backend.model.forward
+
+    def recording(*args: object, **kwargs: object) -> object:
+        shapes.append(tuple(kwargs["input_ids"].shape))  # type: ignore[union-attr]
+        return forward(*args, **kwargs)
+
+    backend.model.forward = recording  # type: ignore[method-assign]
+    results = backend.generate(reqs)
+    assert all(r.ok for r in results)
+    # Each row but its last token alone (no padding), then the batch from the last tokens on.
+    prefills = [width for rows, width in shapes if width > 1]
+    assert sorted(prefills) == sorted(len(row) - 1 for row in ids)
+    assert [rows for rows, width in shapes if width > 1] == [1, 1, 1]
+    assert all(rows == 3 for rows, width in shapes if width == 1)
 
 
 def test_causal_uses_left_padding_and_chat_template(tiny_llama: Path) -> None:

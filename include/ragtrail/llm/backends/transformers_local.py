@@ -18,11 +18,19 @@ Constraints (:mod:`ragtrail.llm.backends.constrained_decoding`): a request carry
 
 Prefix cache: the prompts of one call usually share a long prefix (system message and worked
 example); it is run through the model once and its KV cache reused by every batch of the call.
+
+Causal batches (:mod:`ragtrail.llm.backends.kv_cache`): each row's prompt, all but its last
+token, is run alone from the prefix cache (no padding: padded to the batch's longest prompt, a
+batch of 8 prompts of 800-1,700 tokens computed 44% padding); the rows' caches are then laid side
+by side, left-padded, and the batch decodes together from the rows' last tokens. The KV cache is
+written in place into storage sized for the generation instead of being concatenated each step.
+A single-row batch is prefilled by ``generate`` itself, as before.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import time
 from collections.abc import Sequence
@@ -39,6 +47,7 @@ from ragtrail.llm.backends.base import (
     apply_stop_strings,
 )
 from ragtrail.llm.backends.constrained_decoding import DEFAULT_MAX_STRING_CHARS, DecodingConstraints
+from ragtrail.llm.backends.kv_cache import batch_cache, growing_cache_layers
 from ragtrail.llm.backends.model_store import resolve_model_dir, resolve_model_source
 from ragtrail.models.store import cache_root as resolve_cache_root
 
@@ -194,6 +203,16 @@ class TransformersBackend:
         self.prefix_caching = prefix_caching
         self._prefixes: dict[tuple[int, ...], Any] = {}
         self._constraints: DecodingConstraints | None = None
+        # Row-wise prefill into growing caches: causal models whose cache is plain full attention.
+        self._cache_layers = None if self.is_encoder_decoder else growing_cache_layers(self.model)
+        # Prefill only needs the cache, not the logits of every prompt token (a PEFT wrapper
+        # passes the argument on to the model it wraps).
+        base = getattr(self.model, "get_base_model", lambda: self.model)()
+        self._prefill_kwargs: dict[str, Any] = (
+            {"logits_to_keep": 1}
+            if "logits_to_keep" in inspect.signature(base.forward).parameters
+            else {}
+        )
 
     # ------------------------------------------------------------------ loading helpers
 
@@ -308,20 +327,11 @@ class TransformersBackend:
     ) -> list[GenerationResult]:
         """Generate one batch; ``prefix`` (shared by every row of the call, maybe empty) is
         served from the prefix KV cache."""
-        padded = self.tokenizer.pad(
-            {"input_ids": [row[len(prefix) :] for row in ids]}, padding=True, return_tensors="pt"
-        )
-        input_ids = padded["input_ids"].to(self.device)
-        attention = padded["attention_mask"].to(self.device)
-        past = None
-        if prefix:
-            # [shared prefix][left-padded rest]: positions follow the attention mask, so every
-            # row sees the same positions as it would alone; the prefix is computed once.
-            head = torch.tensor([prefix] * len(ids), device=self.device)
-            input_ids = torch.cat([head, input_ids], dim=1)
-            attention = torch.cat([torch.ones_like(head), attention], dim=1)
-            past = self._prefix_cache(prefix, len(ids))
         max_new = reqs[0].max_new_tokens
+        if self._cache_layers is not None:
+            input_ids, attention, past = self._rowwise_inputs(ids, prefix, max_new)
+        else:
+            input_ids, attention, past = self._padded_inputs(ids, prefix)
         sampler = _PerRowSampler(
             [r.temperature for r in reqs],
             [r.top_p for r in reqs],
@@ -363,6 +373,64 @@ class TransformersBackend:
                 )
             )
         return results
+
+    def _padded_inputs(
+        self, ids: Sequence[list[int]], prefix: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """Inputs, attention mask and cache of a batch that ``generate`` prefills in one padded
+        pass (seq2seq models, and causal models whose cache is not plain full attention)."""
+        padded = self.tokenizer.pad(
+            {"input_ids": [row[len(prefix) :] for row in ids]}, padding=True, return_tensors="pt"
+        )
+        input_ids = padded["input_ids"].to(self.device)
+        attention = padded["attention_mask"].to(self.device)
+        past = None
+        if prefix:
+            # [shared prefix][left-padded rest]: positions follow the attention mask, so every
+            # row sees the same positions as it would alone; the prefix is computed once.
+            head = torch.tensor([prefix] * len(ids), device=self.device)
+            input_ids = torch.cat([head, input_ids], dim=1)
+            attention = torch.cat([torch.ones_like(head), attention], dim=1)
+            past = self._prefix_cache(prefix, len(ids))
+        return input_ids, attention, past
+
+    def _rowwise_inputs(
+        self, ids: Sequence[list[int]], prefix: list[int], max_new: int
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """Left-padded inputs, attention mask and a cache holding every row's prompt but its
+        uncached tail (see the module docstring): ``generate`` runs only that tail.
+
+        Several rows: each row but its last token is prefilled alone. One row: only the prefix
+        is cached and ``generate`` prefills the rest, as it always did.
+        """
+        assert self._cache_layers is not None
+        padded = self.tokenizer.pad({"input_ids": list(ids)}, padding=True, return_tensors="pt")
+        input_ids = padded["input_ids"].to(self.device)
+        attention = padded["attention_mask"].to(self.device)
+        if len(ids) == 1:
+            rows = [self._prefix_cache(prefix, 1) if prefix else None]
+            uncached = len(ids[0]) - len(prefix)
+        else:
+            rows = [self._prefill_row(row, prefix) for row in ids]
+            uncached = 1
+        width = input_ids.shape[1]
+        past = batch_cache(rows, width - uncached, width + max_new, self._cache_layers)
+        return input_ids, attention, past
+
+    def _prefill_row(self, row: list[int], prefix: list[int]) -> Any:
+        """The KV cache of ``row`` without its last token, run alone from the prefix cache
+        (None when nothing is left to cache)."""
+        cache = self._prefix_cache(prefix, 1) if prefix else None
+        rest = row[len(prefix) : -1]
+        if not rest:
+            return cache
+        out = self.model(
+            input_ids=torch.tensor([rest], device=self.device),
+            past_key_values=cache,
+            use_cache=True,
+            **self._prefill_kwargs,
+        )
+        return out.past_key_values
 
     def _constrained_rows(
         self, reqs: Sequence[GenerationRequest], prompt_length: int
