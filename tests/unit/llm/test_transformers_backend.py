@@ -335,3 +335,42 @@ def test_builtin_smollm2_generates(tmp_path: Path) -> None:
     assert "paris" in res.text.lower()
     again = load_llm_backend("builtin:smollm2-135m-instruct", cache_dir=cache)
     assert again.load_seconds < 30  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_builtin_smollm2_guided_answer_decodes_as_plain_generate(tmp_path: Path) -> None:
+    """On the real model and a real-sized guided prompt (~600 tokens), one request alone gives
+    what ``generate`` gives with transformers' own cache and prefill."""
+    pytest.importorskip("gguf")
+    from ragtrail.evaluate.cited_answers import CITED_ANSWER_PROMPT, CitedAnswerInput
+
+    cache = Path(os.environ.get("RAGTRAIL_TEST_MODEL_CACHE") or tmp_path)
+    backend = load_llm_backend("builtin:smollm2-135m-instruct", cache_dir=cache)
+    assert isinstance(backend, TransformersBackend)
+    inp = CitedAnswerInput(
+        question="When is the fire alarm tested?",
+        passages=[
+            "The fire alarm is tested every Tuesday at 11:00. Staff stay inside.",
+            "Visitors sign in at reception and wear a badge at all times.",
+        ],
+    )
+    req = GenerationRequest(
+        messages=CITED_ANSWER_PROMPT.render(inp),
+        max_new_tokens=24,
+        json_schema=CITED_ANSWER_PROMPT.guided_schema(inp),
+        avoid_copying=CITED_ANSWER_PROMPT.example_texts(),
+    )
+    ids = backend._encode(req.messages)
+    processors = LogitsProcessorList(
+        [backend._constrained_rows([req], len(ids)), _PerRowSampler([0.0], [1.0], [0])]
+    )
+    with torch.inference_mode():
+        out = backend.model.generate(
+            input_ids=torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            generation_config=backend._generation_config(24),
+            logits_processor=processors,
+        )
+    expected = backend.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
+    assert expected.startswith('{"sentences":[{"text":"')
+    assert backend.generate([req])[0].text == expected
