@@ -64,17 +64,23 @@ def test_growing_cache_gives_the_default_cache_logits(
     assert torch.equal(got, expected)
 
 
-def test_growing_layer_reallocates_after_a_base_class_method_replaced_its_views() -> None:
+def test_growing_layer_drops_rows_in_place_and_survives_replaced_views() -> None:
     layer = GrowingLayer(capacity=16)
-    first = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).view(2, 1, 3, 2)
+    first = torch.arange(3 * 1 * 3 * 2, dtype=torch.float32).view(3, 1, 3, 2)
     keys, _ = layer.update(first, first + 100)
     assert torch.equal(keys, first)
-    layer.batch_select_indices(torch.tensor([1]))  # replaces .keys by a new tensor
-    more = torch.full((1, 1, 2, 2), -1.0)
+    store = layer.keys.data_ptr()
+    layer.batch_select_indices(torch.tensor([0, 2]))  # rows leaving a batch: kept in place
+    assert layer.keys.data_ptr() == store
+    more = torch.full((2, 1, 2, 2), -1.0)
     keys, values = layer.update(more, more)
-    assert torch.equal(keys, torch.cat([first[1:], more], dim=2))
-    assert torch.equal(values, torch.cat([first[1:] + 100, more], dim=2))
-    assert layer.get_seq_length() == 5
+    assert torch.equal(keys, torch.cat([first[[0, 2]], more], dim=2))
+    assert torch.equal(values, torch.cat([first[[0, 2]] + 100, more], dim=2))
+    layer.batch_repeat_interleave(2)  # a base-class method: .keys becomes a new tensor
+    keys, _ = layer.update(torch.zeros(4, 1, 1, 2), torch.zeros(4, 1, 1, 2))
+    assert keys.shape == (4, 1, 6, 2) and layer.get_seq_length() == 6
+    assert torch.equal(keys[1, :, :5], keys[0, :, :5])
+    assert torch.equal(keys[2, :, :3], first[2])
 
 
 @torch.inference_mode()

@@ -163,7 +163,43 @@ def test_batch_rows_are_prefilled_alone_without_padding(tiny_llama: Path) -> Non
     prefills = [width for rows, width in shapes if width > 1]
     assert sorted(prefills) == sorted(len(row) - 1 for row in ids)
     assert [rows for rows, width in shapes if width > 1] == [1, 1, 1]
-    assert all(rows == 3 for rows, width in shapes if width == 1)
+    assert shapes[3][0] == 3  # the batch decodes together
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_ended_rows_leave_the_batch(tiny_llama: Path, temperature: float) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=4)
+    reqs = [
+        GenerationRequest(
+            messages=r.messages,
+            max_new_tokens=40,
+            temperature=temperature,
+            seed=seed,
+            json_schema={
+                "type": "object",
+                "properties": {"a": {"type": "string", "maxLength": length}},
+                "required": ["a"],
+            },
+        )
+        for seed, (r, length) in enumerate(zip(requests(4), (2, 20, 6, 12), strict=True))
+    ]
+    rows: list[int] = []
+    forward = backend.model.forward
+
+    def recording(*args: object, **kwargs: object) -> object:
+        ids = kwargs["input_ids"]
+        if ids.shape[1] == 1:  # type: ignore[union-attr]
+            rows.append(int(ids.shape[0]))  # type: ignore[union-attr]
+        return forward(*args, **kwargs)
+
+    backend.model.forward = recording  # type: ignore[method-assign]
+    batched = backend.generate(reqs)
+    assert all(r.ok and r.finish_reason == "stop" for r in batched)
+    assert [json.loads(r.text)["a"] is not None for r in batched] == [True] * 4
+    assert rows[0] == 4 and rows == sorted(rows, reverse=True) and rows[-1] < 4
+    assert len(set(rows)) > 2  # rows left at different steps
+    backend.model.forward = forward  # type: ignore[method-assign]
+    assert [r.text for r in batched] == [backend.generate([q])[0].text for q in reqs]
 
 
 def test_causal_uses_left_padding_and_chat_template(tiny_llama: Path) -> None:

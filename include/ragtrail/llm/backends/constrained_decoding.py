@@ -295,7 +295,7 @@ class DecodingConstraints:
         avoid: Sequence[Sequence[str]],
         prompt_length: int,
         avoid_words: Sequence[Sequence[str]] | None = None,
-    ) -> LogitsProcessor | None:
+    ) -> ConstrainedRows | None:
         """A logits processor for one batch, or ``None`` when no row is constrained.
 
         ``schemas[i]``, ``avoid[i]`` and ``avoid_words[i]`` are row ``i``'s JSON schema (or
@@ -321,12 +321,12 @@ class DecodingConstraints:
             rows.append(rule)
         if not any(r.active for r in rows):
             return None
-        return _ConstrainedRows(
+        return ConstrainedRows(
             rows, prompt_length, set(self.eos_ids), self.no_repeat_ngram, self.copy_span
         )
 
 
-class _ConstrainedRows(LogitsProcessor):
+class ConstrainedRows(LogitsProcessor):
     """Applies each row's :class:`RowRules` to its logits (see the module docstring)."""
 
     def __init__(
@@ -342,6 +342,16 @@ class _ConstrainedRows(LogitsProcessor):
         self.eos_ids = eos_ids
         self.no_repeat_ngram = no_repeat_ngram
         self.copy_span = copy_span
+
+    def subset(self, rows: Sequence[int]) -> ConstrainedRows:
+        """The processor of the given rows only (their parser states are kept)."""
+        return ConstrainedRows(
+            [self.rows[r] for r in rows],
+            self.prompt_length,
+            self.eos_ids,
+            self.no_repeat_ngram,
+            self.copy_span,
+        )
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         vocab = scores.shape[-1]

@@ -36,15 +36,18 @@ class GrowingLayer(DynamicLayer):
         self._value_store: torch.Tensor | None = None
 
     def reserve(self, keys: torch.Tensor, values: torch.Tensor, rows: int, length: int) -> None:
-        """Zeroed storage for ``rows`` rows shaped like ``keys`` / ``values`` (batch, heads,
-        tokens, dim), of which the first ``length`` tokens are in the cache (to be written
-        through :attr:`keys` / :attr:`values`)."""
+        """Storage for ``rows`` rows shaped like ``keys`` / ``values`` (batch, heads, tokens,
+        dim), of which the first ``length`` tokens are in the cache: zeros, to be written
+        through :attr:`keys` / :attr:`values`. The rest is left uninitialised (never read
+        before it is written)."""
         self.dtype, self.device = keys.dtype, keys.device
         self.is_initialized = True
         size = max(self.capacity, length)
-        self._key_store = keys.new_zeros((rows, keys.shape[1], size, keys.shape[-1]))
-        self._value_store = values.new_zeros((rows, values.shape[1], size, values.shape[-1]))
+        self._key_store = keys.new_empty((rows, keys.shape[1], size, keys.shape[-1]))
+        self._value_store = values.new_empty((rows, values.shape[1], size, values.shape[-1]))
         self._set_length(length)
+        self.keys.zero_()
+        self.values.zero_()
 
     def _set_length(self, length: int) -> None:
         assert self._key_store is not None and self._value_store is not None
@@ -79,6 +82,23 @@ class GrowingLayer(DynamicLayer):
         self._value_store[:, :, length:end] = value_states
         self._set_length(end)
         return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices``: with ascending indices (rows leaving a batch), the kept
+        rows move down within the storage instead of into new storage."""
+        order = indices.tolist()
+        if self._key_store is None or order != sorted(set(order)):
+            super().batch_select_indices(indices)
+            return
+        assert self._value_store is not None
+        length = self.get_seq_length()
+        for target, source in enumerate(order):
+            if target != source:
+                self._key_store[target, :, :length] = self._key_store[source, :, :length]
+                self._value_store[target, :, :length] = self._value_store[source, :, :length]
+        self._key_store = self._key_store[: len(order)]
+        self._value_store = self._value_store[: len(order)]
+        self._set_length(length)
 
 
 def growing_cache_layers(model: Any) -> int | None:

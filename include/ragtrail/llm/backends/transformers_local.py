@@ -38,7 +38,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from ragtrail.llm.backends.base import (
     GenerationRequest,
@@ -46,7 +51,11 @@ from ragtrail.llm.backends.base import (
     Message,
     apply_stop_strings,
 )
-from ragtrail.llm.backends.constrained_decoding import DEFAULT_MAX_STRING_CHARS, DecodingConstraints
+from ragtrail.llm.backends.constrained_decoding import (
+    DEFAULT_MAX_STRING_CHARS,
+    ConstrainedRows,
+    DecodingConstraints,
+)
 from ragtrail.llm.backends.kv_cache import batch_cache, growing_cache_layers
 from ragtrail.llm.backends.model_store import resolve_model_dir, resolve_model_source
 from ragtrail.models.store import cache_root as resolve_cache_root
@@ -76,6 +85,14 @@ class _PerRowSampler(LogitsProcessor):
             for t, s in zip(temperatures, seeds, strict=True)
         ]
 
+    def subset(self, rows: Sequence[int]) -> _PerRowSampler:
+        """A sampler for the given rows only, continuing their generators."""
+        part = copy.copy(self)
+        part.temperatures = [self.temperatures[r] for r in rows]
+        part.top_ps = [self.top_ps[r] for r in rows]
+        part.generators = [self.generators[r] for r in rows]
+        return part
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if all(g is None for g in self.generators):
             return scores
@@ -96,6 +113,27 @@ class _PerRowSampler(LogitsProcessor):
             out[row].fill_(float("-inf"))
             out[row, choice] = 0.0
         return out
+
+
+class _AnyRowEnded(StoppingCriteria):
+    """Ends ``generate`` for the whole batch at the step where any row produced an end token,
+    so that the ended rows can leave the batch (see ``_generate_shrinking``)."""
+
+    def __init__(self, eos_ids: set[int]) -> None:
+        self.eos_ids = torch.tensor(sorted(eos_ids))
+
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.BoolTensor:
+        ended = bool(torch.isin(input_ids[:, -1], self.eos_ids.to(input_ids.device)).any())
+        return torch.full((input_ids.shape[0],), ended, dtype=torch.bool, device=input_ids.device)
+
+
+def _processors(
+    sampler: LogitsProcessor, constrained: LogitsProcessor | None
+) -> LogitsProcessorList:
+    """Mask first (constraints), then sample among the allowed tokens."""
+    return LogitsProcessorList([p for p in (constrained, sampler) if p is not None])
 
 
 class TransformersBackend:
@@ -337,24 +375,26 @@ class TransformersBackend:
             [r.top_p for r in reqs],
             [r.effective_seed() for r in reqs],
         )
-        processors = LogitsProcessorList([sampler])
         constrained = self._constrained_rows(reqs, input_ids.shape[1])
-        if constrained is not None:
-            processors.insert(0, constrained)  # mask first, then sample among the allowed tokens
-        output = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention,
-            generation_config=self._generation_config(max_new),
-            logits_processor=processors,
-            past_key_values=past,
-        )
-        # Causal outputs repeat the (padded) prompt; seq2seq outputs start with the decoder start.
-        new_tokens = (
-            output[:, input_ids.shape[1] :] if not self.is_encoder_decoder else output[:, 1:]
-        )
+        if self._cache_layers is not None and len(reqs) > 1:
+            new_tokens = self._generate_shrinking(
+                input_ids, attention, past, sampler, constrained, max_new
+            )
+        else:
+            output = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                generation_config=self._generation_config(max_new),
+                logits_processor=_processors(sampler, constrained),
+                past_key_values=past,
+            )
+            # Causal outputs repeat the (padded) prompt; seq2seq outputs start with the decoder
+            # start token.
+            start = input_ids.shape[1] if not self.is_encoder_decoder else 1
+            new_tokens = output[:, start:].tolist()
         results = []
         for row, req in enumerate(reqs):
-            toks = new_tokens[row].tolist()
+            toks = new_tokens[row]
             cut = next((k for k, t in enumerate(toks) if t in self.eos_ids), None)
             if cut is None:
                 kept, finish = toks[:max_new], "length"
@@ -373,6 +413,54 @@ class TransformersBackend:
                 )
             )
         return results
+
+    def _generate_shrinking(
+        self,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        past: Any,
+        sampler: _PerRowSampler,
+        constrained: ConstrainedRows | None,
+        max_new: int,
+    ) -> list[list[int]]:
+        """The new tokens of every row of a causal batch, rows leaving the batch as they end.
+
+        ``generate`` keeps computing finished rows until the last one ends (a quarter of the
+        row-steps of 8 cited answers). Here it stops as soon as any row ends; the ended rows are
+        dropped from the inputs, the cache and the processors, and it goes on with the others
+        from where it stopped (the cache then holds all but the last token of every row, as
+        after a prefill, so no token is computed twice).
+        """
+        rows = list(range(input_ids.shape[0]))
+        new_tokens: list[list[int]] = [[] for _ in rows]
+        stop = StoppingCriteriaList([_AnyRowEnded(self.eos_ids)])
+        while True:
+            done = len(new_tokens[rows[0]])
+            output = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                generation_config=self._generation_config(max_new - done),
+                logits_processor=_processors(
+                    sampler.subset(rows), constrained.subset(rows) if constrained else None
+                ),
+                stopping_criteria=stop,
+                past_key_values=past,
+            )
+            fresh = output[:, input_ids.shape[1] :]
+            for k, row in enumerate(rows):
+                new_tokens[row].extend(fresh[k].tolist())
+            keep = [
+                k
+                for k, row in enumerate(rows)
+                if done + fresh.shape[1] < max_new and new_tokens[row][-1] not in self.eos_ids
+            ]
+            if not keep:
+                return new_tokens
+            index = torch.tensor(keep, device=self.device)
+            attention = torch.cat([attention, torch.ones_like(fresh)], dim=1)[index]
+            input_ids = output[index]
+            past.batch_select_indices(index)
+            rows = [rows[k] for k in keep]
 
     def _padded_inputs(
         self, ids: Sequence[list[int]], prefix: list[int]
@@ -434,7 +522,7 @@ class TransformersBackend:
 
     def _constrained_rows(
         self, reqs: Sequence[GenerationRequest], prompt_length: int
-    ) -> LogitsProcessor | None:
+    ) -> ConstrainedRows | None:
         if self._constraints is None:
             vocab = int(self.model.get_output_embeddings().weight.shape[0])
             self._constraints = DecodingConstraints(
