@@ -19,7 +19,11 @@ from transformers import LlamaForCausalLM, LogitsProcessorList
 
 from ragtrail.llm.backends import model_store
 from ragtrail.llm.backends.base import GenerationRequest
-from ragtrail.llm.backends.transformers_local import TransformersBackend, _PerRowSampler
+from ragtrail.llm.backends.transformers_local import (
+    PREFILL_ALONE_PADDING,
+    TransformersBackend,
+    _PerRowSampler,
+)
 from ragtrail.llm.factory import load_llm_backend
 from ragtrail.models import store as model_cache
 from tests.tiny_models import build_tiny_llama, build_tiny_t5
@@ -144,11 +148,8 @@ def test_a_single_request_decodes_as_plain_generate(tiny_llama: Path, temperatur
         assert backend.generate([req])[0].text == expected
 
 
-def test_batch_rows_are_prefilled_alone_without_padding(tiny_llama: Path) -> None:
-    backend = TransformersBackend(str(tiny_llama), batch_size=3)
-    reqs = requests(3, max_new_tokens=5)
-    ids = [backend._encode(r.messages) for r in reqs]
-    assert len({len(row) for row in ids}) == 3 and not backend._shared_prefix(ids)
+def _forward_shapes(backend: TransformersBackend) -> list[tuple[int, int]]:
+    """Records (rows, tokens) of every forward pass of ``backend``'s model from now on."""
     shapes: list[tuple[int, int]] = []
     forward = backend.model.forward
 
@@ -157,13 +158,34 @@ def test_batch_rows_are_prefilled_alone_without_padding(tiny_llama: Path) -> Non
         return forward(*args, **kwargs)
 
     backend.model.forward = recording  # type: ignore[method-assign]
-    results = backend.generate(reqs)
-    assert all(r.ok for r in results)
+    return shapes
+
+
+def test_uneven_batch_rows_are_prefilled_alone_even_ones_in_one_pass(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=3)
+    words = " ".join(CORPUS[:8]).split()
+    uneven = [
+        GenerationRequest(
+            messages=[{"role": "user", "content": " ".join(words[:n])}], max_new_tokens=5
+        )
+        for n in (1, 14, 28)
+    ]
+    ids = [backend._encode(r.messages) for r in uneven]
+    assert not backend._shared_prefix(ids)
+    padding = 3 * max(map(len, ids)) - sum(map(len, ids))
+    assert padding > PREFILL_ALONE_PADDING * 3
+    alone = [backend.generate([r])[0].text for r in uneven]
+    shapes = _forward_shapes(backend)
+    assert [r.text for r in backend.generate(uneven)] == alone
     # Each row but its last token alone (no padding), then the batch from the last tokens on.
-    prefills = [width for rows, width in shapes if width > 1]
-    assert sorted(prefills) == sorted(len(row) - 1 for row in ids)
-    assert [rows for rows, width in shapes if width > 1] == [1, 1, 1]
-    assert shapes[3][0] == 3  # the batch decodes together
+    assert sorted(shapes[:3]) == sorted((1, len(row) - 1) for row in ids)
+    assert shapes[3] == (3, 1)
+
+    even = requests(3, max_new_tokens=5)  # prompts within a few tokens of each other
+    shapes.clear()
+    assert [r.text for r in backend.generate(even)] == [backend.generate([r])[0].text for r in even]
+    width = max(len(backend._encode(r.messages)) for r in even)
+    assert shapes[0] == (3, width)  # one padded pass
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -183,23 +205,15 @@ def test_ended_rows_leave_the_batch(tiny_llama: Path, temperature: float) -> Non
         )
         for seed, (r, length) in enumerate(zip(requests(4), (2, 20, 6, 12), strict=True))
     ]
-    rows: list[int] = []
-    forward = backend.model.forward
-
-    def recording(*args: object, **kwargs: object) -> object:
-        ids = kwargs["input_ids"]
-        if ids.shape[1] == 1:  # type: ignore[union-attr]
-            rows.append(int(ids.shape[0]))  # type: ignore[union-attr]
-        return forward(*args, **kwargs)
-
-    backend.model.forward = recording  # type: ignore[method-assign]
+    alone = [backend.generate([q])[0].text for q in reqs]
+    shapes = _forward_shapes(backend)
     batched = backend.generate(reqs)
     assert all(r.ok and r.finish_reason == "stop" for r in batched)
     assert [json.loads(r.text)["a"] is not None for r in batched] == [True] * 4
+    rows = [n for n, width in shapes if width == 1]  # decoding steps
     assert rows[0] == 4 and rows == sorted(rows, reverse=True) and rows[-1] < 4
     assert len(set(rows)) > 2  # rows left at different steps
-    backend.model.forward = forward  # type: ignore[method-assign]
-    assert [r.text for r in batched] == [backend.generate([q])[0].text for q in reqs]
+    assert [r.text for r in batched] == alone
 
 
 def test_causal_uses_left_padding_and_chat_template(tiny_llama: Path) -> None:

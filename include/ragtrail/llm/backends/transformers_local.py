@@ -23,13 +23,13 @@ Constraints (:mod:`ragtrail.llm.backends.constrained_decoding`): a request carry
 Prefix cache: the prompts of one call usually share a long prefix (system message and worked
 example); it is run through the model once and its KV cache reused by every batch of the call.
 
-Causal batches (:mod:`ragtrail.llm.backends.kv_cache`): each row's prompt, all but its last
-token, is run alone from the prefix cache (no padding: padded to the batch's longest prompt, a
-batch of 8 prompts of 800-1,700 tokens computed 44% padding); the rows' caches are then laid side
-by side, left-padded, and the batch decodes together from the rows' last tokens. The KV cache is
-written in place into storage sized for the generation instead of being concatenated each step,
-and rows that end leave the batch. A single-row batch is prefilled and decoded by one plain
-``generate`` call, as before.
+Causal batches (:mod:`ragtrail.llm.backends.kv_cache`): the KV cache is written in place into
+storage sized for the generation instead of being concatenated each step, and rows that end leave
+the batch. A batch whose prompts would need much padding (:data:`PREFILL_ALONE_PADDING`; 8 cited
+answers of 800-1,700 tokens padded to the longest computed 44% padding) has each row's prompt,
+all but its last token, run alone from the prefix cache; the rows' caches are then laid side by
+side, left-padded, and the batch decodes together from the rows' last tokens. Other batches, and
+a single request, are prefilled by ``generate`` in one padded pass, as before.
 """
 
 from __future__ import annotations
@@ -132,6 +132,20 @@ class _AnyRowEnded(StoppingCriteria):
     ) -> torch.BoolTensor:
         ended = bool(torch.isin(input_ids[:, -1], self.eos_ids.to(input_ids.device)).any())
         return torch.full((input_ids.shape[0],), ended, dtype=torch.bool, device=input_ids.device)
+
+
+PREFILL_ALONE_PADDING = 32
+"""Rows of a causal batch are prefilled one at a time when padding them to the longest would add
+more than this many tokens per row on average. A forward pass reads every weight once, which
+costs about as much as computing ~30 prompt tokens (SmolLM2-135M on 2 cores: ~40 ms against
+~1.4 ms a token), so short, even prompts are cheaper padded in one pass."""
+
+
+def _prefill_alone(rest_lengths: Sequence[int]) -> bool:
+    """Whether a batch whose rows have ``rest_lengths`` uncached prompt tokens is prefilled row
+    by row (see :data:`PREFILL_ALONE_PADDING`); never for a single row."""
+    padding = len(rest_lengths) * max(rest_lengths) - sum(rest_lengths)
+    return len(rest_lengths) > 1 and padding > PREFILL_ALONE_PADDING * len(rest_lengths)
 
 
 def _processors(
@@ -371,10 +385,10 @@ class TransformersBackend:
         """Generate one batch; ``prefix`` (shared by every row of the call, maybe empty) is
         served from the prefix KV cache."""
         max_new = reqs[0].max_new_tokens
-        if self._cache_layers is not None:
+        if self._cache_layers is not None and _prefill_alone([len(r) - len(prefix) for r in ids]):
             input_ids, attention, past = self._rowwise_inputs(ids, prefix, max_new)
         else:
-            input_ids, attention, past = self._padded_inputs(ids, prefix)
+            input_ids, attention, past = self._padded_inputs(ids, prefix, max_new)
         sampler = _PerRowSampler(
             [r.temperature for r in reqs],
             [r.top_p for r in reqs],
@@ -468,46 +482,39 @@ class TransformersBackend:
             rows = [rows[k] for k in keep]
 
     def _padded_inputs(
-        self, ids: Sequence[list[int]], prefix: list[int]
+        self, ids: Sequence[list[int]], prefix: list[int], max_new: int
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Inputs, attention mask and cache of a batch that ``generate`` prefills in one padded
-        pass (seq2seq models, and causal models whose cache is not plain full attention)."""
+        pass: [shared prefix, cached][left-padded rest]. Positions follow the attention mask, so
+        every row sees the positions it would see alone."""
         padded = self.tokenizer.pad(
             {"input_ids": [row[len(prefix) :] for row in ids]}, padding=True, return_tensors="pt"
         )
         input_ids = padded["input_ids"].to(self.device)
         attention = padded["attention_mask"].to(self.device)
-        past = None
         if prefix:
-            # [shared prefix][left-padded rest]: positions follow the attention mask, so every
-            # row sees the same positions as it would alone; the prefix is computed once.
             head = torch.tensor([prefix] * len(ids), device=self.device)
             input_ids = torch.cat([head, input_ids], dim=1)
             attention = torch.cat([torch.ones_like(head), attention], dim=1)
-            past = self._prefix_cache(prefix, len(ids))
-        return input_ids, attention, past
+        if self._cache_layers is None:  # transformers' own cache
+            return input_ids, attention, self._prefix_cache(prefix, len(ids)) if prefix else None
+        rows = [self._prefix_cache(prefix, 1) if prefix else None] * len(ids)
+        capacity = input_ids.shape[1] + max_new
+        return input_ids, attention, batch_cache(rows, len(prefix), capacity, self._cache_layers)
 
     def _rowwise_inputs(
         self, ids: Sequence[list[int]], prefix: list[int], max_new: int
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """Left-padded inputs, attention mask and a cache holding every row's prompt but its
-        uncached tail (see the module docstring): ``generate`` runs only that tail.
-
-        Several rows: each row but its last token is prefilled alone. One row: only the prefix
-        is cached and ``generate`` prefills the rest, as it always did.
-        """
+        """Left-padded inputs, attention mask and a cache holding every row's prompt but its last
+        token, each row prefilled alone (see the module docstring): ``generate`` starts from the
+        rows' last tokens."""
         assert self._cache_layers is not None
         padded = self.tokenizer.pad({"input_ids": list(ids)}, padding=True, return_tensors="pt")
         input_ids = padded["input_ids"].to(self.device)
         attention = padded["attention_mask"].to(self.device)
-        if len(ids) == 1:
-            rows = [self._prefix_cache(prefix, 1) if prefix else None]
-            uncached = len(ids[0]) - len(prefix)
-        else:
-            rows = [self._prefill_row(row, prefix) for row in ids]
-            uncached = 1
+        rows = [self._prefill_row(row, prefix) for row in ids]
         width = input_ids.shape[1]
-        past = batch_cache(rows, width - uncached, width + max_new, self._cache_layers)
+        past = batch_cache(rows, width - 1, width + max_new, self._cache_layers)
         return input_ids, attention, past
 
     def _prefill_row(self, row: list[int], prefix: list[int]) -> Any:
