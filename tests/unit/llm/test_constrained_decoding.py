@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from lmformatenforcer.tokenenforcer import TokenEnforcerTokenizerData
+from lmformatenforcer.tokenlist import TokenList
 from pydantic import BaseModel, Field
+from transformers import LogitsProcessor
 
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.backends.constrained_decoding import (
     DecodingConstraints,
+    _token_texts,
+    pack_token_ids,
     repeat_bans,
     span_bans,
     span_table,
     tighten_schema,
+    unpack_token_masks,
 )
 from ragtrail.llm.backends.transformers_local import TransformersBackend
 from tests.tiny_models import build_tiny_llama, build_tiny_t5
@@ -213,3 +220,112 @@ def _valid(text: str) -> bool:
     except Exception:
         return False
     return True
+
+
+def test_packed_token_ids_match_lm_format_enforcer_bit_by_bit() -> None:
+    ids = [0, 1, 31, 32, 63, 64, 95, 200, 319]  # bit 31 of a word makes it negative
+    expected = TokenList(True, 320)
+    expected.extend(ids)
+    packed = pack_token_ids(ids, expected.allowed_tokens.numel())
+    assert torch.equal(packed, expected.allowed_tokens)
+    mask = unpack_token_masks(packed.unsqueeze(0), 320)[0]
+    assert mask.nonzero().flatten().tolist() == ids
+    assert not pack_token_ids([], 3).any()
+
+
+def test_packed_json_string_lists_equal_the_library_lists(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=1)
+    tok = backend.tokenizer
+    constraints = DecodingConstraints(tok, [tok.eos_token_id], len(tok))
+    packed = constraints._json_data().tokenizer_tree.json_freetext_tokens
+    # The library's own data, lists built its way (one bit at a time).
+    own = TokenEnforcerTokenizerData(
+        _token_texts(tok), lambda ids: tok.decode(ids), tok.eos_token_id, True, len(tok)
+    ).tokenizer_tree.json_freetext_tokens
+    assert "lookup_allowed_tokens" not in vars(own)
+    limit = own.max_token_len + 2
+    for min_remaining in range(limit):
+        for max_len in range(limit):
+            assert torch.equal(
+                packed.lookup_allowed_tokens(min_remaining, max_len).allowed_tokens,
+                own.lookup_allowed_tokens(min_remaining, max_len).allowed_tokens,
+            ), (min_remaining, max_len)
+
+
+def _row_by_row(proc: Any, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """The processor as it was written before batching (one row at a time, parser states
+    keyed by prompt and output): the reference the batched version must equal."""
+    vocab = scores.shape[-1]
+    bits = torch.arange(32, dtype=torch.int32)
+    for row, rule in enumerate(proc.rows):
+        if not rule.active:
+            continue
+        tokens = input_ids[row].tolist()
+        generated = tokens[proc.prompt_length :]
+        if any(t in proc.eos_ids for t in generated):
+            continue
+        banned = set(rule.word_bans)
+        if rule.copy_table is not None:
+            banned |= span_bans(generated, rule.copy_table, proc.copy_span)
+        if rule.enforcer is None:
+            if banned:
+                scores[row, [t for t in banned if t < vocab]] = float("-inf")
+            continue
+        banned |= repeat_bans(generated, proc.no_repeat_ngram)
+        bitmask = rule.enforcer.get_allowed_tokens(tokens).allowed_tokens
+        allowed = ((bitmask.unsqueeze(1) >> bits) & 1).flatten()[:vocab].bool()
+        if not allowed.any():
+            continue
+        if banned:
+            narrowed = allowed.clone()
+            narrowed[[t for t in banned if t < vocab]] = False
+            if narrowed.any():
+                allowed = narrowed
+        scores[row] = scores[row].masked_fill(~allowed, float("-inf"))
+    return scores
+
+
+class _Compared(LogitsProcessor):
+    """Runs the batched processor and the row-by-row reference (own parser states) on the same
+    scores at every step and checks they agree."""
+
+    def __init__(self, batched: Any, reference: Any) -> None:
+        self.batched, self.reference, self.steps = batched, reference, 0
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.Tensor:
+        expected = _row_by_row(self.reference, input_ids, scores.clone())
+        got = self.batched(input_ids, scores)
+        assert torch.equal(got, expected)
+        self.steps += 1
+        return got
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_batched_masks_equal_the_row_by_row_masks(
+    tiny_llama: Path, temperature: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=4, max_string_chars=12)
+    made: list[_Compared] = []
+    build = backend._constrained_rows
+
+    def compared(reqs: Any, prompt_length: int) -> Any:
+        batched = build(reqs, prompt_length)
+        if batched is None:
+            return None
+        made.append(_Compared(batched, build(reqs, prompt_length)))
+        return made[-1]
+
+    monkeypatch.setattr(backend, "_constrained_rows", compared)
+    words = ("the", "fox", "lazy", "dog", "a", "b")  # banned inside the guided strings too
+    guided = _requests(3, json_schema=SCHEMA, temperature=temperature, seed=7, avoid_words=words)
+    plain = _requests(2, temperature=temperature, seed=7)
+    copying = GenerationRequest(
+        messages=({"role": "user", "content": CORPUS[1]},),
+        max_new_tokens=30,
+        temperature=temperature,
+        avoid_copying=(CORPUS[1],),
+        avoid_words=("the", "fox"),
+    )
+    results = backend.generate([guided[0], plain[0], copying, guided[1], plain[1], guided[2]])
+    assert all(r.ok for r in results)
+    assert made and sum(c.steps for c in made) > 20

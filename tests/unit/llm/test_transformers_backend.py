@@ -15,11 +15,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM
+from transformers import LlamaForCausalLM, LogitsProcessorList
 
 from ragtrail.llm.backends import model_store
 from ragtrail.llm.backends.base import GenerationRequest
-from ragtrail.llm.backends.transformers_local import TransformersBackend
+from ragtrail.llm.backends.transformers_local import (
+    PREFILL_ALONE_PADDING,
+    TransformersBackend,
+    _PerRowSampler,
+)
 from ragtrail.llm.factory import load_llm_backend
 from ragtrail.models import store as model_cache
 from tests.tiny_models import build_tiny_llama, build_tiny_t5
@@ -121,6 +125,95 @@ def test_seeded_sampling_is_deterministic_and_batch_invariant(
     assert a == b == solo
     other = requests(max_new_tokens=12, temperature=1.0, top_p=0.95, seed=124)
     assert [r.text for r in backend.generate(other)] != a
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_single_request_decodes_as_plain_generate(tiny_llama: Path, temperature: float) -> None:
+    """One request alone (how an unbatched client calls) gives what ``generate`` gives with
+    transformers' own cache and prefill: the in-place cache changes no output."""
+    backend = TransformersBackend(str(tiny_llama), batch_size=4)
+    for req in requests(3, max_new_tokens=12, temperature=temperature, seed=9):
+        ids = backend._encode(req.messages)
+        sampler = _PerRowSampler([req.temperature], [req.top_p], [req.effective_seed()])
+        with torch.inference_mode():
+            out = backend.model.generate(
+                input_ids=torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                generation_config=backend._generation_config(12),
+                logits_processor=LogitsProcessorList([sampler]),
+            )
+        new = out[0, len(ids) :].tolist()
+        cut = next((k for k, t in enumerate(new) if t in backend.eos_ids), len(new))
+        expected = backend.tokenizer.decode(new[:cut], skip_special_tokens=True)
+        assert backend.generate([req])[0].text == expected
+
+
+def _forward_shapes(backend: TransformersBackend) -> list[tuple[int, int]]:
+    """Records (rows, tokens) of every forward pass of ``backend``'s model from now on."""
+    shapes: list[tuple[int, int]] = []
+    forward = backend.model.forward
+
+    def recording(*args: object, **kwargs: object) -> object:
+        shapes.append(tuple(kwargs["input_ids"].shape))  # type: ignore[union-attr]
+        return forward(*args, **kwargs)
+
+    backend.model.forward = recording  # type: ignore[method-assign]
+    return shapes
+
+
+def test_uneven_batch_rows_are_prefilled_alone_even_ones_in_one_pass(tiny_llama: Path) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=3)
+    words = " ".join(CORPUS[:8]).split()
+    uneven = [
+        GenerationRequest(
+            messages=[{"role": "user", "content": " ".join(words[:n])}], max_new_tokens=5
+        )
+        for n in (1, 14, 28)
+    ]
+    ids = [backend._encode(r.messages) for r in uneven]
+    assert not backend._shared_prefix(ids)
+    padding = 3 * max(map(len, ids)) - sum(map(len, ids))
+    assert padding > PREFILL_ALONE_PADDING * 3
+    alone = [backend.generate([r])[0].text for r in uneven]
+    shapes = _forward_shapes(backend)
+    assert [r.text for r in backend.generate(uneven)] == alone
+    # Each row but its last token alone (no padding), then the batch from the last tokens on.
+    assert sorted(shapes[:3]) == sorted((1, len(row) - 1) for row in ids)
+    assert shapes[3] == (3, 1)
+
+    even = requests(3, max_new_tokens=5)  # prompts within a few tokens of each other
+    shapes.clear()
+    assert [r.text for r in backend.generate(even)] == [backend.generate([r])[0].text for r in even]
+    width = max(len(backend._encode(r.messages)) for r in even)
+    assert shapes[0] == (3, width)  # one padded pass
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_ended_rows_leave_the_batch(tiny_llama: Path, temperature: float) -> None:
+    backend = TransformersBackend(str(tiny_llama), batch_size=4)
+    reqs = [
+        GenerationRequest(
+            messages=r.messages,
+            max_new_tokens=40,
+            temperature=temperature,
+            seed=seed,
+            json_schema={
+                "type": "object",
+                "properties": {"a": {"type": "string", "maxLength": length}},
+                "required": ["a"],
+            },
+        )
+        for seed, (r, length) in enumerate(zip(requests(4), (2, 20, 6, 12), strict=True))
+    ]
+    alone = [backend.generate([q])[0].text for q in reqs]
+    shapes = _forward_shapes(backend)
+    batched = backend.generate(reqs)
+    assert all(r.ok and r.finish_reason == "stop" for r in batched)
+    assert [json.loads(r.text)["a"] is not None for r in batched] == [True] * 4
+    rows = [n for n, width in shapes if width == 1]  # decoding steps
+    assert rows[0] == 4 and rows == sorted(rows, reverse=True) and rows[-1] < 4
+    assert len(set(rows)) > 2  # rows left at different steps
+    assert [r.text for r in batched] == alone
 
 
 def test_causal_uses_left_padding_and_chat_template(tiny_llama: Path) -> None:
@@ -292,3 +385,42 @@ def test_builtin_smollm2_generates(tmp_path: Path) -> None:
     assert "paris" in res.text.lower()
     again = load_llm_backend("builtin:smollm2-135m-instruct", cache_dir=cache)
     assert again.load_seconds < 30  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_builtin_smollm2_guided_answer_decodes_as_plain_generate(tmp_path: Path) -> None:
+    """On the real model and a real-sized guided prompt (~600 tokens), one request alone gives
+    what ``generate`` gives with transformers' own cache and prefill."""
+    pytest.importorskip("gguf")
+    from ragtrail.evaluate.cited_answers import CITED_ANSWER_PROMPT, CitedAnswerInput
+
+    cache = Path(os.environ.get("RAGTRAIL_TEST_MODEL_CACHE") or tmp_path)
+    backend = load_llm_backend("builtin:smollm2-135m-instruct", cache_dir=cache)
+    assert isinstance(backend, TransformersBackend)
+    inp = CitedAnswerInput(
+        question="When is the fire alarm tested?",
+        passages=[
+            "The fire alarm is tested every Tuesday at 11:00. Staff stay inside.",
+            "Visitors sign in at reception and wear a badge at all times.",
+        ],
+    )
+    req = GenerationRequest(
+        messages=CITED_ANSWER_PROMPT.render(inp),
+        max_new_tokens=24,
+        json_schema=CITED_ANSWER_PROMPT.guided_schema(inp),
+        avoid_copying=CITED_ANSWER_PROMPT.example_texts(),
+    )
+    ids = backend._encode(req.messages)
+    processors = LogitsProcessorList(
+        [backend._constrained_rows([req], len(ids)), _PerRowSampler([0.0], [1.0], [0])]
+    )
+    with torch.inference_mode():
+        out = backend.model.generate(
+            input_ids=torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            generation_config=backend._generation_config(24),
+            logits_processor=processors,
+        )
+    expected = backend.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
+    assert expected.startswith('{"sentences":[{"text":"')
+    assert backend.generate([req])[0].text == expected
