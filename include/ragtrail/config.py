@@ -233,13 +233,15 @@ class SufficiencySettings(BaseModel):
 
     The nightly rates ``max_items`` questions per golden set (spread over the labels, seeded) in
     every answer setting; ``0`` rates every question (``RAGTRAIL_SUFFICIENCY__MAX_ITEMS=0``).
+    Eight is the smallest default at which the selective policy could be fitted with SmolLM2 (at
+    four, every answer was hallucinated or none was, so no threshold could be learned).
     """
 
     enabled: bool = Field(True, description="run sufficiency and C/A/H in the nightly")
     qa_sets: Literal["golden", "all"] = Field(
         "golden", description="which QA sets of a night are rated: golden sets only, or all"
     )
-    max_items: int = Field(4, ge=0, description="questions per QA set; 0 = all")
+    max_items: int = Field(8, ge=0, description="questions per QA set; 0 = all")
     retrieval_k: int = Field(3, ge=1, le=50, description="retrieved chunks per question")
     raters: tuple[str, ...] = SUFFICIENCY_RATERS
     settings: tuple[str, ...] = ANSWER_SETTINGS
