@@ -103,6 +103,7 @@ def _doc(flow_: Flow) -> str:
         f"| `{s.name}` | `{s.task}` | {s.doc}"
         + (f"; mapped over `{s.map_over}`" if s.map_over else "")
         + (f"; pool `{s.pool}`" if s.pool else "")
+        + (f"; queue `{s.queue}`" if s.queue else "")
         + (f"; emits the **{s.emits} asset**" if s.emits else "")
         + " |"
         for s in flow_.steps
@@ -143,6 +144,8 @@ def build_dag(dag_id: str) -> DAG:
             options: dict[str, Any] = {"task_id": step.name}
             if step.pool:
                 options["pool"] = step.pool
+            if step.queue:
+                options["queue"] = step.queue
             if step.emits:
                 options["outlets"] = [ASSETS_BY_KEY[step.emits]]
             if step.after_mapped:

@@ -87,7 +87,9 @@ class Step:
     ``ragtrail.pipeline.tasks.<task>(rt, **inputs)`` returns a strict-JSON dict; ``outputs`` are the keys of it that later
     steps may read, or ``output_as`` names the whole result for them. A mapped step runs once per element of the state list ``map_over``, which it
     receives as the argument ``map_as``. ``emits`` names the Asset the step announces: it returns
-    the event extras under ``"event"`` (None: no event).
+    the event extras under ``"event"`` (None: no event). ``queue`` routes the task to a worker
+    queue (``gpu`` for training: the Celery worker with CUDA torch in docker/); None is the default
+    queue.
     """
 
     name: str
@@ -97,6 +99,7 @@ class Step:
     outputs: tuple[str, ...] = ()
     output_as: str | None = None
     pool: str | None = None
+    queue: str | None = None
     map_over: str | None = None
     map_as: str | None = None
     one_at_a_time: bool = False
