@@ -103,7 +103,7 @@ class ModelRole(StrEnum):
     JUDGE = "judge"  # LLM judgements of answers (sufficiency, correctness)
 
 
-LLM_SPEC_KINDS = ("builtin", "hf", "openai", "vllm", "generator")
+LLM_SPEC_KINDS = ("builtin", "hf", "openai", "vllm", "generator", "registry")
 """The ``kind`` of an LLM spec ``kind:model`` (see :mod:`ragtrail.llm.factory`)."""
 
 
