@@ -160,7 +160,7 @@ def test_download_is_cached_and_checked(registry: MlflowModelRegistry, tmp_path:
     stored = Path(version.source) / "adapters" / "sft" / "adapter_model.safetensors"
     stored.write_bytes(b"evil")
     weights.write_bytes(b"tampered")
-    with pytest.raises(BundleIntegrityError, match="adapter_model.safetensors: content differs"):
+    with pytest.raises(BundleIntegrityError, match=r"adapter_model\.safetensors: content differs"):
         registry.download_bundle(NAME, 1)
 
 

@@ -176,7 +176,7 @@ def test_first_model_must_beat_the_random_baseline() -> None:
 
 def test_different_mixtures_are_refused_with_every_problem() -> None:
     champion = uniform(0.2)
-    challenger = uniform(0.6)[1:] + [row("extra", "all", 0.5)]
+    challenger = [*uniform(0.6)[1:], row("extra", "all", 0.5)]
     challenger[0] = {**challenger[0], "relevant": [2]}
     with pytest.raises(GateInputError) as err:
         decide_promotion(champion, challenger, CONFIG)
@@ -210,7 +210,10 @@ def test_config_from_settings_uses_its_tolerances() -> None:
 
 
 def outcomes(parsed: list[bool], accepted: list[bool]) -> list[GeneratedOutcome]:
-    return [GeneratedOutcome(f"r{i}", p, a) for i, (p, a) in enumerate(zip(parsed, accepted))]
+    return [
+        GeneratedOutcome(f"r{i}", p, a)
+        for i, (p, a) in enumerate(zip(parsed, accepted, strict=True))
+    ]
 
 
 def test_generator_gate_blocks_a_lower_acceptance_rate() -> None:

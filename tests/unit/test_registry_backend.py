@@ -201,5 +201,7 @@ def test_generator_registers_and_serves_from_the_registry(
     # the registered generator reproduces the greedy samples recorded at training time
     for sample in result.samples:
         label, _, context = sample["input"].removeprefix("<<").partition(">> ")
-        [out] = backend.generate([generator_request(label, context, max_new_tokens=config.max_target_len)])
+        [out] = backend.generate(
+            [generator_request(label, context, max_new_tokens=config.max_target_len)]
+        )
         assert out.text == sample["generated"]
