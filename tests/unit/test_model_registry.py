@@ -24,6 +24,7 @@ from ragtrail.models.registry import (
     parse_model_ref,
     promote,
     rollback,
+    settle_challenger,
 )
 from ragtrail.storage.artifacts import LocalArtifactStore, S3ArtifactStore
 
@@ -202,6 +203,56 @@ def test_clear_errors(registry: MlflowModelRegistry, tmp_path: Path) -> None:
     promote(registry, NAME, 1, actor="t", reason="t")
     with pytest.raises(RegistryError, match="already the champion"):
         promote(registry, NAME, 1, actor="t", reason="t")
+
+
+def test_settle_challenger_applies_the_gate(registry: MlflowModelRegistry, tmp_path: Path) -> None:
+    registry.register_bundle(NAME, make_bundle(tmp_path, "a"))
+    registry.register_bundle(NAME, make_bundle(tmp_path, "b"))
+    first = settle_challenger(
+        registry, NAME, 1, promote_it=True, reason="beats random", decision={"promote": True}
+    )
+    assert (first.alias, first.version, first.actor) == (CHAMPION, 1, "promotion-gate")
+    kept = settle_challenger(
+        registry, NAME, 2, promote_it=False, reason="CI reaches zero", decision={"promote": False}
+    )
+    assert (kept.alias, kept.version) == (CHALLENGER, 2)
+    assert registry.get_version(NAME, CHAMPION).version == 1
+    challenger = registry.get_version(NAME, CHALLENGER)
+    assert challenger.status == "challenger"
+    assert challenger.tags["ragtrail.gate.reason"] == "CI reaches zero"
+    assert [g["promote"] for g in registry.gate_decisions(NAME, 2)] == [False]
+    registry.register_bundle(NAME, make_bundle(tmp_path, "c"))
+    settle_challenger(registry, NAME, 3, promote_it=False, reason="worse", decision={})
+    assert [(v.version, v.aliases, v.status) for v in registry.list_versions(NAME)] == [
+        (3, (CHALLENGER,), "challenger"),
+        (2, (), "rejected"),
+        (1, (CHAMPION,), "champion"),
+    ]
+
+
+def test_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragtrail.config import load_settings
+
+    monkeypatch.setenv("RAGTRAIL_HOME", str(tmp_path / "home"))
+    for var in ("TRACKING_URI", "ARTIFACT_URI", "CACHE_DIR", "CITATION_MODEL_NAME"):
+        monkeypatch.delenv(f"RAGTRAIL_REGISTRY__{var}", raising=False)
+    defaults = load_settings()
+    assert (
+        defaults.resolved_registry_uri
+        == f"sqlite:///{tmp_path / 'home' / 'registry' / 'mlflow.db'}"
+    )
+    assert defaults.resolved_registry_artifact_uri == defaults.resolved_artifact_uri
+    assert defaults.registry.citation_model_name == "ragtrail-citation"
+    assert defaults.registry.generator_model_name == "ragtrail-generator"
+    monkeypatch.setenv("RAGTRAIL_REGISTRY__TRACKING_URI", "postgresql+psycopg://u@db/mlflow")
+    monkeypatch.setenv("RAGTRAIL_REGISTRY__CITATION_MODEL_NAME", "cite-v2")
+    monkeypatch.setenv("RAGTRAIL_PROMOTION__MAX_ANSWER_WORDS_INCREASE", "3")
+    monkeypatch.setenv("RAGTRAIL_MODELS__ANSWERER", "registry:cite-v2@challenger")
+    settings = load_settings()
+    assert settings.resolved_registry_uri == "postgresql+psycopg://u@db/mlflow"
+    assert settings.registry.citation_model_name == "cite-v2"
+    assert settings.promotion.max_answer_words_increase == 3.0
+    assert settings.model_for("answerer") == "registry:cite-v2@challenger"
 
 
 def test_parse_model_ref() -> None:

@@ -289,3 +289,28 @@ def rollback(registry: ModelRegistry, name: str, *, actor: str, reason: str) -> 
     registry.set_status(name, current, "rolled_back")
     registry.set_status(name, target, "champion")
     return event
+
+
+def settle_challenger(
+    registry: ModelRegistry,
+    name: str,
+    version: int,
+    *,
+    promote_it: bool,
+    reason: str,
+    decision: Mapping[str, Any],
+    actor: str = "promotion-gate",
+) -> AliasEvent:
+    """Apply a gate verdict to a freshly evaluated version: record the decision (strict JSON,
+    e.g. :meth:`ragtrail.evaluate.promotion.GateDecision.as_json`), then make the version champion
+    when promoted, else point ``challenger`` at it, where it stays with the reason recorded (a
+    challenger it replaces becomes ``rejected``)."""
+    registry.record_gate_decision(name, version, decision, promote=promote_it, reason=reason)
+    if promote_it:
+        return promote(registry, name, version, actor=actor, reason=reason)
+    replaced = current_version(registry, name, CHALLENGER)
+    event = registry.set_alias(name, CHALLENGER, version, actor=actor, reason=reason)
+    if replaced is not None and replaced != version:
+        registry.set_status(name, replaced, "rejected")  # superseded without being promoted
+    registry.set_status(name, version, "challenger")
+    return event
