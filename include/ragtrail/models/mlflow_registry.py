@@ -28,6 +28,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -247,13 +248,9 @@ class MlflowModelRegistry:
         except MlflowException as exc:
             raise RegistryError(f"{name} has no version {number}") from exc
         version = _to_version(mv, _aliases_by_version(model.aliases).get(number, ()))
-        lineage_key = self._key(name, "versions", str(number), "lineage.json")
-        lineage = (
-            json.loads(self.artifacts.get_bytes(lineage_key))
-            if self.artifacts.exists(lineage_key)
-            else {}
-        )
-        return _with_lineage(version, lineage)
+        key = self._key(name, "versions", str(number), "lineage.json")
+        lineage = json.loads(self.artifacts.get_bytes(key)) if self.artifacts.exists(key) else {}
+        return replace(version, lineage=lineage)
 
     def _registered(self, name: str) -> Any:
         from mlflow.exceptions import MlflowException
@@ -402,12 +399,6 @@ def _to_version(mv: Any, aliases: tuple[str, ...]) -> ModelVersion:
         tags=tags,
         run_id=mv.run_id or None,
     )
-
-
-def _with_lineage(version: ModelVersion, lineage: dict[str, Any]) -> ModelVersion:
-    from dataclasses import replace
-
-    return replace(version, lineage=lineage)
 
 
 def _aliases_by_version(aliases: Mapping[str, Any]) -> dict[int, tuple[str, ...]]:
