@@ -103,7 +103,7 @@ class ModelRole(StrEnum):
     JUDGE = "judge"  # LLM judgements of answers (sufficiency, correctness)
 
 
-LLM_SPEC_KINDS = ("builtin", "hf", "openai", "vllm", "generator")
+LLM_SPEC_KINDS = ("builtin", "hf", "openai", "vllm", "generator", "registry")
 """The ``kind`` of an LLM spec ``kind:model`` (see :mod:`ragtrail.llm.factory`)."""
 
 
@@ -366,6 +366,67 @@ class CitationSettings(BaseModel):
         return tuple(s for s in SCENARIOS if s in v)
 
 
+class RegistrySettings(BaseModel):
+    """The model registry (MLflow): where versions, aliases and bundles are kept.
+
+    Bundles are written by ragtrail into the artifact store (content-addressed under
+    ``<artifact_uri>/<prefix>/<model>/bundles/<digest>/``) and registered in MLflow with that
+    URI as their source, so S3 works with ragtrail's own credentials and endpoint; MLflow itself
+    stores only names, versions, aliases, tags and the lineage run. Give a PostgreSQL tracking
+    store its own database: MLflow and ragtrail both keep an ``alembic_version`` table.
+    """
+
+    tracking_uri: str | None = Field(
+        None,
+        description="MLflow backend store (a SQLAlchemy URL: sqlite:///..., "
+        "postgresql+psycopg://...); default sqlite:///$RAGTRAIL_HOME/registry/mlflow.db",
+    )
+    artifact_uri: str | None = Field(
+        None, description="where bundles are stored; default: the project's artifact store"
+    )
+    prefix: str = Field("registry", description="key prefix of the registry in the artifact store")
+    cache_dir: Path | None = Field(
+        None, description="downloaded bundles, one directory per version; default the model cache"
+    )
+    experiment: str = Field(
+        "ragtrail-model-lineage", description="MLflow experiment of the lineage runs"
+    )
+    citation_model_name: str = Field("ragtrail-citation", description="the citation answerer")
+    generator_model_name: str = Field("ragtrail-generator", description="the question generator")
+
+
+class PromotionSettings(BaseModel):
+    """The champion/challenger gate (:mod:`ragtrail.evaluate.promotion`).
+
+    The challenger is promoted only if ``primary_metric`` improves with a paired ``confidence``
+    bootstrap interval entirely above zero and no guarded metric regresses by more than its
+    tolerance (observed mean difference, in the metric's own unit). Without a champion the first
+    challenger must beat the random citation baseline the same way.
+    """
+
+    primary_metric: Literal["citation_f1", "citation_precision", "citation_recall"] = "citation_f1"
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    n_resamples: int = Field(9999, ge=100, description="bootstrap resamples of the paired CI")
+    seed: int = 13
+    max_invalid_citation_rate_increase: float = Field(
+        0.02, ge=0.0, le=1.0, description="guard: out-of-range citations / citations"
+    )
+    max_answer_words_increase: float = Field(
+        5.0, ge=0.0, description="guard: mean answer length, in words"
+    )
+    max_failure_rate_increase: float = Field(
+        0.02, ge=0.0, le=1.0, description="guard: share of answers that failed (unparseable)"
+    )
+    max_mixture_f1_decrease: float = Field(
+        0.05, ge=0.0, le=1.0, description="guard: citation F1 of each mixture type"
+    )
+    generator_max_parse_rate_decrease: float = Field(0.05, ge=0.0, le=1.0)
+    generator_max_acceptance_rate_decrease: float = Field(0.05, ge=0.0, le=1.0)
+    generator_min_parse_rate: float = Field(
+        0.5, ge=0.0, le=1.0, description="the first generator's parse rate must reach this"
+    )
+
+
 class Settings(BaseSettings):
     """Settings for one ragtrail installation. Build with :func:`load_settings`."""
 
@@ -422,6 +483,8 @@ class Settings(BaseSettings):
     citations: CitationSettings = CitationSettings()
     sufficiency: SufficiencySettings = SufficiencySettings()
     selective: SelectiveSettings = SelectiveSettings()
+    registry: RegistrySettings = RegistrySettings()
+    promotion: PromotionSettings = PromotionSettings()
     nli_model: str | None = Field(
         None,
         description="NLI model for entailment judges: 'hf:<HF id, local path or s3:// URI>'; "
@@ -449,6 +512,18 @@ class Settings(BaseSettings):
     @property
     def resolved_model_cache_dir(self) -> Path:
         return self.model_cache_dir or self.home / "models"
+
+    @property
+    def resolved_registry_uri(self) -> str:
+        return self.registry.tracking_uri or f"sqlite:///{self.home / 'registry' / 'mlflow.db'}"
+
+    @property
+    def resolved_registry_artifact_uri(self) -> str:
+        return self.registry.artifact_uri or self.resolved_artifact_uri
+
+    @property
+    def resolved_registry_cache_dir(self) -> Path:
+        return self.registry.cache_dir or self.resolved_model_cache_dir / "registry"
 
     @cached_property
     def index_dir(self) -> Path:

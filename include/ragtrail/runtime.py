@@ -141,6 +141,13 @@ class Runtime:
                 "cache_dir": self.settings.resolved_model_cache_dir,
                 "s3_endpoint_url": self.settings.s3_endpoint_url,
             }
+        elif spec.startswith("registry:"):
+            kwargs = {
+                "settings": self.settings,
+                "batch_size": self.settings.generation.llm_batch_size,
+                "cache_dir": self.settings.resolved_model_cache_dir,
+                "s3_endpoint_url": self.settings.s3_endpoint_url,
+            }
         return load_llm_backend(spec, **kwargs)
 
     def llm_models(self) -> dict[str, str]:

@@ -10,6 +10,9 @@
 ``generator:<dir or s3:// URI>``   a LoRA-tuned small generator saved by
                                    :func:`ragtrail.train.generator.finetune_generator`;
                                    registered by :mod:`ragtrail.train` when it is imported
+``registry:<name>@<ref>``          a registered model version, ``<ref>`` an alias or number
+                                   (``registry:ragtrail-citation@champion``); its bundle is
+                                   downloaded, checked against its digest and loaded
 ``scripted:<module>:<callable>``   a TEST DOUBLE, not a model: ``callable()`` returns a backend
                                    (e.g. a :class:`ragtrail.llm.testing.ScriptedBackend`), so
                                    tests can select scripted replies through the environment
@@ -55,6 +58,7 @@ _LOADERS: dict[str, BackendLoader | str] = {
     "hf": "ragtrail.llm.backends.transformers_local:TransformersBackend",
     "openai": _openai,
     "vllm": "ragtrail.llm.backends.vllm_inprocess:VLLMBackend",
+    "registry": "ragtrail.llm.backends.registry_model:load_registry_backend",
 }
 
 

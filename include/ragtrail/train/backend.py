@@ -27,6 +27,7 @@ import torch
 from ragtrail.llm.backends.base import GenerationRequest, Message
 from ragtrail.llm.backends.model_store import resolve_model_dir, resolve_model_source
 from ragtrail.llm.backends.transformers_local import TransformersBackend
+from ragtrail.models.bundle import is_bundle, read_bundle
 from ragtrail.models.store import cache_root as resolve_cache_root
 from ragtrail.train.data import format_input
 from ragtrail.train.encoding import PromptFormat
@@ -104,6 +105,19 @@ def generator_request(
     )
 
 
+def generator_adapter_dir(generator_dir: Path) -> Path:
+    """The adapter of a generator directory: ``adapter/`` of a fine-tune output, or the single
+    adapter of a registered ``generator`` bundle (:mod:`ragtrail.train.registration`)."""
+    if is_bundle(generator_dir):
+        bundle = read_bundle(generator_dir)
+        if len(bundle.adapters) != 1:
+            raise ValueError(
+                f"{generator_dir}: a generator bundle has one adapter, not {bundle.adapters}"
+            )
+        return bundle.adapter_dirs()[0]
+    return generator_dir / ADAPTER_SUBDIR
+
+
 def read_training_json(generator_dir: str | Path) -> dict[str, Any]:
     """The ``training.json`` record of a fine-tuned generator directory."""
     return json.loads((Path(generator_dir) / TRAINING_JSON).read_text(encoding="utf-8"))
@@ -153,7 +167,7 @@ class FineTunedGeneratorBackend(TransformersBackend):
         tokenizer = AutoTokenizer.from_pretrained(str(local / TOKENIZER_SUBDIR))
         # The new token's rows are overwritten by the adapter's trainable tokens: no init needed.
         fit_embeddings(base.model, tokenizer, mean_resizing=False)
-        net = PeftModel.from_pretrained(base.model, str(local / ADAPTER_SUBDIR))
+        net = PeftModel.from_pretrained(base.model, str(generator_adapter_dir(local)))
         if merge_adapter:
             net = net.merge_and_unload()
         self._setup(
