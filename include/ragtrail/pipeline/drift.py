@@ -313,3 +313,41 @@ def compact(decision: DecisionRecord) -> dict[str, Any]:
             if row["drifted"]
         ],
     }
+
+
+def drift_history(engine: Engine, decision: DecisionRecord) -> dict[str, list[dict[str, Any]]]:
+    """Per watched (evaluation, metric) of ``decision``, the history of one facet cell on the
+    run's QA-set version, oldest first: the most-worsened drifted cell, else the tested cell with
+    the most paired questions. Keyed ``evaluation:metric [facets]``."""
+    chosen: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in decision.evidence.get("rows", []):
+        key = (row["evaluation"], row["metric"])
+        if key not in chosen or _plot_rank(row) > _plot_rank(chosen[key]):
+            chosen[key] = row
+    runs = RunStore(engine)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (evaluation, metric), row in sorted(chosen.items()):
+        points = runs.metrics_history(
+            metric=metric, corpus=decision.corpus, evaluation=evaluation, facets=row["facets"]
+        )
+        facets = ", ".join(f"{k}={v}" for k, v in row["facets"].items())
+        out[f"{evaluation}:{metric} [{facets}]"] = [
+            {"run_id": p.run_id, "value": p.value, "ci_low": p.ci_low, "ci_high": p.ci_high}
+            for p in points
+            if p.qa_set_version == decision.qa_set_version
+        ]
+    return out
+
+
+def _plot_rank(row: dict[str, Any]) -> tuple[bool, bool, int, float]:
+    worse = -(row["diff"] or 0.0) if row["greater_is_better"] else (row["diff"] or 0.0)
+    return (row["drifted"], row["tested"], row["n"], worse)
+
+
+def load_drift(engine: Engine, run_id: str) -> dict[str, Any] | None:
+    """The newest stored decision of ``run_id`` with its history (what the report shows), or
+    None when the run was never checked."""
+    decisions = DriftStore(engine).decisions(run_id=run_id, limit=1)
+    if not decisions:
+        return None
+    return {"decision": decisions[0].as_dict(), "history": drift_history(engine, decisions[0])}
