@@ -184,7 +184,7 @@ def _row(
 ) -> DriftRow:
     s = comp.stats
     threshold = policy.threshold_for(comp.evaluation, comp.metric)
-    undefined = {k: v for k, v in s.undefined.items()}
+    undefined = dict(s.undefined)
     direction: Direction | None = None
     if s.diff is not None:
         worse = worsening(s.diff, primary.greater_is_better)

@@ -27,7 +27,7 @@ from sqlalchemy import Engine
 from ragtrail.config import DriftSettings
 from ragtrail.evaluate.contract import EVALUATORS
 from ragtrail.evaluate.corpus_drift import SnapshotDocuments, corpus_drift
-from ragtrail.evaluate.drift import DriftPolicy, PrimaryMetric, assess_drift
+from ragtrail.evaluate.drift import DriftPolicy, PrimaryMetric, assess_drift, worsening
 from ragtrail.pipeline.compare import RunComparisonError, compare_stored_runs
 from ragtrail.records import CandidateStatus
 from ragtrail.storage.db import utcnow
@@ -340,8 +340,12 @@ def drift_history(engine: Engine, decision: DecisionRecord) -> dict[str, list[di
 
 
 def _plot_rank(row: dict[str, Any]) -> tuple[bool, bool, int, float]:
-    worse = -(row["diff"] or 0.0) if row["greater_is_better"] else (row["diff"] or 0.0)
-    return (row["drifted"], row["tested"], row["n"], worse)
+    return (
+        row["drifted"],
+        row["tested"],
+        row["n"],
+        worsening(row["diff"] or 0.0, row["greater_is_better"]),
+    )
 
 
 def load_drift(engine: Engine, run_id: str) -> dict[str, Any] | None:
