@@ -26,7 +26,12 @@ The extras each asset's events carry are defined once, in the core:
   its run id and headline citation F1, model and random, per mixture type) and ``metrics_uri``.
 - ``SUFFICIENCY_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``sets`` (per rated set
   its run id, C/A/H rates per answer setting and the selective policy's AUC gain) and ``metrics_uri``.
-- ``DRIFT_ASSET``: reserved for the drift decision that asks for retraining (nothing emits it yet).
+- ``DRIFT_ASSET``: a drift decision that fired (emitted only then: the evaluation's
+  ``announce_drift`` task ends skipped otherwise), asking for retraining: ``decision_id``,
+  ``run_id`` (the first drifted set's run), ``night_run_id``, ``corpus``, ``snapshot_id``,
+  ``qa_set_version``, ``baseline_run``, ``baseline_kind`` (pinned | champion | first),
+  ``fired``, ``metrics`` (its drifted rows: metric, facets, baseline, current, difference, CI,
+  Holm p, threshold) and ``decisions`` (every fired set's decision by set name).
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ ASSETS_BY_KEY: dict[str, Asset] = {
     "citation_metrics": CITATION_METRICS_ASSET,
     "sufficiency_metrics": SUFFICIENCY_METRICS_ASSET,
     "retrieval_metrics": RETRIEVAL_METRICS_ASSET,
+    "drift": DRIFT_ASSET,
 }
 """The Asset of each key of ``ragtrail.pipeline.night.AssetKey``."""
 

@@ -10,7 +10,8 @@ Params); this module only translates it into Airflow objects:
   XCom;
 - a mapped step is expanded over the list an earlier step returned (through a small task that
   publishes that list as a return value: Airflow maps only over those);
-- a step that emits an Asset yields its event extras as ``Metadata`` on its outlet;
+- a step that emits an Asset yields its event extras as ``Metadata`` on its outlet; one marked
+  ``skip_without_event`` ends skipped when it has no event, so Airflow registers none;
 - before a step runs, the ``ragtrail_*`` Airflow connections become settings
   (``plugins/ragtrail_connections.py``).
 
@@ -24,6 +25,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from airflow.sdk import DAG, Metadata, Param, TriggerRule, dag, task
+from airflow.sdk.exceptions import AirflowSkipException
 from assets import ASSETS_BY_KEY
 from dag_defaults import START_DATE, default_args
 from ragtrail_connections import airflow_lookup, apply_connections
@@ -63,6 +65,9 @@ def _step_callable(flow_: Flow, step: Step) -> Callable[..., Any]:
             result = run_step_in_worker(flow_, step, state_of(state, upstream), {})
             if result.get("event") is not None:
                 yield Metadata(asset, result["event"])
+            elif step.skip_without_event:
+                # A successful task with outlets always registers an event; a skipped one none.
+                raise AirflowSkipException(f"{step.name}: nothing to announce")
             return result
 
         function: Callable[..., Any] = run_emitting

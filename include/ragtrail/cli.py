@@ -32,7 +32,10 @@ app = typer.Typer(help="ragtrail: keeps RAG systems honest every night.", no_arg
 eval_app = typer.Typer(help="Evaluate retrieval and answers.", no_args_is_help=True)
 corpus_app = typer.Typer(help="Inspect ingested corpora.", no_args_is_help=True)
 testset_app = typer.Typer(help="Inspect and export test-set versions.", no_args_is_help=True)
-runs_app = typer.Typer(help="List evaluation runs and compare two of them.", no_args_is_help=True)
+runs_app = typer.Typer(
+    help="List evaluation runs, compare two of them, pin a run as the drift baseline.",
+    no_args_is_help=True,
+)
 qaset_app = typer.Typer(
     help="Register and list golden (human-written) QA sets.", no_args_is_help=True
 )
@@ -45,6 +48,11 @@ judge_app = typer.Typer(
 app.add_typer(runs_app, name="runs")
 app.add_typer(judge_app, name="judge")
 app.add_typer(qaset_app, name="qaset")
+drift_app = typer.Typer(
+    help="Drift of nightly runs against their baselines (pinned, champion or first).",
+    no_args_is_help=True,
+)
+app.add_typer(drift_app, name="drift")
 console = Console(stderr=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")]
@@ -1117,6 +1125,216 @@ def runs_compare(
         Console().print(table)
 
 
+@runs_app.command("pin")
+def runs_pin(
+    run: Annotated[str, typer.Argument(help="The finished run to pin.")],
+    note: Annotated[str | None, typer.Option(help="Why this run is the baseline.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Pin RUN as the drift baseline of its corpus and QA-set version (replaces an older pin).
+
+    A pinned baseline wins over the champion's and over the first run (`ragtrail drift check`).
+    """
+    from ragtrail.storage.drift_store import DriftStore
+
+    with _runtime() as rt:
+        baseline = DriftStore(rt.engine).pin(run, note=note)
+    if as_json:
+        _emit(baseline.as_dict())
+        return
+    console.print(
+        f"pinned {run} as the baseline of {baseline.corpus} / {baseline.qa_set_version}",
+        highlight=False,
+    )
+
+
+@runs_app.command("unpin")
+def runs_unpin(
+    run: Annotated[str, typer.Argument(help="The pinned run.")],
+) -> None:
+    """Remove RUN's pin; drift checks fall back to the champion's run, else the first run."""
+    from ragtrail.storage.drift_store import DriftStore
+
+    with _runtime() as rt:
+        removed = DriftStore(rt.engine).unpin(run)
+    console.print(f"unpinned {run}" if removed else f"{run} was not pinned", highlight=False)
+
+
+@runs_app.command("baselines")
+def runs_baselines(corpus: CorpusOpt = "handbook", as_json: JsonFlag = False) -> None:
+    """The pinned and champion baselines of the corpus, per QA-set version."""
+    from ragtrail.storage.drift_store import DriftStore
+
+    with _runtime() as rt:
+        baselines = DriftStore(rt.engine).baselines(corpus)
+    if as_json:
+        _emit([b.as_dict() for b in baselines])
+        return
+    table = Table("QA set", "kind", "run", "model", "since", "note")
+    for b in baselines:
+        model = f"{b.model} v{b.model_version}" if b.model else ""
+        table.add_row(
+            b.qa_set_version,
+            b.kind,
+            b.run_id,
+            model,
+            f"{b.created_at:%Y-%m-%d %H:%M}",
+            b.note or "",
+        )
+    Console().print(table)
+
+
+@drift_app.command("check")
+def drift_check(
+    corpus: CorpusOpt = "handbook",
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            help="A run, or a night's run id (all its QA sets); default: the newest night.",
+        ),
+    ] = None,
+    fail_on_drift: Annotated[
+        bool, typer.Option("--fail-on-drift", help="Exit with code 1 when a decision fires.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Check runs against their baselines, store and print each decision with its evidence.
+
+    Drift = a primary metric worse by more than its threshold (drift.thresholds) with a
+    Holm-corrected p-value below drift.alpha. Corpus changes and retired QA items are shown but
+    never fire. Checking the same run against the same baseline again replaces its decision.
+    Exit code 0 whatever the decision (1 with --fail-on-drift when one fires; 2 on bad input).
+    """
+    from ragtrail import jsonsafe
+    from ragtrail.pipeline.drift import check_runs, runs_to_check
+
+    with _runtime() as rt:
+        run_ids = runs_to_check(rt.engine, corpus, run)
+        decisions = check_runs(rt.engine, run_ids, rt.settings.drift, corpus=corpus)
+    if as_json:
+        payload = [d.as_dict() for d in decisions]
+        sys.stdout.write(jsonsafe.dumps(payload, "drift decisions", indent=2) + "\n")
+    else:
+        for decision in decisions:
+            _print_decision(decision)
+    if fail_on_drift and any(d.fired for d in decisions):
+        raise typer.Exit(1)
+
+
+@drift_app.command("list")
+def drift_list(
+    corpus: CorpusOpt = "handbook",
+    limit: Annotated[int, typer.Option(min=1, help="At most this many decisions.")] = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """Stored drift decisions of the corpus, newest first."""
+    from ragtrail import jsonsafe
+    from ragtrail.storage.drift_store import DriftStore
+
+    with _runtime() as rt:
+        decisions = DriftStore(rt.engine).decisions(corpus=corpus, limit=limit)
+    if as_json:
+        payload = [d.as_dict() for d in decisions]
+        sys.stdout.write(jsonsafe.dumps(payload, "drift decisions", indent=2) + "\n")
+        return
+    table = Table("decision", "run", "baseline", "status", "fired", "drifted", "at")
+    for d in decisions:
+        baseline = f"{d.baseline_run_id} ({d.baseline_kind})" if d.baseline_run_id else ""
+        table.add_row(
+            d.decision_id,
+            d.run_id,
+            baseline,
+            d.status,
+            "yes" if d.fired else "no",
+            str(len(d.evidence.get("drifted", []))),
+            f"{d.created_at:%Y-%m-%d %H:%M}",
+        )
+    Console().print(table)
+
+
+def _print_decision(decision: Any) -> None:
+    """One decision: verdict, baseline, corpus and QA-set changes, then the evidence table."""
+    evidence = decision.evidence
+    verdict = "[red]DRIFT[/red]" if decision.fired else "no drift"
+    if decision.baseline_run_id is None:
+        console.print(f"{decision.run_id}: no baseline ({decision.status})", highlight=False)
+        return
+    console.print(
+        f"{decision.run_id} vs {decision.baseline_run_id} ({decision.baseline_kind}): {verdict} "
+        f"[{decision.status}, {evidence.get('n_tested', 0)} cells tested, "
+        f"decision {decision.decision_id}]",
+        highlight=False,
+    )
+    console.print(_corpus_drift_line(evidence), highlight=False)
+    if evidence.get("undefined", {}).get("rows"):
+        console.print(f"  not compared: {evidence['undefined']['rows']}", highlight=False)
+    table = Table(
+        "metric",
+        "facets",
+        "baseline",
+        "current",
+        "diff [95% CI]",
+        "p",
+        "p_holm",
+        "threshold",
+        "direction",
+        "drift",
+    )
+    for row in evidence.get("rows", []):
+        ci = "" if row["ci_low"] is None else f" [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
+        table.add_row(
+            f"{row['evaluation']}:{row['metric']}",
+            ", ".join(f"{k}={v}" for k, v in row["facets"].items()),
+            _num(row["baseline"]),
+            _num(row["current"]),
+            _num(row["diff"], "+.3f") + ci,
+            _num(row["p_value"], ".4f"),
+            _num(row["p_holm"], ".4f") if row["tested"] else "untested",
+            f"{row['threshold']:.3f}",
+            row["direction"] or "",
+            "yes" if row["drifted"] else "",
+        )
+    Console().print(table)
+
+
+def _corpus_drift_line(evidence: dict[str, Any]) -> str:
+    """Corpus changes since the baseline's snapshot and retired items of the QA set."""
+    drift = evidence.get("corpus_drift")
+    corpus = (
+        "corpus drift undefined"
+        if drift is None
+        else f"corpus since baseline: +{drift['added']} added, {drift['updated']} updated, "
+        f"-{drift['removed']} removed of {drift['n_baseline']} "
+        f"(changed {_num(drift['changed_share'], '.0%')})"
+    )
+    qa = evidence.get("qa_set") or {}
+    retired = (
+        "retirement unknown"
+        if qa.get("retired") is None
+        else f"{qa['n_retired']} of {qa['n_items']} QA items retired"
+    )
+    return f"  {corpus}; {retired}"
+
+
+def _drift_line(drift: dict[str, Any]) -> str:
+    """The nightly's one drift line: per set, fired or not and against which baseline."""
+    if drift.get("skipped"):
+        return f"drift: skipped ({drift['skipped']})"
+    parts = []
+    for name, d in drift.get("sets", {}).items():
+        if d["baseline_run"] is None:
+            parts.append(f"{name} no baseline")
+            continue
+        verdict = (
+            "DRIFT in " + ", ".join(f"{r['evaluation']}:{r['metric']}" for r in d["drifted"])
+            if d["fired"]
+            else "no drift"
+        )
+        parts.append(f"{name} {verdict} vs {d['baseline_run']} ({d['baseline_kind']})")
+    return "drift: " + ("; ".join(parts) or "no run checked")
+
+
 @app.command()
 def nightly(
     source: Annotated[
@@ -1173,6 +1391,8 @@ def nightly(
             console.print(_citation_line(summary["citations"]), highlight=False)
         if summary.get("sufficiency"):
             console.print(_sufficiency_line(summary["sufficiency"]), highlight=False)
+    if result.drift is not None:
+        console.print(_drift_line(result.drift), highlight=False)
     console.print(f"report:    {report_path}")
     console.print(f"data docs: {report_path.parent / 'data_docs' / 'index.html'}")
     console.print(f"corpus checks: {result.corpus_quality['data_docs_path']}")

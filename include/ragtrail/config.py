@@ -427,6 +427,52 @@ class PromotionSettings(BaseModel):
     )
 
 
+class DriftSettings(BaseModel):
+    """Drift detection: each nightly run against its baseline, paired per question.
+
+    A primary metric (the evaluator's ``primary_metric``) drifts in one facet cell when it gets
+    worse by more than its practical threshold (absolute, in the metric's own units) *and* its
+    Holm-corrected p-value, over every tested cell of the decision, is below ``alpha``. Corpus
+    changes and retired QA items are recorded beside the decision but never fire it.
+    """
+
+    enabled: bool = Field(True, description="run the drift check at the end of the nightly")
+    alpha: float = Field(
+        0.05, gt=0.0, lt=1.0, description="family-wise error rate of the Holm-corrected tests"
+    )
+    threshold: float = Field(
+        0.05,
+        ge=0.0,
+        description="default practical threshold: how much worse (absolute, in the metric's "
+        "units) a primary metric must get to count as drift",
+    )
+    thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description="per-metric thresholds, keyed by '<evaluation>:<metric>' or '<metric>' "
+        "(the first wins), e.g. {'retrieval:recall@5': 0.1}",
+    )
+    min_n: int = Field(
+        5, ge=1, description="fewest paired questions a cell needs to be tested at all"
+    )
+    exclude_facets: dict[str, list[str]] = Field(
+        default_factory=lambda: {"system": ["random"]},
+        description="facet values never tested (the random-citation baseline is a reference, "
+        "not a model under watch)",
+    )
+    n_resamples: int = Field(
+        9999, ge=1, description="bootstrap and permutation resamples of the paired statistics"
+    )
+    seed: int = Field(13, description="seed of the bootstrap and the permutation test")
+
+    @field_validator("thresholds")
+    @classmethod
+    def _non_negative(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = sorted(k for k, x in v.items() if not (x >= 0.0 and x < float("inf")))
+        if bad:
+            raise ValueError(f"drift thresholds must be finite and >= 0: {bad}")
+        return v
+
+
 class Settings(BaseSettings):
     """Settings for one ragtrail installation. Build with :func:`load_settings`."""
 
@@ -485,6 +531,7 @@ class Settings(BaseSettings):
     selective: SelectiveSettings = SelectiveSettings()
     registry: RegistrySettings = RegistrySettings()
     promotion: PromotionSettings = PromotionSettings()
+    drift: DriftSettings = DriftSettings()
     nli_model: str | None = Field(
         None,
         description="NLI model for entailment judges: 'hf:<HF id, local path or s3:// URI>'; "

@@ -237,7 +237,12 @@ def test_generate_wiring(dagbag: Any) -> None:
 
 
 def test_evaluate_wiring(dagbag: Any) -> None:
-    from assets import CITATION_METRICS_ASSET, RETRIEVAL_METRICS_ASSET, TESTSET_ASSET
+    from assets import (
+        CITATION_METRICS_ASSET,
+        DRIFT_ASSET,
+        RETRIEVAL_METRICS_ASSET,
+        TESTSET_ASSET,
+    )
 
     dag = dagbag.dags["evaluate_retrieval"]
     assert dag.schedule == TESTSET_ASSET
@@ -248,6 +253,8 @@ def test_evaluate_wiring(dagbag: Any) -> None:
     assert announce.outlets == [CITATION_METRICS_ASSET]
     assert announce.trigger_rule == "none_failed"
     assert dag.get_task("publish").outlets == [RETRIEVAL_METRICS_ASSET]
+    assert dag.get_task("drift").outlets == []  # every decision is stored, none announced here
+    assert dag.get_task("announce_drift").outlets == [DRIFT_ASSET]  # only a fired one
 
 
 class _Events(dict):

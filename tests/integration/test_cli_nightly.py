@@ -60,6 +60,10 @@ def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
     cited = evaluated["citations"]  # the citation step ran on the set, model vs random
     assert set(cited["f1"]) == {"relevant+irrelevant", "relevant+seemingly", "all"}
     assert "Citations: model vs random per mixture type and label" in html
+    # The first night has no drift baseline: the decision is stored and shown, nothing fires.
+    drift = result["drift"]["sets"]["handbook-sample"]
+    assert (drift["status"], drift["fired"], drift["baseline_run"]) == ("no_baseline", False, None)
+    assert "No baseline yet for this corpus and QA-set version" in html
 
     metrics = json.loads((report.parent / "metrics.json").read_text())["sets"]["handbook-sample"]
     weights = sorted({m["text_weight"] for m in metrics["metrics"]})
@@ -105,6 +109,9 @@ def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
         assert row["mean_a"] == row["mean_b"] == best[row["label"]]["best_recall"]
         assert (row["diff"], row["ci_low"], row["ci_high"]) == (0.0, 0.0, 0.0)
         assert row["text_weight"] == best[row["label"]]["best_weight"]
+    drift = again["drift"]["sets"]["handbook-sample"]  # night 1 is the first run: the baseline
+    assert (drift["baseline_run"], drift["baseline_kind"]) == (evaluated["run_id"], "first")
+    assert drift["fired"] is False and drift["drifted"] == []
 
 
 def test_eval_trec_matches_trec_eval(shared_dir, env):

@@ -91,7 +91,7 @@ def _xcom(dag_run: Any, task_id: str) -> Any:
         return XComModel.deserialize_value(row)
 
 
-def _asset_event(dag_run: Any, asset_name: str) -> Any:
+def _asset_events(dag_run: Any, asset_name: str) -> list[Any]:
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.settings import Session
     from sqlalchemy import select
@@ -106,9 +106,15 @@ def _asset_event(dag_run: Any, asset_name: str) -> Any:
                 AssetEvent.source_run_id == dag_run.run_id,
             )
         ).all()
-        assert len(events) == 1, f"expected one {asset_name} event from {dag_run.run_id}"
-        session.expunge(events[0])
-        return events[0]
+        for event in events:
+            session.expunge(event)
+        return list(events)
+
+
+def _asset_event(dag_run: Any, asset_name: str) -> Any:
+    events = _asset_events(dag_run, asset_name)
+    assert len(events) == 1, f"expected one {asset_name} event from {dag_run.run_id}"
+    return events[0]
 
 
 def _mapped_xcoms(dag_run: Any, task_id: str) -> list[Any]:
@@ -238,6 +244,14 @@ def test_the_night_end_to_end_with_real_task_code(
     assert metrics_event.extra["report_url"] is None
     assert "RAGTRAIL_REPORTS_URL" in metrics_event.extra["undefined"]["report_url"]
     assert metrics_event.extra["report_uri"] == report["report_uri"]
+    # The first night has no baseline: each set's decision is stored, the announcement ends
+    # skipped and no drift event is registered (only a fired decision may trigger retraining).
+    drift = _xcom(evaluation, "drift")
+    assert set(drift["sets"]) == {"team-qa", "generated"} and drift["fired"] is False
+    assert {d["status"] for d in drift["sets"].values()} == {"no_baseline"}
+    states = {ti.task_id: ti.state for ti in evaluation.get_task_instances()}
+    assert states["drift"] == "success" and states["announce_drift"] == "skipped"
+    assert _asset_events(evaluation, "ragtrail_drift") == []
 
     # ---- an unchanged source: no new snapshot, nothing embedded, the event says so
     second = _run(dags["ingest_corpus"], conf)

@@ -31,7 +31,7 @@ from ragtrail.records import DEFAULT_TEXT_WEIGHTS, LABELS
 log = logging.getLogger(__name__)
 
 AssetKey = Literal[
-    "corpus", "testset", "citation_metrics", "sufficiency_metrics", "retrieval_metrics"
+    "corpus", "testset", "citation_metrics", "sufficiency_metrics", "retrieval_metrics", "drift"
 ]
 """The logical datasets that chain the flows (Airflow Assets in ``plugins/assets.py``)."""
 
@@ -73,6 +73,21 @@ ASSET_EXTRAS: dict[AssetKey, tuple[str, ...]] = {
         "report_url",
         "data_docs_url",
     ),
+    # Only a decision that fired is announced; the first fired set leads, ``decisions`` holds
+    # every fired set's decision by set name and ``metrics`` the lead's drifted rows.
+    "drift": (
+        "decision_id",
+        "run_id",
+        "night_run_id",
+        "corpus",
+        "snapshot_id",
+        "qa_set_version",
+        "baseline_run",
+        "baseline_kind",
+        "fired",
+        "metrics",
+        "decisions",
+    ),
 }
 """The extras every event of each Asset carries (plus ``undefined`` reasons for null values)."""
 
@@ -87,9 +102,12 @@ class Step:
     ``ragtrail.pipeline.tasks.<task>(rt, **inputs)`` returns a strict-JSON dict; ``outputs`` are the keys of it that later
     steps may read, or ``output_as`` names the whole result for them. A mapped step runs once per element of the state list ``map_over``, which it
     receives as the argument ``map_as``. ``emits`` names the Asset the step announces: it returns
-    the event extras under ``"event"`` (None: no event). ``queue`` routes the task to a worker
-    queue (``gpu`` for training: the Celery worker with CUDA torch in docker/); None is the default
-    queue.
+    the event extras under ``"event"`` (None: no event). Airflow registers an Asset event for
+    every successful task with outlets, extras or not; a step whose announcement is conditional
+    (the drift decision: only a fired one may trigger retraining) sets ``skip_without_event`` and
+    its task ends *skipped* when there is no event, which registers none. ``queue`` routes the
+    task to a worker queue (``gpu`` for training: the Celery worker with CUDA torch in docker/);
+    None is the default queue.
     """
 
     name: str
@@ -105,6 +123,7 @@ class Step:
     one_at_a_time: bool = False
     after_mapped: bool = False
     emits: AssetKey | None = None
+    skip_without_event: bool = False
 
     def function(self) -> StepFunction:
         """The step's function, imported on first use (never at DAG-parse time)."""
@@ -367,8 +386,9 @@ EVALUATE = Flow(
     dag_id="evaluate_retrieval",
     doc="Recall@k per question label across the text-weight scan on every QA set of the corpus "
     "(each golden set's latest version and the announced test set, each its own stored run), "
-    "then the answering model's citation quality on each set, and whether it answers when the "
-    "context suffices and abstains when it does not (golden sets by default).",
+    "then the answering model's citation quality on each set, whether it answers when the "
+    "context suffices and abstains when it does not (golden sets by default), and whether any "
+    "primary metric drifted below its baseline (a fired decision emits the drift asset).",
     run_prefix="retrieval",
     listens_to="testset",
     tags=("evaluation",),
@@ -449,13 +469,30 @@ EVALUATE = Flow(
             emits="sufficiency_metrics",
         ),
         Step(
+            "drift",
+            "check_drift",
+            "every set's run against its baseline (pinned, champion or first): paired tests of "
+            "the primary metrics with a practical threshold and Holm, corpus changes, retired "
+            "QA items; every decision stored",
+            inputs=("corpus", "run_id", "sets", "snapshot_id"),
+            output_as="drift",
+        ),
+        Step(
             "publish",
             "publish_report",
             "GX on every set's metrics, change since the previous run per set, one HTML report "
-            "with corpus and test-set sections, upload",
+            "with corpus, test-set and drift sections, upload",
             inputs=("corpus", "run_id", "sets", "snapshot_id"),
             after_mapped=True,
             emits="retrieval_metrics",
+        ),
+        Step(
+            "announce_drift",
+            "announce_drift",
+            "announces a fired drift decision (the retraining trigger); skipped when none fired",
+            inputs=("corpus", "run_id", "snapshot_id", "drift"),
+            emits="drift",
+            skip_without_event=True,
         ),
     ),
 )

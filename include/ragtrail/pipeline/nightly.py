@@ -35,6 +35,7 @@ class NightlyResult:
     evaluation: dict[str, Any]
     report: dict[str, Any]
     golden: list[dict[str, Any]] = field(default_factory=list)
+    drift: dict[str, Any] | None = None
 
 
 def run_nightly(
@@ -101,6 +102,7 @@ def run_nightly(
         evaluation={"sets": published.pop("sets")},
         report=published,
         golden=golden_added,
+        drift=evaluated.results.get("drift"),
     )
 
 

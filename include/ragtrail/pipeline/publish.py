@@ -38,7 +38,9 @@ class SetToPublish:
     its kind (golden / generated / file), validations made elsewhere (its test-set or golden-set
     checks), for a generated set its generation summary (adds the funnel sections), and its
     citation summary when citations were evaluated (adds the citation sections and checks), and
-    its sufficiency summary when it was rated (adds the sufficiency / C/A/H / selective sections)."""
+    its sufficiency summary when it was rated (adds the sufficiency / C/A/H / selective sections),
+    and its drift decision with the primary metrics' history when it was checked (adds the drift
+    sections; :func:`ragtrail.pipeline.drift.load_drift`)."""
 
     run_id: str
     name: str | None = None
@@ -47,6 +49,7 @@ class SetToPublish:
     generation: dict[str, Any] | None = None
     citations: dict[str, Any] | None = None
     sufficiency: dict[str, Any] | None = None
+    drift: dict[str, Any] | None = None
 
 
 def publish_sets(
@@ -65,6 +68,7 @@ def publish_sets(
     """
     from ragtrail.quality.runner import QualityRunner, enforce
     from ragtrail.report.citations import citation_sections
+    from ragtrail.report.drift import drift_sections
     from ragtrail.report.html import SetView, render_sets_report
     from ragtrail.report.sufficiency import sufficiency_sections
     from ragtrail.report.testset import testset_sections
@@ -95,6 +99,9 @@ def publish_sets(
             quality += [r.as_dict() for r in rated]
             suffix = "" if entry.name is None else f".{entry.name}"
             sections += sufficiency_sections(entry.sufficiency, out, suffix)
+        if entry.drift:
+            suffix = "" if entry.name is None else f".{entry.name}"
+            sections += drift_sections(entry.drift["decision"], entry.drift["history"], out, suffix)
         evaluation = summary["evaluation"]
         change = (
             change_since_previous(

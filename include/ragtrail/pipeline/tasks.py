@@ -360,6 +360,56 @@ def announce_sufficiency(
     return _announce(rt, "sufficiency_metrics", compact, headlines, corpus, run_id, snapshot_id)
 
 
+def check_drift(
+    rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
+) -> dict[str, Any]:
+    """Every set's run of the night against its baseline; every decision is stored (a first
+    night's too, as ``no_baseline``). ``fired``: any set drifted."""
+    if not rt.settings.drift.enabled:
+        return {"run_id": run_id, "fired": False, "sets": {}, "skipped": "drift.enabled is false"}
+    from ragtrail.pipeline.drift import check_runs, compact
+
+    decisions = check_runs(rt.engine, [e["run_id"] for e in sets], rt.settings.drift, corpus=corpus)
+    per_set = {e["name"]: compact(d) for e, d in zip(sets, decisions, strict=True)}
+    for name, d in per_set.items():
+        log.info(
+            "drift %s: %s against %s (%s), %d cells tested, %d drifted",
+            name,
+            "FIRED" if d["fired"] else d["status"],
+            d["baseline_run"],
+            d["baseline_kind"],
+            d["n_tested"],
+            len(d["drifted"]),
+        )
+    fired = any(d["fired"] for d in per_set.values())
+    return {"run_id": run_id, "snapshot_id": snapshot_id, "fired": fired, "sets": per_set}
+
+
+def announce_drift(
+    rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str, drift: dict[str, Any]
+) -> dict[str, Any]:
+    """The drift Asset event when a decision fired (led by the first fired set, all fired sets
+    under ``decisions``); no event otherwise, so that a negative decision triggers nothing."""
+    fired = {name: d for name, d in (drift.get("sets") or {}).items() if d["fired"]}
+    if not fired:
+        return {"fired": False, "event": None}
+    lead = next(iter(fired.values()))
+    event = {
+        "decision_id": lead["decision_id"],
+        "run_id": lead["run_id"],
+        "night_run_id": run_id,
+        "corpus": corpus,
+        "snapshot_id": snapshot_id,
+        "qa_set_version": lead["qa_set_version"],
+        "baseline_run": lead["baseline_run"],
+        "baseline_kind": lead["baseline_kind"],
+        "fired": True,
+        "metrics": lead["drifted"],
+        "decisions": fired,
+    }
+    return {"fired": True, "event": event}
+
+
 def publish_report(
     rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
 ) -> dict[str, Any]:
@@ -371,6 +421,7 @@ def publish_report(
     Airflow has the same sections as one from ``ragtrail nightly``.
     """
     from ragtrail.pipeline.citations import load_citations
+    from ragtrail.pipeline.drift import load_drift
     from ragtrail.pipeline.evaluation_sets import GENERATED, GOLDEN, primary_set
     from ragtrail.pipeline.golden import golden_quality_key
     from ragtrail.pipeline.publish import SetToPublish, publish_sets
@@ -396,6 +447,7 @@ def publish_report(
                 generation=generation,
                 citations=load_citations(rt, entry["run_id"]),
                 sufficiency=load_sufficiency(rt, entry["run_id"]),
+                drift=load_drift(rt.engine, entry["run_id"]),
             )
         )
     corpus_quality = _stored_json(rt, _corpus_quality_key(corpus, snapshot_id)) or []

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Float,
@@ -349,4 +350,40 @@ golden_items = Table(
     Column("ground_doc_ids", JSON, nullable=False),
     Column("ground_chunk_ids", JSON, nullable=False),
     Column("position", Integer, nullable=False),
+)
+
+# -- drift detection (drift/ and pipeline/drift.py) ---------------------------------------------
+
+# The run a corpus's QA-set version is compared with: pinned by hand (`ragtrail runs pin`) or the
+# run the current champion model was accepted on. One row per kind; a new pin replaces the old.
+drift_baselines = Table(
+    "drift_baselines",
+    metadata,
+    Column("corpus", String(128), primary_key=True),
+    Column("qa_set_version", String(128), primary_key=True),
+    Column("kind", String(16), primary_key=True),  # pinned | champion
+    Column("run_id", String(128), nullable=False),
+    Column("model", String(256), nullable=True),  # champion only: registered model name
+    Column("model_version", String(64), nullable=True),  # ... and its version
+    Column("note", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+# Every drift decision, positive or not. The id is derived from (run, baseline run), so checking
+# the same pair again replaces its row.
+drift_decisions = Table(
+    "drift_decisions",
+    metadata,
+    Column("decision_id", String(64), primary_key=True),
+    Column("run_id", String(128), nullable=False, index=True),
+    Column("corpus", String(128), nullable=True),
+    Column("snapshot_id", String(64), nullable=True),
+    Column("qa_set_version", String(128), nullable=True),
+    Column("baseline_run_id", String(128), nullable=True),  # NULL: no baseline
+    Column("baseline_kind", String(16), nullable=True),  # pinned | champion | first
+    Column("status", String(16), nullable=False),  # checked | no_baseline
+    Column("fired", Boolean, nullable=False),
+    Column("evidence", JSON, nullable=False),  # strict JSON: rows, corpus drift, retirement
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_drift_decisions_corpus_created", "corpus", "created_at"),
 )

@@ -1,0 +1,357 @@
+"""Drift checks of stored runs: baseline, paired comparison, decision, corpus and QA-set changes.
+
+``check_run`` is what ``ragtrail drift check`` and the nightly ``drift`` step call for each run:
+
+1. resolve the run's baseline (pinned, else champion, else first; :mod:`ragtrail.storage.drift_store`);
+2. pair the two runs' per-query values exactly as ``ragtrail runs compare`` does
+   (:func:`ragtrail.pipeline.compare.compare_stored_runs`);
+3. decide on the primary metrics (:func:`ragtrail.evaluate.drift.assess_drift`);
+4. record, beside the decision, how much of the corpus changed since the baseline's snapshot and
+   how many items of the QA set were retired by those changes;
+5. store the decision (replacing an earlier check of the same run against the same baseline).
+
+Only primary-metric drops fire a decision. Corpus changes and retired items are evidence, not
+triggers: a corpus can change a lot without hurting the model, and retraining on every edit would
+waste the GPU pool; when the changes do hurt, the metrics show it. A first night (no baseline)
+and a run that cannot be paired are stored as decisions that did not fire, with the reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Engine
+
+from ragtrail.config import DriftSettings
+from ragtrail.evaluate.contract import EVALUATORS
+from ragtrail.evaluate.corpus_drift import SnapshotDocuments, corpus_drift
+from ragtrail.evaluate.drift import DriftPolicy, PrimaryMetric, assess_drift, worsening
+from ragtrail.pipeline.compare import RunComparisonError, compare_stored_runs
+from ragtrail.records import CandidateStatus
+from ragtrail.storage.db import utcnow
+from ragtrail.storage.document_store import DocumentStore
+from ragtrail.storage.drift_store import (
+    CHECKED,
+    NO_BASELINE,
+    DecisionRecord,
+    DriftStore,
+    decision_id_for,
+)
+from ragtrail.storage.runs_store import RunRecord, RunStore
+from ragtrail.testset.golden import GoldenSetStore
+from ragtrail.testset.store import TestSetStore
+
+INCOMPARABLE = "incomparable"
+FIRES_ON = (
+    "a primary metric worse by more than its threshold with Holm-corrected p < alpha; corpus "
+    "drift and retired QA items are recorded, never firing"
+)
+NO_BASELINE_REASON = (
+    "no pinned baseline, no champion baseline and no earlier successful run of this corpus and "
+    "QA-set version"
+)
+
+
+class DriftCheckError(ValueError):
+    """A drift check that cannot start (unknown run, run of another corpus, no runs)."""
+
+
+def drift_policy(settings: DriftSettings) -> DriftPolicy:
+    return DriftPolicy(
+        alpha=settings.alpha,
+        threshold=settings.threshold,
+        thresholds=dict(settings.thresholds),
+        min_n=settings.min_n,
+        exclude_facets={k: tuple(v) for k, v in settings.exclude_facets.items()},
+    )
+
+
+def registered_primary_metrics() -> dict[str, PrimaryMetric]:
+    """Every registered evaluator's primary metric by evaluation name (imports the evaluators
+    the nightly stores, so that the registry is filled)."""
+    from ragtrail.evaluate import (  # noqa: F401  (registers the evaluators)
+        answers,
+        cah,
+        citations,
+        retrieval,
+        selective,
+    )
+
+    out = {}
+    for name in EVALUATORS.names():
+        cls = EVALUATORS.get(name)
+        out[name] = PrimaryMetric(name, cls.primary_metric, cls.greater_is_better)
+    return out
+
+
+def check_run(
+    engine: Engine,
+    run_id: str,
+    settings: DriftSettings,
+    *,
+    corpus: str | None = None,
+    primaries: dict[str, PrimaryMetric] | None = None,
+) -> DecisionRecord:
+    """Check ``run_id`` against its baseline and store the decision (see the module docstring)."""
+    run = RunStore(engine).get_run(run_id)
+    if run is None:
+        raise DriftCheckError(f"no run {run_id!r} (see `ragtrail runs list`)")
+    if corpus is not None and run.corpus != corpus:
+        raise DriftCheckError(f"run {run_id!r} is of corpus {run.corpus!r}, not {corpus!r}")
+    store = DriftStore(engine)
+    baseline = store.resolve_baseline(run)
+    evidence: dict[str, Any] = {
+        "fires_on": FIRES_ON,
+        "policy": {**settings.model_dump(), "primary_metrics": None},
+        "qa_set": qa_set_retirement(engine, run),
+        "undefined": {},
+    }
+    if baseline is None:
+        evidence["rows"], evidence["drifted"], evidence["n_tested"] = [], [], 0
+        evidence["undefined"]["baseline"] = NO_BASELINE_REASON
+        evidence["undefined"]["corpus_drift"] = NO_BASELINE_REASON
+        evidence["corpus_drift"] = None
+        record = _decision(run, None, None, NO_BASELINE, False, evidence)
+        store.save_decision(record)
+        return record
+    primaries = primaries if primaries is not None else registered_primary_metrics()
+    evidence["policy"]["primary_metrics"] = {
+        name: {"metric": p.metric, "greater_is_better": p.greater_is_better}
+        for name, p in sorted(primaries.items())
+    }
+    evidence["baseline"] = {
+        "run_id": baseline.run.run_id,
+        "kind": baseline.kind,
+        "snapshot_id": baseline.run.snapshot_id,
+        "started_at": baseline.run.started_at.isoformat(),
+    }
+    evidence["corpus_drift"] = corpus_evidence(engine, baseline.run, run)
+    if evidence["corpus_drift"] is None:
+        evidence["undefined"]["corpus_drift"] = "a run records no corpus snapshot"
+    status = CHECKED
+    try:
+        comparison = compare_stored_runs(
+            engine,
+            baseline.run.run_id,
+            run.run_id,
+            n_resamples=settings.n_resamples,
+            seed=settings.seed,
+        )
+    except RunComparisonError as exc:
+        status = INCOMPARABLE
+        evidence["rows"], evidence["drifted"], evidence["n_tested"] = [], [], 0
+        evidence["undefined"]["rows"] = str(exc)
+        fired = False
+    else:
+        assessment = assess_drift(comparison.rows, primaries, drift_policy(settings))
+        evidence["rows"] = [row.as_record() for row in assessment.rows]
+        evidence["drifted"] = [row.name for row in assessment.drifted]
+        evidence["n_tested"] = assessment.n_tested
+        fired = assessment.fired
+    record = _decision(run, baseline.run.run_id, baseline.kind, status, fired, evidence)
+    store.save_decision(record)
+    return record
+
+
+def corpus_evidence(engine: Engine, baseline: RunRecord, run: RunRecord) -> dict[str, Any] | None:
+    """Corpus drift between the two runs' snapshots; None when either records no snapshot."""
+    if baseline.snapshot_id is None or run.snapshot_id is None:
+        return None
+    before = snapshot_documents(engine, baseline.snapshot_id)
+    after = snapshot_documents(engine, run.snapshot_id)
+    return corpus_drift(before, after).as_record()
+
+
+def snapshot_documents(engine: Engine, snapshot_id: str) -> SnapshotDocuments:
+    """The documents present in a snapshot (its change log without the removed ones)."""
+    rows = DocumentStore(engine).get_snapshot_documents(snapshot_id)
+    return SnapshotDocuments(
+        snapshot_id, {r.doc_id: r.content_hash for r in rows if r.change != "removed"}
+    )
+
+
+def qa_set_retirement(engine: Engine, run: RunRecord) -> dict[str, Any]:
+    """How many items of the run's QA-set version the corpus changes retired.
+
+    A generated version's candidates carry a retired state (their source text changed or went);
+    a golden version's items count as retired when a ground document is missing from the run's
+    snapshot. A QA set file has no such record: ``retired`` is null with the reason.
+    """
+    version = run.qa_set_version
+    out: dict[str, Any] = {"version": version, "undefined": {}}
+    testsets = TestSetStore(engine)
+    if version is not None and testsets.get_version(version) is not None:
+        ids = list(testsets.version_qids(version))
+        rows = testsets.get_candidate_rows(ids)
+        reasons = Counter(
+            str(rows[c]["retired_reason"] or "unknown")
+            for c in ids
+            if rows[c]["status"] == CandidateStatus.RETIRED.value
+        )
+        return {**out, "kind": "testset", "n_items": len(ids), **_retired(reasons)}
+    golden = GoldenSetStore(engine)
+    if version is not None and golden.get(version) is not None:
+        present = (
+            set(snapshot_documents(engine, run.snapshot_id).hashes) if run.snapshot_id else None
+        )
+        items = golden.items(version)
+        if present is None:
+            out["undefined"]["retired"] = "the run records no corpus snapshot"
+            return {**out, "kind": "golden", "n_items": len(items), "retired": None}
+        reasons = Counter(
+            "ground_document_removed" for item in items if not set(item.ground_doc_ids) <= present
+        )
+        return {**out, "kind": "golden", "n_items": len(items), **_retired(reasons)}
+    out["undefined"]["retired"] = "not a stored test-set or golden version (a QA set file)"
+    return {**out, "kind": "file", "n_items": None, "retired": None, "n_retired": None}
+
+
+def _retired(reasons: Counter[str]) -> dict[str, Any]:
+    n = sum(reasons.values())
+    return {"retired": n > 0, "n_retired": n, "reasons": dict(sorted(reasons.items()))}
+
+
+def _decision(
+    run: RunRecord,
+    baseline_run: str | None,
+    baseline_kind: str | None,
+    status: str,
+    fired: bool,
+    evidence: dict[str, Any],
+) -> DecisionRecord:
+    if not evidence["undefined"]:
+        evidence.pop("undefined")
+    return DecisionRecord(
+        decision_id=decision_id_for(run.run_id, baseline_run),
+        run_id=run.run_id,
+        corpus=run.corpus,
+        snapshot_id=run.snapshot_id,
+        qa_set_version=run.qa_set_version,
+        baseline_run_id=baseline_run,
+        baseline_kind=baseline_kind,
+        status=status,
+        fired=fired,
+        evidence=evidence,
+        created_at=utcnow(),
+    )
+
+
+def night_of(run: RunRecord) -> str | None:
+    """The nightly run id a set's run belongs to (``<night>.<set name>``), None for a lone run."""
+    name = run.params.get("qa_set_name")
+    if isinstance(name, str) and run.run_id.endswith(f".{name}"):
+        return run.run_id[: -len(name) - 1]
+    return None
+
+
+def runs_to_check(engine: Engine, corpus: str, run: str | None = None) -> list[str]:
+    """The runs ``ragtrail drift check`` covers: ``run`` (a set's run, or a night's id: all its
+    sets), else every set of the corpus's newest night (or its newest lone run)."""
+    listed = [item.run for item in RunStore(engine).list_runs(corpus, limit=10_000)]
+    evaluated = [r for r in listed if r.qa_set_version is not None]
+    if run is not None:
+        exact = [r.run_id for r in evaluated if r.run_id == run]
+        night = [r.run_id for r in evaluated if night_of(r) == run]
+        found = exact or sorted(night)
+        if not found:
+            raise DriftCheckError(
+                f"corpus {corpus!r} has no evaluation run or night {run!r} "
+                "(see `ragtrail runs list`)"
+            )
+        return found
+    if not evaluated:
+        raise DriftCheckError(f"corpus {corpus!r} has no evaluation run to check")
+    newest = evaluated[0]
+    night = night_of(newest)
+    if night is None:
+        return [newest.run_id]
+    return sorted(r.run_id for r in evaluated if night_of(r) == night)
+
+
+def check_runs(
+    engine: Engine, run_ids: Sequence[str], settings: DriftSettings, *, corpus: str | None = None
+) -> list[DecisionRecord]:
+    """:func:`check_run` for each run, sharing one look-up of the primary metrics."""
+    primaries = registered_primary_metrics()
+    return [
+        check_run(engine, run_id, settings, corpus=corpus, primaries=primaries)
+        for run_id in run_ids
+    ]
+
+
+def compact(decision: DecisionRecord) -> dict[str, Any]:
+    """A decision's headline (what the nightly result, the event and the CLI line carry)."""
+    evidence = decision.evidence
+    return {
+        "decision_id": decision.decision_id,
+        "run_id": decision.run_id,
+        "qa_set_version": decision.qa_set_version,
+        "baseline_run": decision.baseline_run_id,
+        "baseline_kind": decision.baseline_kind,
+        "status": decision.status,
+        "fired": decision.fired,
+        "n_tested": evidence.get("n_tested", 0),
+        "drifted": [
+            {
+                k: row[k]
+                for k in (
+                    "evaluation",
+                    "metric",
+                    "facets",
+                    "baseline",
+                    "current",
+                    "diff",
+                    "ci_low",
+                    "ci_high",
+                    "p_holm",
+                    "threshold",
+                )
+            }
+            for row in evidence.get("rows", [])
+            if row["drifted"]
+        ],
+    }
+
+
+def drift_history(engine: Engine, decision: DecisionRecord) -> dict[str, list[dict[str, Any]]]:
+    """Per watched (evaluation, metric) of ``decision``, the history of one facet cell on the
+    run's QA-set version, oldest first: the most-worsened drifted cell, else the tested cell with
+    the most paired questions. Keyed ``evaluation:metric [facets]``."""
+    chosen: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in decision.evidence.get("rows", []):
+        key = (row["evaluation"], row["metric"])
+        if key not in chosen or _plot_rank(row) > _plot_rank(chosen[key]):
+            chosen[key] = row
+    runs = RunStore(engine)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (evaluation, metric), row in sorted(chosen.items()):
+        points = runs.metrics_history(
+            metric=metric, corpus=decision.corpus, evaluation=evaluation, facets=row["facets"]
+        )
+        facets = ", ".join(f"{k}={v}" for k, v in row["facets"].items())
+        out[f"{evaluation}:{metric} [{facets}]"] = [
+            {"run_id": p.run_id, "value": p.value, "ci_low": p.ci_low, "ci_high": p.ci_high}
+            for p in points
+            if p.qa_set_version == decision.qa_set_version
+        ]
+    return out
+
+
+def _plot_rank(row: dict[str, Any]) -> tuple[bool, bool, int, float]:
+    return (
+        row["drifted"],
+        row["tested"],
+        row["n"],
+        worsening(row["diff"] or 0.0, row["greater_is_better"]),
+    )
+
+
+def load_drift(engine: Engine, run_id: str) -> dict[str, Any] | None:
+    """The newest stored decision of ``run_id`` with its history (what the report shows), or
+    None when the run was never checked."""
+    decisions = DriftStore(engine).decisions(run_id=run_id, limit=1)
+    if not decisions:
+        return None
+    return {"decision": decisions[0].as_dict(), "history": drift_history(engine, decisions[0])}

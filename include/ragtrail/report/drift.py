@@ -1,0 +1,174 @@
+"""Report sections for a set's drift decision: the verdict, its evidence table and a history plot.
+
+Input is the stored decision (``DecisionRecord.as_dict()``, strict JSON) and, per watched series
+(``evaluation:metric [facets]``), the metric's history on the set's QA-set version: one point per
+run, oldest first, with its interval. Undefined figures show "–" (the reason is in the evidence
+JSON), never "nan".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from ragtrail.report.html import ReportSection, render_section
+
+EVIDENCE_COLUMNS = [
+    "metric",
+    "facets",
+    "baseline",
+    "current",
+    "difference [95% CI]",
+    "p",
+    "Holm p",
+    "threshold",
+    "direction",
+    "drift",
+]
+
+
+def _num(value: float | None, spec: str = ".3f") -> str:
+    return "–" if value is None else f"{value:{spec}}"
+
+
+def _facets(facets: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in facets.items()) or "–"
+
+
+def verdict(decision: Mapping[str, Any]) -> str:
+    """One sentence: fired or not, against which baseline and why that one."""
+    if decision["baseline_run_id"] is None:
+        return "No baseline yet for this corpus and QA-set version: nothing to compare with."
+    evidence = decision["evidence"]
+    head = "DRIFT: retraining is asked for." if decision["fired"] else "No drift."
+    text = (
+        f"{head} Run {decision['run_id']} against {decision['baseline_run_id']} "
+        f"({decision['baseline_kind']} baseline); {evidence.get('n_tested', 0)} cells tested, "
+        f"{len(evidence.get('drifted', []))} drifted."
+    )
+    if evidence.get("undefined", {}).get("rows"):
+        text += f" Not compared: {evidence['undefined']['rows']}"
+    return text
+
+
+def changes_text(evidence: Mapping[str, Any]) -> str:
+    """Corpus changes since the baseline's snapshot and retired items of the QA set."""
+    drift = evidence.get("corpus_drift")
+    if drift is None:
+        corpus = (
+            "Corpus drift: undefined ("
+            + evidence.get("undefined", {}).get("corpus_drift", "no baseline")
+            + ")."
+        )
+    else:
+        corpus = (
+            f"Corpus since the baseline snapshot {drift['baseline_snapshot']}: "
+            f"{drift['added']} added, {drift['updated']} updated, {drift['removed']} removed of "
+            f"{drift['n_baseline']} documents (changed share {_num(drift['changed_share'], '.1%')})."
+        )
+    qa = evidence.get("qa_set") or {}
+    if qa.get("retired") is None:
+        retired = "Retired QA items: unknown (" + qa.get("undefined", {}).get("retired", "") + ")."
+    else:
+        retired = f"Retired QA items: {qa['n_retired']} of {qa['n_items']} {qa.get('reasons', {})}."
+    return f"{corpus} {retired} Only metric drops fire a decision."
+
+
+def evidence_rows(evidence: Mapping[str, Any]) -> list[list[str]]:
+    """The evidence table: drifted rows first, then worse, then the rest, as evaluated."""
+    order = {"worse": 1, "unchanged": 2, "better": 3, None: 4}
+    rows = sorted(evidence.get("rows", []), key=lambda r: (not r["drifted"], order[r["direction"]]))
+    out = []
+    for r in rows:
+        ci = "" if r["ci_low"] is None else f" [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+        out.append(
+            [
+                f"{r['evaluation']}:{r['metric']}" + ("" if r["greater_is_better"] else " (↓)"),
+                _facets(r["facets"]),
+                _num(r["baseline"]),
+                _num(r["current"]),
+                _num(r["diff"], "+.3f") + ci + f" (n={r['n']})",
+                _num(r["p_value"], ".4f"),
+                _num(r["p_holm"], ".4f") if r["tested"] else "untested",
+                f"{r['threshold']:.3f}",
+                r["direction"] or "–",
+                "yes" if r["drifted"] else "",
+            ]
+        )
+    return out
+
+
+def history_plot(
+    history: Mapping[str, Sequence[Mapping[str, Any]]], baseline_run: str | None, path: Path
+) -> None:
+    """One panel per watched series: the value per run with its interval, baseline starred."""
+    series = list(history.items())
+    fig = Figure(figsize=(6.4, 1.0 + 2.0 * len(series)), dpi=110)
+    axes = fig.subplots(len(series), 1, squeeze=False)[:, 0]
+    for ax, (name, points) in zip(axes, series, strict=True):
+        defined = [(i, p) for i, p in enumerate(points) if p.get("value") is not None]
+        xs = [i for i, _ in defined]
+        values = [p["value"] for _, p in defined]
+        lows = [
+            p["value"] - (p.get("ci_low") if p.get("ci_low") is not None else p["value"])
+            for _, p in defined
+        ]
+        highs = [
+            (p.get("ci_high") if p.get("ci_high") is not None else p["value"]) - p["value"]
+            for _, p in defined
+        ]
+        ax.errorbar(xs, values, yerr=[lows, highs], marker="o", capsize=3, color="#1f6feb")
+        for i, p in defined:
+            if p["run_id"] == baseline_run:
+                ax.plot(
+                    [i],
+                    [p["value"]],
+                    marker="*",
+                    markersize=14,
+                    color="#d97706",
+                    linestyle="none",
+                    label="baseline",
+                )
+                ax.legend(loc="best", frameon=False, fontsize=8)
+        ax.set_xticks(
+            range(len(points)), [str(p["run_id"])[-24:] for p in points], rotation=20, fontsize=7
+        )
+        ax.set_title(name, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def drift_sections(
+    decision: Mapping[str, Any],
+    history: Mapping[str, Sequence[Mapping[str, Any]]],
+    out: Path,
+    suffix: str = "",
+) -> list[ReportSection]:
+    """The drift verdict with its evidence table, then the history plot (when there is one)."""
+    evidence = decision["evidence"]
+    note = (
+        f"{verdict(decision)} {changes_text(evidence)} Drift = the primary metric worse by more "
+        f"than its threshold with Holm p < {evidence['policy']['alpha']} (Holm across every "
+        "tested cell of the decision; cells with fewer paired questions than "
+        f"{evidence['policy']['min_n']} are untested). ↓: lower is better. "
+        f"Decision {decision['decision_id']}."
+    )
+    table = render_section(
+        "table_section.html", columns=EVIDENCE_COLUMNS, rows=evidence_rows(evidence), note=note
+    )
+    sections = [ReportSection(title="Drift against the baseline", html=str(table))]
+    if any(any(p.get("value") is not None for p in points) for points in history.values()):
+        file = f"drift_history{suffix}.png"
+        history_plot(history, decision["baseline_run_id"], out / file)
+        figure = render_section(
+            "figure_section.html",
+            src=file,
+            alt="primary metrics over the runs of this QA-set version",
+            note="The primary metrics over the runs of this QA-set version (95% intervals); the "
+            "star marks the baseline run.",
+        )
+        sections.append(ReportSection(title="Drift: primary metrics over time", html=str(figure)))
+    return sections
