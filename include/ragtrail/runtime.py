@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ragtrail.embed.embedder import CachedEmbedder, Embedder
     from ragtrail.index.base import HybridIndex
     from ragtrail.llm import LLMBackend, LLMClient, SqlLLMCache, UsageMeter
+    from ragtrail.models.registry import ModelRegistry
     from ragtrail.storage.artifacts import ArtifactStore
     from ragtrail.storage.metadata_store import SqlMetadataStore
 
@@ -101,10 +102,21 @@ class Runtime:
         One client, hence one loaded backend, per distinct spec: roles configured with the same
         model share it. Every client uses :attr:`llm_cache` and :attr:`llm_usage`.
         """
-        spec = self.settings.model_for(role)
+        return self.llm_for_spec(self.settings.model_for(role))
+
+    def llm_for_spec(self, spec: str) -> LLMClient:
+        """The client of the model ``spec`` names (e.g. ``registry:<name>@3`` when champion and
+        challenger are compared), shared with any role configured with the same spec."""
         if spec not in self._llm_clients:
             self._llm_clients[spec] = self._llm_client(self._load_llm_backend(spec))
         return self._llm_clients[spec]
+
+    @cached_property
+    def registry(self) -> ModelRegistry:
+        """The model registry (MLflow on ``settings.registry``; bundles in the artifact store)."""
+        from ragtrail.models.mlflow_registry import MlflowModelRegistry
+
+        return MlflowModelRegistry.from_settings(self.settings)
 
     def use_llm_backends(self, backends: Mapping[str, LLMBackend]) -> None:
         """Serve these specs with already built backends, starting a fresh usage meter.

@@ -497,7 +497,83 @@ EVALUATE = Flow(
     ),
 )
 
-NIGHT: tuple[Flow, ...] = (INGEST, GENERATE, EVALUATE)
+
+def _resolve_retraining(
+    params: Mapping[str, Any], event: Mapping[str, Any] | None, run_id: str
+) -> dict[str, Any]:
+    event = event or {}
+    return {
+        "corpus": event.get("corpus") or params["corpus"],
+        "snapshot_id": event.get("snapshot_id") or params.get("snapshot_id") or None,
+        # The night whose drift decision fired: its set runs become the champion's baseline
+        # when the challenger is promoted (manual runs: the Param, else the newest night).
+        "drift_run_id": event.get("night_run_id") or params.get("drift_run") or None,
+        "drift_decision_id": event.get("decision_id"),
+        "base_model": params.get("base_model") or None,
+        "run_id": run_id,
+        "origin": "asset_event" if event else "params",
+    }
+
+
+RETRAIN = Flow(
+    dag_id="retrain_models",
+    doc="Retrains the citation answerer when a nightly metric drifted (or on demand): a split of "
+    "the corpus's QA sets by question and document, SFT targets (teacher or best-of-N), SFT "
+    "then RL on the citation reward (LoRA), registration in the model registry, and the "
+    "champion/challenger gate on the frozen held-out mixtures.",
+    run_prefix="retrain",
+    listens_to="drift",
+    tags=("training",),
+    params={
+        "corpus": _CORPUS_PARAM,
+        "snapshot_id": _SNAPSHOT_PARAM,
+        "base_model": ParamSpec(
+            None,
+            {"type": ["null", "string"]},
+            "Base model",
+            "Model the adapters are trained on (builtin:..., hf:<id or path>); empty = the "
+            "champion's base, else the configured answerer.",
+        ),
+        "drift_run": ParamSpec(
+            None,
+            {"type": ["null", "string"]},
+            "Accepted on",
+            "Night (or set run) a promoted model is accepted on, i.e. the new drift baseline; "
+            "empty = the corpus's newest night.",
+        ),
+    },
+    resolver=_resolve_retraining,
+    steps=(
+        Step(
+            "prepare",
+            "prepare_citation_training",
+            "splits the corpus's QA sets by question and document into training prompts and "
+            "frozen evaluation mixtures (stored with the run)",
+            inputs=("corpus", "run_id", "snapshot_id"),
+            outputs=("split_version",),
+        ),
+        Step(
+            "train",
+            "train_citation_challenger",
+            "SFT targets, SFT and RL (LoRA) on the split, the bundle registered as a new version",
+            inputs=("corpus", "run_id", "base_model"),
+            outputs=("version",),
+            pool="gpu",
+            queue="gpu",
+        ),
+        Step(
+            "gate",
+            "gate_citation_challenger",
+            "model in service vs the new version on the same frozen mixtures and seeds; promote "
+            "(champion) or keep (challenger) with the reason, in the registry",
+            inputs=("corpus", "run_id", "version", "drift_run_id"),
+            pool="gpu",
+            queue="gpu",
+        ),
+    ),
+)
+
+NIGHT: tuple[Flow, ...] = (INGEST, GENERATE, EVALUATE, RETRAIN)
 """The night in order; each flow after the first listens to an Asset an earlier one emits."""
 
 

@@ -491,3 +491,35 @@ def publish_report(
 
 def _stored_json(rt: Runtime, key: str) -> Any:
     return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None
+
+
+# --------------------------------------------------------------------- retraining (RETRAIN flow)
+
+
+def prepare_citation_training(
+    rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str | None = None
+) -> dict[str, Any]:
+    """Split the corpus's QA sets into training prompts and frozen evaluation mixtures."""
+    from ragtrail.pipeline.retrain import prepare_citation_data
+
+    return prepare_citation_data(rt, corpus=corpus, run_id=run_id, snapshot_id=snapshot_id)
+
+
+def train_citation_challenger(
+    rt: Runtime, *, corpus: str, run_id: str, base_model: str | None = None
+) -> dict[str, Any]:
+    """SFT + RL on the run's split; the bundle registered as a new citation-model version."""
+    from ragtrail.pipeline.retrain import train_challenger
+
+    return train_challenger(rt, corpus=corpus, run_id=run_id, base_model=base_model)
+
+
+def gate_citation_challenger(
+    rt: Runtime, *, corpus: str, run_id: str, version: int, drift_run_id: str | None = None
+) -> dict[str, Any]:
+    """The promotion gate: the model in service vs the new version, decided and recorded."""
+    from ragtrail.pipeline.retrain import gate_challenger
+
+    return gate_challenger(
+        rt, corpus=corpus, run_id=run_id, version=int(version), drift_run_id=drift_run_id
+    )

@@ -1,0 +1,274 @@
+"""Drift-triggered retraining of the citation answerer: data, training, registration, the gate.
+
+The ``retrain_models`` flow (``pipeline/night.py`` RETRAIN) runs these three steps:
+
+1. :func:`prepare_citation_data`: every QA set the night evaluates (golden sets and the newest
+   test set), split by question *and* document (:func:`ragtrail.train.citation.split_citation_data`)
+   into training prompts and frozen evaluation mixtures; the split is stored as JSON in the
+   artifact store under ``retrain/<run>/split.json`` and travels with the model's lineage.
+2. :func:`train_challenger` (gpu pool, gpu queue): SFT targets (the configured teacher, else
+   best-of-N from the model in service), SFT, then RL on the citation reward; the bundle is
+   registered as a new version of the citation model.
+3. :func:`gate_challenger`: the model in service (the registered champion, else the configured
+   answerer) and the new version answer the same frozen mixtures with the same seeds; the
+   promotion gate (:func:`ragtrail.evaluate.promotion.decide_promotion`) decides, the registry
+   records the decision and moves ``champion`` or ``challenger``. A promoted model's acceptance
+   becomes the drift baseline of the night's set runs (``DriftStore.record_champion_baseline``):
+   later nights are compared with the state it was accepted on, so a corpus change that was
+   already answered by retraining does not fire again every night.
+
+Every step is idempotent per flow run: the split and the registered version are looked up by the
+run id before anything is recomputed.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ragtrail.config import ModelRole
+from ragtrail.evaluate.citations import MixtureEvaluation
+from ragtrail.models.registry import CHAMPION, RegistryError, current_version, settle_challenger
+from ragtrail.pipeline.evaluate import evaluated_snapshot, load_items
+from ragtrail.pipeline.evaluation_sets import plan_sets
+from ragtrail.pipeline.mixtures import corpus_from_runtime
+from ragtrail.records import QAItem
+from ragtrail.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+RUN_TAG = "lineage.retrain_run"
+"""Lineage key of the flow run that trained a version (finds it again on a retry)."""
+
+
+def split_key(run_id: str) -> str:
+    return f"retrain/{run_id}/split.json"
+
+
+def _items_of_sets(rt: Runtime, corpus: str, run_id: str) -> tuple[list[QAItem], list[str]]:
+    """Every question of the QA sets a night evaluates, once per qid (first set wins)."""
+    items: dict[str, QAItem] = {}
+    names = []
+    for entry in plan_sets(rt, corpus, run_id, None):
+        loaded, version, _ = load_items(rt, entry["qa_set"])
+        names.append(f"{entry['name']}@{version}")
+        for item in loaded:
+            items.setdefault(item.qid, item)
+    return list(items.values()), names
+
+
+def prepare_citation_data(
+    rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str | None = None
+) -> dict[str, Any]:
+    """Split the corpus's QA sets into training prompts and frozen evaluation mixtures."""
+    from ragtrail.train.citation import split_citation_data
+
+    key = split_key(run_id)
+    snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
+    if not rt.artifacts.exists(key):
+        items, sets = _items_of_sets(rt, corpus, run_id)
+        cfg = rt.settings.citation_training
+        split = split_citation_data(
+            items,
+            corpus_from_runtime(rt, corpus),
+            eval_share=cfg.eval_share,
+            seed=cfg.seed,
+            mixture_spec=rt.settings.citations.mixture,
+            mixture_types=rt.settings.citations.mixture_types,
+            exclude_ground_documents=rt.settings.citations.exclude_ground_documents,
+        )
+        rt.artifacts.put_bytes(key, split.to_json().encode("utf-8"))
+        log.info("citation split %s from %s", split.split_version, ", ".join(sets))
+    split = _load_split(rt, run_id)
+    return {
+        "split_uri": rt.artifacts.uri_for(key),
+        "split_version": split.split_version,
+        "snapshot_id": snapshot.snapshot_id,
+        **split.lineage()["counts"],
+    }
+
+
+def _load_split(rt: Runtime, run_id: str) -> Any:
+    from ragtrail.train.citation import CitationSplit
+
+    return CitationSplit.from_json(rt.artifacts.get_bytes(split_key(run_id)).decode("utf-8"))
+
+
+def serving_spec(rt: Runtime) -> tuple[str, str]:
+    """The model in service and what it is: the registered champion (``registry:<name>@<v>``),
+    else the configured answerer."""
+    name = rt.settings.registry.citation_model_name
+    try:
+        champion = current_version(rt.registry, name, CHAMPION)
+    except RegistryError:
+        champion = None
+    if champion is not None:
+        return f"registry:{name}@{champion}", f"champion v{champion}"
+    return rt.settings.model_for(ModelRole.ANSWERER), "configured answerer (no champion yet)"
+
+
+def base_model_of(rt: Runtime, spec: str) -> str:
+    """The base model a new version is trained on: the champion bundle's base, else the
+    configured answerer's model (it must be a local model: ``builtin:``, ``hf:`` or a path)."""
+    if spec.startswith("registry:"):
+        name, ref = spec.removeprefix("registry:").split("@", 1)
+        _, path = rt.registry.download_bundle(name, ref)
+        from ragtrail.models.bundle import read_bundle
+
+        return read_bundle(path).base_model
+    kind, _, rest = spec.partition(":")
+    if kind == "hf":
+        return rest
+    if kind in ("builtin", ""):
+        return spec
+    raise ValueError(
+        f"cannot fine-tune the answerer {spec!r}: retraining needs a local model "
+        "(builtin:..., hf:<id or path>) or a registered champion; set flow param base_model"
+    )
+
+
+def _version_of_run(rt: Runtime, run_id: str) -> int | None:
+    name = rt.settings.registry.citation_model_name
+    try:
+        versions = rt.registry.list_versions(name)
+    except RegistryError:
+        return None
+    for version in versions:
+        if version.lineage.get("retrain_run") == run_id:
+            return version.version
+    return None
+
+
+def train_challenger(
+    rt: Runtime, *, corpus: str, run_id: str, base_model: str | None = None
+) -> dict[str, Any]:
+    """Train a new citation model on the run's split and register it (not yet an alias)."""
+    from ragtrail.train.citation import CitationTrainingConfig, train_citation_model
+
+    name = rt.settings.registry.citation_model_name
+    existing = _version_of_run(rt, run_id)
+    if existing is not None:
+        log.info("%s v%d was already trained by %s", name, existing, run_id)
+        return {"model": name, "version": existing, "reused": True}
+    split = _load_split(rt, run_id)
+    serving, serving_what = serving_spec(rt)
+    base = base_model or base_model_of(rt, serving)
+    cfg = rt.settings.citation_training
+    teacher = rt.llm_for_spec(cfg.teacher) if cfg.teacher else None
+    current = None if teacher is not None else rt.llm_for_spec(serving)
+    config = CitationTrainingConfig.from_settings(rt.settings)
+    with tempfile.TemporaryDirectory(prefix="ragtrail-train-") as work:
+        result = train_citation_model(
+            base,
+            split,
+            config,
+            Path(work) / "run",
+            teacher=teacher,
+            current=current,
+            cache_dir=rt.settings.resolved_model_cache_dir,
+        )
+        lineage = {
+            **result.lineage,
+            "retrain_run": run_id,
+            "corpus": corpus,
+            "targets_from": cfg.teacher or f"best-of-{cfg.best_of_n} from {serving_what}",
+        }
+        version = rt.registry.register_bundle(
+            name,
+            result.bundle.path,
+            lineage=lineage,
+            description=f"trained by {run_id} on {corpus} (split {split.split_version})",
+        )
+    stages = result.lineage["stages"]
+    return {
+        "model": name,
+        "version": version.version,
+        "reused": False,
+        "base_model": base,
+        "wall_seconds": round(result.wall_seconds, 1),
+        "sft_steps": stages["sft"].get("steps"),
+        "rl_steps": stages["rl"].get("steps"),
+    }
+
+
+def _evaluate(rt: Runtime, spec: str, split: Any) -> MixtureEvaluation:
+    from ragtrail.train.citation import evaluate_citation_model
+
+    cfg = rt.settings.citations
+    return evaluate_citation_model(
+        rt.llm_for_spec(spec),
+        split,
+        max_new_tokens=cfg.max_new_tokens,
+        baseline_repeats=cfg.baseline_repeats,
+        bootstrap_samples=cfg.bootstrap_samples,
+    )
+
+
+def gate_challenger(
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    version: int,
+    drift_run_id: str | None = None,
+) -> dict[str, Any]:
+    """Champion (or the configured answerer) vs the new version on the frozen mixtures; the gate
+    decides and the registry records it. ``drift_run_id`` (a night or set run) names the runs the
+    champion is accepted on; default: the corpus's newest night."""
+    from ragtrail.evaluate.promotion import GateConfig, decide_promotion
+    from ragtrail.pipeline.drift import runs_to_check
+    from ragtrail.storage.drift_store import DriftStore
+    from ragtrail.train.citation import headline
+
+    name = rt.settings.registry.citation_model_name
+    split = _load_split(rt, run_id)
+    serving, serving_what = serving_spec(rt)
+    challenger_spec = f"registry:{name}@{version}"
+    if serving == challenger_spec:
+        return {"model": name, "version": version, "promoted": True, "reason": "already champion"}
+    current = _evaluate(rt, serving, split)
+    challenger = _evaluate(rt, challenger_spec, split)
+    decision = decide_promotion(
+        current.rows, challenger.rows, GateConfig.from_settings(rt.settings.promotion)
+    )
+    evidence = {
+        **decision.as_json(),
+        "compared_with": serving_what,
+        "compared_spec": serving,
+        "split_version": split.split_version,
+        "current": headline(current),
+        "challenger": headline(challenger),
+    }
+    settle_challenger(
+        rt.registry,
+        name,
+        version,
+        promote_it=decision.promote,
+        reason=decision.reason,
+        decision=evidence,
+    )
+    accepted_on: list[str] = []
+    if decision.promote:
+        store = DriftStore(rt.engine)
+        for run in runs_to_check(rt.engine, corpus, drift_run_id):
+            store.record_champion_baseline(corpus, run, name, str(version))
+            accepted_on.append(run)
+    log.info(
+        "%s v%d: %s (%s)",
+        name,
+        version,
+        "promoted" if decision.promote else "kept",
+        decision.reason,
+    )
+    return {
+        "model": name,
+        "version": version,
+        "promoted": decision.promote,
+        "reason": decision.reason,
+        "compared_with": serving_what,
+        "current_f1": evidence["current"],
+        "challenger_f1": evidence["challenger"],
+        "accepted_on": accepted_on,
+    }
