@@ -140,8 +140,8 @@ class CitationSplit:
     """Training prompts and frozen evaluation mixtures, split by question and document.
 
     ``split_version`` is a digest of the whole content (prompts, mixtures, settings): two splits
-    with the same version hold the same data. ``dropped`` maps qids left out of training to the
-    reason. :meth:`to_json` / :meth:`from_json` round-trip it; :meth:`lineage` is the compact
+    with the same version hold the same data. ``dropped`` maps what was left out (a qid, or
+    ``qid/mixture type`` for a single held-out mixture) to the reason. :meth:`to_json` / :meth:`from_json` round-trip it; :meth:`lineage` is the compact
     form stored with a trained model.
     """
 
@@ -279,6 +279,10 @@ def split_citation_data(
     }
     held_out = build_mixtures(eval_items, _restricted(corpus, eval_docs), **build)
     dropped = {s.qid: f"held out but no mixture: {s.reason}" for s in held_out.skipped}
+    eval_mixtures = tuple(m for m in held_out.mixtures if m.passages)
+    for m in held_out.mixtures:
+        if not m.passages:  # an unanswerable question on a small evaluation side
+            dropped[f"{m.qid}/{m.mixture_type}"] = "held-out mixture without any passage"
     trainable = []
     for item in rest:
         shared = sorted(set(item.ground_doc_ids) & eval_docs)
@@ -292,7 +296,7 @@ def split_citation_data(
     for skipped in trained.skipped:
         dropped[skipped.qid] = f"no mixture: {skipped.reason}"
     prompts = tuple(prompt_of(m) for m in trained.mixtures if m.answerable)
-    shown = {p.doc_id for m in held_out.mixtures for p in m.passages}
+    shown = {p.doc_id for m in eval_mixtures for p in m.passages}
     excluded = eval_docs | shown
     leaks = [p.key for p in prompts if excluded & set(p.doc_ids)]
     if leaks or shown - eval_docs:  # cannot happen with restricted corpora; a guard
@@ -305,7 +309,7 @@ def split_citation_data(
     counts = {
         "items": len(items),
         "eval_items": len(eval_items),
-        "eval_mixtures": len(held_out.mixtures),
+        "eval_mixtures": len(eval_mixtures),
         "eval_items_skipped": len(held_out.skipped),
         "train_items": len({p.qid for p in prompts}),
         "train_prompts": len(prompts),
@@ -324,7 +328,7 @@ def split_citation_data(
     }
     return CitationSplit(
         train=prompts,
-        eval_mixtures=held_out.mixtures,
+        eval_mixtures=eval_mixtures,
         eval_qids=tuple(sorted(eval_ids)),
         excluded_doc_ids=tuple(sorted(excluded)),
         settings=settings,
