@@ -16,6 +16,7 @@ reward distribution of all answers and of the kept ones, and the tokens generate
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -58,6 +59,7 @@ class TargetReport:
     rewards_kept: tuple[float, ...]
     tokens_generated: int
     cached_answers: int
+    wall_seconds: float
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +76,7 @@ class TargetReport:
             "reward_kept": _distribution(self.rewards_kept),
             "tokens_generated": self.tokens_generated,
             "cached_answers": self.cached_answers,
+            "wall_seconds": round(self.wall_seconds, 3),
         }
 
 
@@ -115,6 +118,7 @@ def make_targets(
             inputs.append(inp)
             seeds.append(stable_seed(seed, prompt.key, draw) % 2**31)
             owners.append((i, draw))
+    started = time.perf_counter()
     params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     outcomes = client.run(
         CITED_ANSWER_PROMPT, inputs, stage=TARGET_STAGE, params=params, seeds=seeds
@@ -149,5 +153,6 @@ def make_targets(
         rewards_kept=tuple(t.reward for t in kept),
         tokens_generated=tokens,
         cached_answers=cached,
+        wall_seconds=time.perf_counter() - started,
     )
     return kept, report
