@@ -103,7 +103,7 @@ class ModelRole(StrEnum):
     JUDGE = "judge"  # LLM judgements of answers (sufficiency, correctness)
 
 
-LLM_SPEC_KINDS = ("builtin", "hf", "openai", "vllm", "generator", "registry")
+LLM_SPEC_KINDS = ("builtin", "hf", "openai", "vllm", "generator", "registry", "bundle")
 """The ``kind`` of an LLM spec ``kind:model`` (see :mod:`ragtrail.llm.factory`)."""
 
 
@@ -473,6 +473,54 @@ class DriftSettings(BaseModel):
         return v
 
 
+class CitationTrainingSettings(BaseModel):
+    """Retraining of the citation answerer (issue 11, METHODS §7): data split, SFT targets,
+    SFT and RL stages, LoRA shape.
+
+    The defaults are a CPU budget for the bundled SmolLM2-135M (a few optimiser steps per stage,
+    a handful of prompts); a GPU pool raises the step and prompt counts. Every field is
+    overridable as ``RAGTRAIL_CITATION_TRAINING__<FIELD>``.
+    """
+
+    seed: int = Field(13, description="seed of the split, sampling, LoRA init and trainers")
+    eval_share: float = Field(
+        0.25, gt=0.0, lt=1.0, description="share of questions held out for evaluation"
+    )
+    max_train_prompts: int = Field(
+        16, ge=0, description="training prompts used (seeded sample); 0 = all of them"
+    )
+    teacher: str | None = Field(
+        None,
+        description="LLM spec of the teacher that writes SFT targets; none: best-of-N "
+        "self-distillation from the current answerer",
+    )
+    best_of_n: int = Field(4, ge=1, le=64, description="answers sampled per prompt (no teacher)")
+    sample_temperature: float = Field(
+        0.8, gt=0.0, le=2.0, description="temperature of the best-of-N samples"
+    )
+    reward_threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="least reward a target needs to be trained on"
+    )
+    target_max_new_tokens: int = Field(160, ge=16, le=2048, description="target token budget")
+    lora_r: int = Field(16, ge=1, le=256)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    sft_steps: int = Field(8, ge=1, description="SFT optimiser steps")
+    sft_batch_size: int = Field(2, ge=1)
+    sft_lr: float = Field(2e-4, gt=0.0)
+    max_length: int = Field(
+        2048, ge=64, description="SFT sequences (prompt + target) are cut at this many tokens"
+    )
+    rl_steps: int = Field(4, ge=1, description="RL optimiser steps")
+    num_generations: int = Field(4, ge=2, le=64, description="RL completions per prompt")
+    rl_lr: float = Field(1e-5, gt=0.0)
+    beta: float = Field(
+        0.04, gt=0.0, description="weight of the KL penalty to the SFT model (must be > 0)"
+    )
+    max_completion_length: int = Field(128, ge=8, le=2048, description="RL completion tokens")
+    rl_temperature: float = Field(0.8, gt=0.0, le=2.0, description="RL sampling temperature")
+
+
 class Settings(BaseSettings):
     """Settings for one ragtrail installation. Build with :func:`load_settings`."""
 
@@ -532,6 +580,7 @@ class Settings(BaseSettings):
     registry: RegistrySettings = RegistrySettings()
     promotion: PromotionSettings = PromotionSettings()
     drift: DriftSettings = DriftSettings()
+    citation_training: CitationTrainingSettings = CitationTrainingSettings()
     nli_model: str | None = Field(
         None,
         description="NLI model for entailment judges: 'hf:<HF id, local path or s3:// URI>'; "

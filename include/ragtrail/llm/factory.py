@@ -7,6 +7,8 @@
                                    comes from ``RAGTRAIL_LLM_BASE_URL``; the key from
                                    ``RAGTRAIL_LLM_API_KEY`` unless ``api_key=`` is passed
 ``vllm:<model>``                   in-process vLLM (optional extra, CUDA only)
+``bundle:<dir>``                   a model bundle (:mod:`ragtrail.models.bundle`): its base
+                                   model with its LoRA adapters merged in order
 ``generator:<dir or s3:// URI>``   a LoRA-tuned small generator saved by
                                    :func:`ragtrail.train.generator.finetune_generator`;
                                    registered by :mod:`ragtrail.train` when it is imported
@@ -59,6 +61,7 @@ _LOADERS: dict[str, BackendLoader | str] = {
     "openai": _openai,
     "vllm": "ragtrail.llm.backends.vllm_inprocess:VLLMBackend",
     "registry": "ragtrail.llm.backends.registry_model:load_registry_backend",
+    "bundle": "ragtrail.llm.backends.bundle:load_bundle_backend",
 }
 
 

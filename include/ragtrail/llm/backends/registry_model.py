@@ -6,7 +6,8 @@ is passed), downloads the version's bundle into the content-checked cache and lo
 
 - kind ``generator`` (the LoRA question generator, with its own tokenizer and prompt format)
   through the ``generator:`` spec kind, which :mod:`ragtrail.train` registers;
-- any other kind as base model + adapter through the transformers backend.
+- any other kind (the citation answerer) as its base model with its adapters merged in order
+  (:func:`ragtrail.llm.backends.bundle.load_bundle_backend`).
 
 The backend's ``model_id`` (the identity in LLM cache keys) names the resolved version and its
 content digest, so a moved alias never serves cached answers of the model it replaced.
@@ -23,10 +24,6 @@ from ragtrail.models.bundle import read_bundle
 from ragtrail.models.registry import ModelRegistry, parse_model_ref
 
 GENERATOR_KIND = "generator"
-
-
-class MultiAdapterBundleError(NotImplementedError):
-    """A bundle with several adapters (SFT then RL) needs the multi-adapter bundle loader."""
 
 
 def load_registry_backend(
@@ -55,14 +52,6 @@ def load_bundle(bundle_dir: str | Path, *, model_id: str, **backend_kwargs: Any)
     bundle = read_bundle(bundle_dir)
     if bundle.kind == GENERATOR_KIND:
         return load_llm_backend(f"generator:{bundle.path}", model_id=model_id, **backend_kwargs)
-    if len(bundle.adapters) > 1:
-        raise MultiAdapterBundleError(
-            f"{bundle.path}: {len(bundle.adapters)} adapters {bundle.adapters} must be merged in "
-            "order; this build loads bundles with at most one adapter"
-        )
-    from ragtrail.llm.backends.transformers_local import TransformersBackend
+    from ragtrail.llm.backends.bundle import load_bundle_backend
 
-    adapter = bundle.adapter_dirs()[0] if bundle.adapters else None
-    return TransformersBackend(
-        bundle.base_model, adapter_path=adapter, model_id=model_id, **backend_kwargs
-    )
+    return load_bundle_backend(bundle.path, model_id=model_id, **backend_kwargs)

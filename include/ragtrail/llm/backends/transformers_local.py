@@ -155,12 +155,23 @@ def _processors(
     return LogitsProcessorList([p for p in (constrained, sampler) if p is not None])
 
 
+def _adapter_list(adapter_path: str | Path | Sequence[str | Path] | None) -> list[str | Path]:
+    """``adapter_path`` as a list: none, one directory or URI, or several in merge order."""
+    if adapter_path is None:
+        return []
+    if isinstance(adapter_path, str | Path):
+        return [adapter_path]
+    return list(adapter_path)
+
+
 class TransformersBackend:
     """Batched local generation with a transformers model (see module docstring for model specs).
 
     Args:
         model: local path, HF id, ``s3://`` URI or ``builtin:smollm2-135m-instruct``.
-        adapter_path: optional PEFT adapter directory (or ``s3://`` URI) applied to the model.
+        adapter_path: optional PEFT adapter directory (or ``s3://`` URI) applied to the model,
+            or a sequence of them merged into the weights one after the other (a model bundle's
+            ``sft`` then ``rl``); the model id names every adapter's digest, in order.
         cache_dir: where converted / downloaded weights live (default: the configured model
             cache, ``settings.resolved_model_cache_dir``).
         batch_size: requests per forward batch.
@@ -181,7 +192,7 @@ class TransformersBackend:
         self,
         model: str,
         *,
-        adapter_path: str | Path | None = None,
+        adapter_path: str | Path | Sequence[str | Path] | None = None,
         cache_dir: str | Path | None = None,
         batch_size: int = 8,
         device: str = "cpu",
@@ -214,12 +225,16 @@ class TransformersBackend:
         auto_cls = AutoModelForSeq2SeqLM if self.is_encoder_decoder else AutoModelForCausalLM
         net = auto_cls.from_pretrained(source, dtype=dtype)
 
-        if adapter_path is not None:
+        adapters = _adapter_list(adapter_path)
+        if len(adapters) > 1 and not merge_adapter:
+            raise ValueError(
+                f"{len(adapters)} adapters are stacked by merging each into the weights before "
+                "the next; merge_adapter=False keeps only one PEFT wrapper"
+            )
+        for adapter in adapters:
             from peft import PeftModel
 
-            adapter_dir, adapter_digest = resolve_model_dir(
-                adapter_path, cache_root, s3_endpoint_url
-            )
+            adapter_dir, adapter_digest = resolve_model_dir(adapter, cache_root, s3_endpoint_url)
             net = PeftModel.from_pretrained(net, str(adapter_dir))
             if merge_adapter:
                 net = net.merge_and_unload()

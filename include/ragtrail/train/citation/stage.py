@@ -1,0 +1,136 @@
+"""What the SFT and RL stages share: loading the model to train, the LoRA shape, the trainer
+arguments every stage needs on any device, and the stage's result record."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragtrail import jsonsafe
+from ragtrail.train.citation.config import CitationTrainingConfig
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One training stage: where its adapter is and what it cost.
+
+    ``adapter_dir`` is None when the stage was skipped (``skipped`` says why). ``tokens_seen``
+    counts the tokens of every sequence the optimiser saw (prompts and completions, padding
+    excluded); ``history`` holds the trainer's per-step log (loss, and for RL reward, KL, ...).
+    """
+
+    name: str
+    adapter_dir: Path | None
+    steps: int
+    wall_seconds: float
+    tokens_seen: int
+    examples: int
+    history: tuple[dict[str, Any], ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
+    skipped: str | None = None
+
+    def series(self, key: str) -> list[float]:
+        """One logged value per step where the trainer logged it (e.g. ``loss``, ``reward``)."""
+        return [row[key] for row in self.history if key in row]
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "adapter_dir": str(self.adapter_dir) if self.adapter_dir else None,
+            "steps": self.steps,
+            "wall_seconds": round(self.wall_seconds, 3),
+            "tokens_seen": self.tokens_seen,
+            "examples": self.examples,
+            "loss": self.series("loss"),
+            "history": [dict(row) for row in self.history],
+            "config": dict(self.config),
+            "skipped": self.skipped,
+        }
+        rewards = self.series("reward")
+        jsonsafe.finite_or_undefined(
+            out,
+            "mean_reward",
+            sum(rewards) / len(rewards) if rewards else None,
+            "no reward logged (not an RL stage, or skipped)",
+        )
+        return jsonsafe.check_finite(out, f"{self.name} stage result")
+
+
+def skipped_stage(name: str, reason: str, config: Mapping[str, Any]) -> StageResult:
+    return StageResult(name, None, 0, 0.0, 0, 0, (), dict(config), reason)
+
+
+def step_history(log_history: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """The per-step rows of a trainer's ``state.log_history`` (the final summary row, which
+    has ``train_runtime``, left out), numbers only; a non-finite value (a NaN loss) is dropped
+    from its row and named under ``undefined`` instead of leaking into JSON."""
+    rows = []
+    for entry in log_history:
+        if "train_runtime" in entry or "step" not in entry:
+            continue
+        row: dict[str, Any] = {}
+        for key, value in entry.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if math.isfinite(float(value)):
+                row[key] = float(value)
+            else:
+                row.setdefault("undefined", {})[key] = f"the trainer logged {value}"
+        rows.append(row)
+    return tuple(rows)
+
+
+def load_trainable(base_model: str, *, cache_dir: str | Path | None = None) -> tuple[Any, Any]:
+    """The base model (float32) and its tokenizer, resolved like the transformers backend resolves
+    specs (path, HF id, ``s3://``, ``builtin:``), with a pad token."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ragtrail.llm.backends.model_store import resolve_model_source
+    from ragtrail.models.store import cache_root
+
+    source, _ = resolve_model_source(base_model, cache_root(cache_dir))
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def lora_config(model: Any, config: CitationTrainingConfig) -> Any:
+    """A fresh causal-LM LoRA on the architecture's default targets (attention q and v)."""
+    from peft import LoraConfig
+
+    from ragtrail.train.lora import resolve_target_modules
+
+    return LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=resolve_target_modules(model, None),
+        task_type="CAUSAL_LM",
+    )
+
+
+def trainer_arguments(config: CitationTrainingConfig, work_dir: Path) -> dict[str, Any]:
+    """Arguments every stage passes to its TRL config: seeded, one log row per step, nothing
+    saved or reported by the trainer itself, CPU unless a GPU is there (bf16 only on a GPU)."""
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    return {
+        "output_dir": str(work_dir),
+        "seed": config.seed,
+        "data_seed": config.seed,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "use_cpu": not on_gpu,
+        "bf16": on_gpu and torch.cuda.is_bf16_supported(),
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+        "lr_scheduler_type": "constant",
+    }

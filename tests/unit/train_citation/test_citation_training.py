@@ -1,0 +1,149 @@
+"""Citation training end to end on a tiny random Llama built from a config: teacher targets,
+SFT (2 steps) and GRPO (2 steps) with LoRA, the bundle and its lineage, the bundle served back
+through the LLM layer (deterministic), and the held-out evaluation. Mechanics only: a random
+2-layer model writes gibberish, so rewards and F1 are near 0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragtrail.llm.backends.base import GenerationRequest
+from ragtrail.llm.client import LLMClient
+from ragtrail.llm.factory import load_llm_backend
+from ragtrail.llm.testing import ScriptedBackend
+from ragtrail.models.bundle import read_bundle
+from ragtrail.train.citation import (
+    BUNDLE_KIND,
+    CitationSplit,
+    CitationTrainingConfig,
+    CitationTrainingResult,
+    evaluate_citation_model,
+    headline,
+    split_citation_data,
+    train_citation_model,
+)
+from tests.tiny_models import build_tiny_llama
+from tests.unit.train_citation.test_citation_data import CORPUS, ITEMS
+
+CONFIG = CitationTrainingConfig(
+    seed=3,
+    max_train_prompts=3,
+    lora_r=4,
+    lora_alpha=8,
+    sft_steps=2,
+    sft_batch_size=2,
+    rl_steps=2,
+    num_generations=2,
+    max_completion_length=8,
+    reward_threshold=0.5,
+)
+
+
+@pytest.fixture(scope="module")
+def split() -> CitationSplit:
+    return split_citation_data(ITEMS, CORPUS, eval_share=0.3, seed=7, mixture_spec="1/1/1")
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory: pytest.TempPathFactory, split: CitationSplit) -> Path:
+    texts = [m["content"] for p in split.train for m in p.messages]
+    texts += ['{"sentences":[{"text":"A.","citations":[1]}]}']
+    return build_tiny_llama(
+        tmp_path_factory.mktemp("base"), texts, vocab_size=900, max_positions=2048
+    )
+
+
+def _teacher(request: GenerationRequest, number: int) -> str:
+    """Cites passage 1 and 2 whatever the question: right for some prompts, not for others."""
+    del request, number
+    return json.dumps({"sentences": [{"text": "A fact.", "citations": [1, 2]}]})
+
+
+@pytest.fixture(scope="module")
+def trained(
+    tmp_path_factory: pytest.TempPathFactory, tiny_base: Path, split: CitationSplit
+) -> CitationTrainingResult:
+    teacher = LLMClient(ScriptedBackend(_teacher, model_id="teacher-v1"))
+    out = tmp_path_factory.mktemp("run") / "citation"
+    config = CitationTrainingConfig(**{**CONFIG.as_dict(), "reward_threshold": 0.0})
+    return train_citation_model(str(tiny_base), split, config, out, teacher=teacher)
+
+
+def test_training_writes_a_bundle_with_lineage(
+    trained: CitationTrainingResult, split: CitationSplit, tiny_base: Path
+) -> None:
+    bundle = read_bundle(trained.bundle.path)
+    assert bundle.kind == BUNDLE_KIND
+    assert bundle.base_model == str(tiny_base)
+    assert bundle.adapters == ("sft", "rl")
+    lineage = bundle.lineage
+    assert lineage["split"]["split_version"] == split.split_version
+    assert lineage["train_prompts_used"] == 3
+    assert lineage["seeds"] == {"split": 7, "training": 3}
+    assert lineage["config"]["beta"] == CONFIG.beta > 0
+    assert lineage["targets"]["source"] == "teacher" and lineage["targets"]["kept"] == 3
+    sft, rl = lineage["stages"]["sft"], lineage["stages"]["rl"]
+    assert sft["steps"] == 2 and len(sft["loss"]) == 2 and sft["tokens_seen"] > 0
+    assert rl["steps"] == 2 and rl["config"]["trainer"] == "trl.GRPOTrainer"
+    assert rl["mean_reward"] is not None and 0.0 <= rl["mean_reward"] <= 1.0
+    assert rl["tokens_seen"] > 0
+    assert sft["wall_seconds"] > 0 and rl["wall_seconds"] > 0
+    # the whole run is on disk as strict JSON, the split content-addressed beside it
+    root = trained.bundle.path.parent
+    json.loads((root / "result.json").read_text(), parse_constant=_refuse)
+    assert CitationSplit.from_json((root / "split.json").read_text()) == split
+
+
+def _refuse(name: str) -> None:
+    raise AssertionError(f"non-finite {name} in result.json")
+
+
+def test_a_second_run_refuses_a_used_directory(
+    trained: CitationTrainingResult, tiny_base: Path, split: CitationSplit
+) -> None:
+    with pytest.raises(FileExistsError, match="not empty"):
+        train_citation_model(
+            str(tiny_base), split, CONFIG, trained.bundle.path.parent, teacher=None,
+            current=LLMClient(ScriptedBackend([])),
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="teacher client or the current"):
+        train_citation_model(str(tiny_base), split, CONFIG, Path("/nonexistent/x"))
+
+
+def test_bundle_loads_through_the_llm_layer_and_is_deterministic(
+    trained: CitationTrainingResult, tiny_base: Path, split: CitationSplit
+) -> None:
+    backend = load_llm_backend(f"bundle:{trained.bundle.path}", guided_json=False)
+    assert backend.model_id.count("+adapter:") == 2  # both stages name the cache identity
+    plain = load_llm_backend(f"hf:{tiny_base}", guided_json=False)
+    assert plain.model_id != backend.model_id
+    request = GenerationRequest(
+        messages=tuple(split.train[0].messages), max_new_tokens=6, temperature=0.9, seed=11
+    )
+    first, second = backend.generate([request, request])
+    assert first.error is None and first.text == second.text
+    assert backend.generate([request])[0].text == first.text
+
+
+def test_held_out_evaluation_scores_every_frozen_mixture_with_a_baseline(
+    trained: CitationTrainingResult, split: CitationSplit
+) -> None:
+    backend = load_llm_backend(f"bundle:{trained.bundle.path}")
+    evaluation = evaluate_citation_model(
+        LLMClient(backend, max_attempts=1),
+        split,
+        max_new_tokens=24,
+        baseline_repeats=20,
+        bootstrap_samples=50,
+    )
+    assert len(evaluation.answers) == len(split.eval_mixtures)
+    assert [(a.qid, a.mixture_type) for a in evaluation.answers] == [
+        (m.qid, m.mixture_type) for m in split.eval_mixtures
+    ]
+    top = headline(evaluation)
+    assert set(top) == {"model", "random"}
+    for cell in top["random"].values():
+        assert cell["n"] > 0 and cell["ci_low"] <= cell["value"] <= cell["ci_high"]
