@@ -117,6 +117,8 @@ def test_champion_and_challenger_resolve_to_their_versions(
 def test_unknown_alias_fails_clearly_and_two_adapters_merge_in_order(
     registry: MlflowModelRegistry, tiny_llama: Path, tmp_path: Path
 ) -> None:
+    from transformers import AutoModelForCausalLM
+
     registry.register_bundle(NAME, citation_bundle(tiny_llama, tmp_path, 3, ("sft", "rl")))
     with pytest.raises(RegistryError, match="no alias 'champion'"):
         load_llm_backend(f"registry:{NAME}@champion", registry=registry)
