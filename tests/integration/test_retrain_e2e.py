@@ -88,6 +88,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sample_corpus: Path) -
         "CITATION_TRAINING__MAX_COMPLETION_LENGTH": "8",
         "CITATION_TRAINING__TARGET_MAX_NEW_TOKENS": "24",
         "CITATION_TRAINING__REWARD_THRESHOLD": "0.0",
+        "CITATION_TRAINING__MAX_LENGTH": "16000",
     }
     for key, value in settings.items():
         monkeypatch.setenv(f"RAGTRAIL_{key}", value)
@@ -154,9 +155,10 @@ def test_drift_retrains_gates_and_registers(
     assert retrain_dag.get_task("train").queue == "gpu"
 
     registry = rt.registry
-    (version,) = registry.list_versions(MODEL)
-    assert version.version == 1
-    lineage = version.lineage
+    (listed,) = registry.list_versions(MODEL)
+    assert listed.version == 1 and listed.tags["lineage.retrain_run"].startswith("retrain-")
+    lineage = registry.get_version(MODEL, 1).lineage
+    assert lineage is not None
     assert lineage["base_model"].endswith("tiny")
     assert lineage["split"]["split_version"]
     assert set(lineage["stages"]) == {"sft", "rl"}

@@ -14,7 +14,16 @@ from typing import Any
 
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
 from ragtrail.pipeline.golden import golden_name_for, register_golden_set
-from ragtrail.pipeline.night import EVALUATE, GENERATE, INGEST, Flow, FlowRun, Progress, run_flow
+from ragtrail.pipeline.night import (
+    EVALUATE,
+    GENERATE,
+    INGEST,
+    RETRAIN,
+    Flow,
+    FlowRun,
+    Progress,
+    run_flow,
+)
 from ragtrail.report.judges import label_source_note
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
@@ -36,6 +45,7 @@ class NightlyResult:
     report: dict[str, Any]
     golden: list[dict[str, Any]] = field(default_factory=list)
     drift: dict[str, Any] | None = None
+    retraining: dict[str, Any] | None = None
 
 
 def run_nightly(
@@ -61,13 +71,13 @@ def run_nightly(
     run_id = run_id or f"nightly-{utcnow():%Y%m%dT%H%M%S}"
     params = {"corpus": corpus, "qa_set": str(qa_set) if qa_set else None}
 
-    def run(flow: Flow, number: int, event: dict[str, Any] | None, **extra: Any) -> FlowRun:
-        log(f"[{number}/3] {flow.dag_id}")
+    def run(flow: Flow, step: str, event: dict[str, Any] | None, **extra: Any) -> FlowRun:
+        log(f"[{step}] {flow.dag_id}")
         events = [{"timestamp": utcnow().isoformat(), "extra": event}] if event else []
         state = flow.resolve({**params, **extra}, events, run_id)
         return run_flow(rt, flow, state, progress=progress)
 
-    ingested = run(INGEST, 1, None, source=source)
+    ingested = run(INGEST, "1/3", None, source=source)
     summary = ingested.results["finalize"]
     log(
         f"      added={summary['added']} updated={summary['updated']} "
@@ -79,7 +89,7 @@ def run_nightly(
     event = ingested.event
     generation = None
     if generate:
-        generated = run(GENERATE, 2, event)
+        generated = run(GENERATE, "2/3", event)
         generation = generated.results["finalize"]
         log(
             f"      version {generation['version']}: accepted {generation['accepted']}, "
@@ -92,8 +102,17 @@ def run_nightly(
         event = generated.event
     else:
         log("[2/3] generate_testset skipped")
-    evaluated = run(EVALUATE, 3, event)
+    evaluated = run(EVALUATE, "3/3", event)
     published = _without_event(evaluated.results["publish"])
+    retraining = None
+    if evaluated.event is not None:  # the drift Asset: a decision fired, as the scheduler would
+        retrained = run(RETRAIN, "drift fired", evaluated.event)
+        retraining = retrained.results["gate"]
+        log(
+            f"      {retraining['model']} v{retraining['version']}: "
+            f"{'promoted' if retraining['promoted'] else 'kept as challenger'} "
+            f"({retraining['reason']})"
+        )
     return NightlyResult(
         run_id=run_id,
         ingest=summary,
@@ -103,6 +122,7 @@ def run_nightly(
         report=published,
         golden=golden_added,
         drift=evaluated.results.get("drift"),
+        retraining=retraining,
     )
 
 

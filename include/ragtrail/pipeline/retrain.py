@@ -135,8 +135,8 @@ def _version_of_run(rt: Runtime, run_id: str) -> int | None:
         versions = rt.registry.list_versions(name)
     except RegistryError:
         return None
-    for version in versions:
-        if version.lineage.get("retrain_run") == run_id:
+    for version in versions:  # listed without lineage; its flattened tags carry the run
+        if version.tags.get(RUN_TAG) == run_id:
             return version.version
     return None
 

@@ -10,9 +10,11 @@ in a seeded order; the LoRA is initialised from the same seed.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ragtrail.train.citation.config import CitationTrainingConfig
 from ragtrail.train.citation.data import CitationPrompt
@@ -25,6 +27,8 @@ from ragtrail.train.citation.stage import (
     trainer_arguments,
 )
 from ragtrail.train.citation.targets import SFTTarget
+
+log = logging.getLogger(__name__)
 
 ADAPTER = "adapter"
 
@@ -78,6 +82,20 @@ def run_sft(
         }
         for t in targets
     ]
+    # A prompt that fills max_length leaves no completion token to learn from (TRL then drops the
+    # example): such examples are left out here, counted, and an empty stage is skipped.
+    fitting = [row for row in rows if _prompt_tokens(tokenizer, row["prompt"]) < config.max_length]
+    if not fitting:
+        return skipped_stage(
+            "sft",
+            f"all {len(rows)} SFT prompts are at least max_length={config.max_length} tokens long",
+            stage_config,
+        )
+    if len(fitting) < len(rows):
+        log.warning(
+            "SFT: %d of %d prompts too long for max_length", len(rows) - len(fitting), len(rows)
+        )
+    rows = fitting
     args = SFTConfig(
         **trainer_arguments(config, work_dir / "trainer"),
         max_steps=config.sft_steps,
@@ -109,3 +127,9 @@ def run_sft(
         history=history,
         config=stage_config,
     )
+
+
+def _prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    """Tokens of ``messages`` rendered with the chat template, generation prompt included."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
