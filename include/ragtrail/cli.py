@@ -1548,5 +1548,35 @@ def models_rollback(
     console.print(f"{name}: champion rolled back v{event.previous} -> v{event.version} ({who})")
 
 
+@models_app.command("register-generator")
+def models_register_generator(
+    generator_dir: Annotated[
+        str, typer.Argument(help="A fine-tuned generator's output directory or s3:// URI.")
+    ],
+    name: Annotated[
+        str | None, typer.Option("--name", help="Registered model (default: the settings').")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Register a fine-tuned question generator as a new version (no alias is moved)."""
+    from ragtrail.config import load_settings
+    from ragtrail.train.registration import register_generator
+
+    settings = load_settings()
+    model = name or settings.registry.generator_model_name
+    with _registry() as registry:
+        version = register_generator(
+            registry,
+            model,
+            generator_dir,
+            cache_dir=settings.resolved_model_cache_dir,
+            s3_endpoint_url=settings.s3_endpoint_url,
+        )
+    if as_json:
+        _emit(version.as_dict())
+        return
+    console.print(f"{model}: registered v{version.version} from {generator_dir}")
+
+
 if __name__ == "__main__":
     app()

@@ -211,3 +211,24 @@ def test_generator_registers_and_serves_from_the_registry(
             [generator_request(label, context, max_new_tokens=config.max_target_len)]
         )
         assert out.text == sample["generated"]
+
+    # the same output directory through the CLI, into the configured registry of a fresh home
+    import json
+
+    from typer.testing import CliRunner
+
+    from ragtrail.cli import app
+
+    cli = CliRunner().invoke(
+        app,
+        ["models", "register-generator", str(result.out_dir), "--json"],
+        env={"RAGTRAIL_HOME": str(tmp_path / "cli-home")},
+    )
+    assert cli.exit_code == 0, cli.output
+    registered = json.loads(cli.stdout)
+    assert (registered["name"], registered["version"], registered["kind"]) == (
+        "ragtrail-generator",
+        1,
+        "generator",
+    )
+    assert registered["digest"] == version.digest  # same bundle content, same digest
