@@ -37,13 +37,11 @@ from ragtrail.train.citation.data import CitationPrompt
 from ragtrail.train.citation.reward import citation_reward
 from ragtrail.train.citation.stage import (
     StageResult,
+    finished_stage,
     load_trainable,
     lora_config,
-    step_history,
     trainer_arguments,
 )
-
-ADAPTER = "adapter"
 
 
 def rl_stage_config(config: CitationTrainingConfig) -> dict[str, object]:
@@ -113,17 +111,6 @@ def run_rl(
         peft_config=lora_config(model, config),
     )
     trainer.train()
-    adapter_dir = work_dir / ADAPTER
-    trainer.model.save_pretrained(adapter_dir)
-    history = step_history(trainer.state.log_history)
-    tokens = [row["num_tokens"] for row in history if "num_tokens" in row]
-    return StageResult(
-        name="rl",
-        adapter_dir=adapter_dir,
-        steps=int(trainer.state.global_step),
-        wall_seconds=time.perf_counter() - started,
-        tokens_seen=int(tokens[-1]) if tokens else 0,
-        examples=len(rows),
-        history=history,
-        config=rl_stage_config(config),
+    return finished_stage(
+        "rl", trainer, work_dir, started=started, examples=len(rows), config=rl_stage_config(config)
     )

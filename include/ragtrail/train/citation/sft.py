@@ -20,17 +20,15 @@ from ragtrail.train.citation.config import CitationTrainingConfig
 from ragtrail.train.citation.data import CitationPrompt
 from ragtrail.train.citation.stage import (
     StageResult,
+    finished_stage,
     load_trainable,
     lora_config,
     skipped_stage,
-    step_history,
     trainer_arguments,
 )
 from ragtrail.train.citation.targets import SFTTarget
 
 log = logging.getLogger(__name__)
-
-ADAPTER = "adapter"
 
 
 def sft_stage_config(config: CitationTrainingConfig) -> dict[str, object]:
@@ -113,19 +111,8 @@ def run_sft(
         peft_config=lora_config(model, config),
     )
     trainer.train()
-    adapter_dir = work_dir / ADAPTER
-    trainer.model.save_pretrained(adapter_dir)
-    history = step_history(trainer.state.log_history)
-    tokens = [row["num_tokens"] for row in history if "num_tokens" in row]
-    return StageResult(
-        name="sft",
-        adapter_dir=adapter_dir,
-        steps=int(trainer.state.global_step),
-        wall_seconds=time.perf_counter() - started,
-        tokens_seen=int(tokens[-1]) if tokens else 0,
-        examples=len(rows),
-        history=history,
-        config=stage_config,
+    return finished_stage(
+        "sft", trainer, work_dir, started=started, examples=len(rows), config=stage_config
     )
 
 

@@ -4,6 +4,7 @@ arguments every stage needs on any device, and the stage's result record."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,9 @@ from typing import Any
 
 from ragtrail import jsonsafe
 from ragtrail.train.citation.config import CitationTrainingConfig
+
+ADAPTER = "adapter"
+"""Each stage saves its LoRA adapter in this subdirectory of its work directory."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,33 @@ class StageResult:
 
 def skipped_stage(name: str, reason: str, config: Mapping[str, Any]) -> StageResult:
     return StageResult(name, None, 0, 0.0, 0, 0, (), dict(config), reason)
+
+
+def finished_stage(
+    name: str,
+    trainer: Any,
+    work_dir: Path,
+    *,
+    started: float,
+    examples: int,
+    config: Mapping[str, Any],
+) -> StageResult:
+    """Save a trained stage's LoRA adapter to ``work_dir/adapter`` and describe the run (steps,
+    wall time since ``started`` on ``time.perf_counter()``, tokens seen, per-step history)."""
+    adapter_dir = work_dir / ADAPTER
+    trainer.model.save_pretrained(adapter_dir)
+    history = step_history(trainer.state.log_history)
+    tokens = [row["num_tokens"] for row in history if "num_tokens" in row]
+    return StageResult(
+        name=name,
+        adapter_dir=adapter_dir,
+        steps=int(trainer.state.global_step),
+        wall_seconds=time.perf_counter() - started,
+        tokens_seen=int(tokens[-1]) if tokens else 0,
+        examples=examples,
+        history=history,
+        config=dict(config),
+    )
 
 
 def step_history(log_history: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
