@@ -59,8 +59,11 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary on 
 CorpusOpt = Annotated[str, typer.Option("--corpus", help="Corpus name.")]
 
 
-def _emit(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+def _emit(data: Any, what: str = "output") -> None:
+    """``data`` as strict JSON on stdout: a NaN or infinity anywhere fails, naming its path."""
+    from ragtrail import jsonsafe
+
+    sys.stdout.write(jsonsafe.dumps(data, what, indent=2) + "\n")
 
 
 @contextmanager
@@ -636,13 +639,12 @@ def eval_answers(
 ) -> None:
     """Attribution metrics of answers from a log: AutoAIS, ALCE citation P/R, citation overlap,
     ROUGE-L/BLEU and citation P/R/F1, each with a 95% bootstrap CI and n."""
-    from ragtrail import jsonsafe
     from ragtrail.pipeline.answers import score_answer_file
 
     with _runtime() as rt:
         report = score_answer_file(rt, file, judge=judge, bootstrap_samples=bootstrap_samples)
     if as_json:
-        sys.stdout.write(jsonsafe.dumps(report.as_json(), "answers score", indent=2) + "\n")
+        _emit(report.as_json(), "answers score")
         return
     _print_answers(report.as_json())
 
@@ -1093,13 +1095,12 @@ def runs_compare(
     Per metric and facet: mean A, mean B, B - A with a paired bootstrap 95% CI, a sign-flip
     permutation p-value and Holm-corrected p-values across the facets of the metric.
     """
-    from ragtrail import jsonsafe
     from ragtrail.pipeline.compare import compare_stored_runs
 
     with _runtime() as rt:
         comparison = compare_stored_runs(rt.engine, run_a, run_b, n_resamples=resamples, seed=seed)
     if as_json:
-        sys.stdout.write(jsonsafe.dumps(comparison.as_dict(), "comparison", indent=2) + "\n")
+        _emit(comparison.as_dict(), "comparison")
         return
     console.print(
         f"A = {run_a}, B = {run_b}; QA set {comparison.qa_set_version}; "
@@ -1206,7 +1207,6 @@ def drift_check(
     never fire. Checking the same run against the same baseline again replaces its decision.
     Exit code 0 whatever the decision (1 with --fail-on-drift when one fires; 2 on bad input).
     """
-    from ragtrail import jsonsafe
     from ragtrail.pipeline.drift import check_runs, runs_to_check
 
     with _runtime() as rt:
@@ -1214,7 +1214,7 @@ def drift_check(
         decisions = check_runs(rt.engine, run_ids, rt.settings.drift, corpus=corpus)
     if as_json:
         payload = [d.as_dict() for d in decisions]
-        sys.stdout.write(jsonsafe.dumps(payload, "drift decisions", indent=2) + "\n")
+        _emit(payload, "drift decisions")
     else:
         for decision in decisions:
             _print_decision(decision)
@@ -1229,14 +1229,13 @@ def drift_list(
     as_json: JsonFlag = False,
 ) -> None:
     """Stored drift decisions of the corpus, newest first."""
-    from ragtrail import jsonsafe
     from ragtrail.storage.drift_store import DriftStore
 
     with _runtime() as rt:
         decisions = DriftStore(rt.engine).decisions(corpus=corpus, limit=limit)
     if as_json:
         payload = [d.as_dict() for d in decisions]
-        sys.stdout.write(jsonsafe.dumps(payload, "drift decisions", indent=2) + "\n")
+        _emit(payload, "drift decisions")
         return
     table = Table("decision", "run", "baseline", "status", "fired", "drifted", "at")
     for d in decisions:

@@ -118,6 +118,12 @@ class JudgeInput:
     premise: str = ""
     hypothesis: str = ""
 
+    def blank(self, *fields: str) -> str | None:
+        """``"empty <field> and <field>"`` naming those of ``fields`` that are blank, else None:
+        why a judge that reads them cannot judge this input."""
+        missing = [name for name in fields if not getattr(self, name).strip()]
+        return f"empty {' and '.join(missing)}" if missing else None
+
 
 @dataclass(frozen=True)
 class Verdict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ragtrail.judges.contract import (
     ENTAILMENT_CATEGORIES,
@@ -41,33 +42,20 @@ def check_threshold(threshold: float) -> float:
     return value
 
 
-def entailment_spec(
-    *,
-    name: str,
-    version: str,
-    backend: str,
-    model: str,
-    approximate: bool = False,
-    description: str = "",
-) -> JudgeSpec:
-    """The spec of an entailment judge: role ENTAILMENT, CATEGORY verdicts over the two classes."""
+def entailment_spec(**fields: Any) -> JudgeSpec:
+    """The spec of an entailment judge: role ENTAILMENT, CATEGORY verdicts over the two classes;
+    ``fields`` are the rest of :class:`JudgeSpec` (name, version, backend, model, ...)."""
     return JudgeSpec(
-        name=name,
-        version=version,
         role=JudgeRole.ENTAILMENT,
-        backend=backend,
-        model=model,
         verdict_type=VerdictType.CATEGORY,
         categories=ENTAILMENT_CATEGORIES,
-        approximate=approximate,
-        description=description,
+        **fields,
     )
 
 
 def input_problem(item: JudgeInput) -> str | None:
     """Why ``item`` cannot be judged for entailment (an empty side), or None when it can."""
-    missing = [side for side in ("premise", "hypothesis") if not getattr(item, side).strip()]
-    return f"empty {' and '.join(missing)}" if missing else None
+    return item.blank("premise", "hypothesis")
 
 
 def judge_nonempty(

@@ -143,10 +143,18 @@ def load_entailment_reference(path: Path | str) -> list[EntailmentExample]:
     return read_reference_jsonl(path, _example_from_row, lambda e: e.source_id, "source_id")
 
 
-def _example_from_row(row: dict[str, Any], default_id: str) -> EntailmentExample:
-    """One example from one JSONL object; a ValueError lists everything wrong with it."""
+def check_reference_row(
+    row: Mapping[str, Any],
+    *,
+    texts: Sequence[str],
+    parse: Callable[[Any], str],
+    id_key: str,
+    default_id: str,
+) -> tuple[list[str], str | None, Any]:
+    """The problems of one labelled JSONL object (each of ``texts`` a non-empty string, a
+    ``label`` that ``parse`` accepts, a non-empty ``id_key``) with the parsed label and the id."""
     errors: list[str] = []
-    for key in ("premise", "hypothesis"):
+    for key in texts:
         value = row.get(key)
         if not isinstance(value, str) or not value.strip():
             errors.append(f"{key} must be a non-empty string (got {value!r:.40})")
@@ -155,12 +163,21 @@ def _example_from_row(row: dict[str, Any], default_id: str) -> EntailmentExample
         errors.append("label is missing")
     else:
         try:
-            label = parse_label(row["label"])
+            label = parse(row["label"])
         except ValueError as exc:
             errors.append(str(exc))
-    source_id = row.get("source_id", default_id)
-    if not isinstance(source_id, str) or not source_id.strip():
-        errors.append(f"source_id must be a non-empty string (got {source_id!r})")
+    row_id = row.get(id_key, default_id)
+    if not isinstance(row_id, str) or not row_id.strip():
+        errors.append(f"{id_key} must be a non-empty string (got {row_id!r})")
+    return errors, label, row_id
+
+
+def _example_from_row(row: dict[str, Any], default_id: str) -> EntailmentExample:
+    """One example from one JSONL object; a ValueError lists everything wrong with it."""
+    errors, label, source_id = check_reference_row(
+        row, texts=("premise", "hypothesis"), parse=parse_label, id_key="source_id",
+        default_id=default_id,
+    )  # fmt: skip
     if errors:
         raise ValueError("; ".join(errors))
     assert label is not None

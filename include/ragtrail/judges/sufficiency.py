@@ -140,33 +140,20 @@ def gold_answers(answer: str) -> list[str]:
 # ------------------------------------------------------------------------------- shared parts
 
 
-def sufficiency_spec(
-    *,
-    name: str,
-    version: str,
-    backend: str,
-    model: str,
-    approximate: bool = False,
-    description: str = "",
-) -> JudgeSpec:
-    """The spec of a sufficiency rater: role SUFFICIENCY, CATEGORY verdicts over the two classes."""
+def sufficiency_spec(**fields: Any) -> JudgeSpec:
+    """The spec of a sufficiency rater: role SUFFICIENCY, CATEGORY verdicts over the two classes;
+    ``fields`` are the rest of :class:`JudgeSpec` (name, version, backend, model, ...)."""
     return JudgeSpec(
-        name=name,
-        version=version,
         role=JudgeRole.SUFFICIENCY,
-        backend=backend,
-        model=model,
         verdict_type=VerdictType.CATEGORY,
         categories=SUFFICIENCY_CATEGORIES,
-        approximate=approximate,
-        description=description,
+        **fields,
     )
 
 
 def input_problem(item: JudgeInput) -> str | None:
     """Why ``item`` cannot be rated (an empty question or context), or None when it can."""
-    missing = [side for side in ("question", "context") if not getattr(item, side).strip()]
-    return f"empty {' and '.join(missing)}" if missing else None
+    return item.blank("question", "context")
 
 
 def join_reason(*parts: str) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ragtrail.judges.references import read_reference_jsonl
+from ragtrail.judges.references import check_reference_row, read_reference_jsonl
 from ragtrail.judges.sufficiency import INSUFFICIENT, SUFFICIENCY_CATEGORIES, SUFFICIENT
 from ragtrail.records import QAItem, QuestionLabel
 
@@ -66,25 +66,13 @@ def load_sufficiency_reference(path: Path | str) -> list[SufficiencyExample]:
 
 def _example_from_row(row: dict[str, Any], default_id: str) -> SufficiencyExample:
     """One example from one JSONL object; a ValueError lists everything wrong with it."""
-    errors: list[str] = []
-    for key in ("question", "context"):
-        value = row.get(key)
-        if not isinstance(value, str) or not value.strip():
-            errors.append(f"{key} must be a non-empty string (got {value!r:.40})")
+    errors, label, example_id = check_reference_row(
+        row, texts=("question", "context"), parse=parse_sufficiency_label, id_key="id",
+        default_id=default_id,
+    )  # fmt: skip
     answer = row.get("answer", "")
     if not isinstance(answer, str):
         errors.append(f"answer must be a string (got {answer!r:.40})")
-    label = None
-    if "label" not in row:
-        errors.append("label is missing")
-    else:
-        try:
-            label = parse_sufficiency_label(row["label"])
-        except ValueError as exc:
-            errors.append(str(exc))
-    example_id = row.get("id", default_id)
-    if not isinstance(example_id, str) or not example_id.strip():
-        errors.append(f"id must be a non-empty string (got {example_id!r})")
     if errors:
         raise ValueError("; ".join(errors))
     assert label is not None

@@ -56,6 +56,11 @@ def put_parquet(rt: Runtime, key: str, frame: pd.DataFrame) -> str:
     return rt.artifacts.put_bytes(key, buf.getvalue())
 
 
+def get_parquet(rt: Runtime, key: str) -> pd.DataFrame:
+    """The frame :func:`put_parquet` stored under ``key``."""
+    return pd.read_parquet(io.BytesIO(rt.artifacts.get_bytes(key)))
+
+
 def evaluate_retrieval(
     rt: Runtime,
     corpus: str,

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ragtrail import jsonsafe
 from ragtrail.pipeline.citations import compact as compact_citations
-from ragtrail.pipeline.evaluate import load_run_summary, report_dir, run_prefix
+from ragtrail.pipeline.evaluate import get_parquet, load_run_summary, report_dir, run_prefix
 from ragtrail.pipeline.evaluation_sets import change_since_previous
 from ragtrail.pipeline.sufficiency import compact as compact_sufficiency
 from ragtrail.pipeline.sufficiency import metrics_frame
@@ -204,8 +204,6 @@ def _validate_citations(
 ) -> list[QualityResult]:
     """GX on one set's citation results: the per-query rows (parquet) and every aggregate of the
     mixture and scenario evaluations."""
-    import io
-
     from ragtrail.quality.suites import (
         citation_metrics_suite,
         citation_queries_suite,
@@ -213,8 +211,7 @@ def _validate_citations(
     )
 
     suffix = _validation_suffix(name)
-    key = f"{run_prefix(citations['run_id'])}/citation_queries.parquet"
-    queries = pd.read_parquet(io.BytesIO(rt.artifacts.get_bytes(key)))
+    queries = get_parquet(rt, f"{run_prefix(citations['run_id'])}/citation_queries.parquet")
     aggregates = [{"evaluation": "citations", **a} for a in citations["mixture"]["aggregates"]] + [
         {"evaluation": "attribution", **a}
         for a in (citations.get("scenarios") or {}).get("aggregates", [])
@@ -235,8 +232,6 @@ def _validate_sufficiency(
 ) -> list[QualityResult]:
     """GX on one set's sufficiency results: the per-(question, setting) rows and every figure
     (raters' agreement, C/A/H rates, the selective policy's areas)."""
-    import io
-
     from ragtrail.quality.suites import (
         prepare_citation_metrics,
         sufficiency_metrics_suite,
@@ -244,8 +239,7 @@ def _validate_sufficiency(
     )
 
     suffix = _validation_suffix(name)
-    key = f"{run_prefix(summary['run_id'])}/sufficiency_queries.parquet"
-    queries = pd.read_parquet(io.BytesIO(rt.artifacts.get_bytes(key)))
+    queries = get_parquet(rt, f"{run_prefix(summary['run_id'])}/sufficiency_queries.parquet")
     metrics = prepare_citation_metrics(metrics_frame(summary))
     return [
         runner.validate(

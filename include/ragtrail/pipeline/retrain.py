@@ -30,7 +30,13 @@ from typing import Any
 
 from ragtrail.config import ModelRole
 from ragtrail.evaluate.citations import MixtureEvaluation
-from ragtrail.models.registry import CHAMPION, RegistryError, current_version, settle_challenger
+from ragtrail.models.registry import (
+    CHAMPION,
+    RegistryError,
+    current_version,
+    parse_model_ref,
+    settle_challenger,
+)
 from ragtrail.pipeline.evaluate import evaluated_snapshot, load_items
 from ragtrail.pipeline.evaluation_sets import plan_sets
 from ragtrail.pipeline.mixtures import corpus_from_runtime
@@ -67,7 +73,9 @@ def prepare_citation_data(
 
     key = split_key(run_id)
     snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
-    if not rt.artifacts.exists(key):
+    if rt.artifacts.exists(key):  # a retried task reuses the split it stored
+        split = _load_split(rt, run_id)
+    else:
         items, sets = _items_of_sets(rt, corpus, run_id)
         cfg = rt.settings.citation_training
         split = split_citation_data(
@@ -81,7 +89,6 @@ def prepare_citation_data(
         )
         rt.artifacts.put_bytes(key, split.to_json().encode("utf-8"))
         log.info("citation split %s from %s", split.split_version, ", ".join(sets))
-    split = _load_split(rt, run_id)
     return {
         "split_uri": rt.artifacts.uri_for(key),
         "split_version": split.split_version,
@@ -113,11 +120,8 @@ def base_model_of(rt: Runtime, spec: str) -> str:
     """The base model a new version is trained on: the champion bundle's base, else the
     configured answerer's model (it must be a local model: ``builtin:``, ``hf:`` or a path)."""
     if spec.startswith("registry:"):
-        name, ref = spec.removeprefix("registry:").split("@", 1)
-        _, path = rt.registry.download_bundle(name, ref)
-        from ragtrail.models.bundle import read_bundle
-
-        return read_bundle(path).base_model
+        name, ref = parse_model_ref(spec.removeprefix("registry:"))
+        return rt.registry.get_version(name, ref).base_model  # recorded at registration
     kind, _, rest = spec.partition(":")
     if kind == "hf":
         return rest

@@ -661,6 +661,26 @@ def citation_queries_suite() -> gx.ExpectationSuite:
     return _suite(CITATION_QUERIES_SUITE, "per-query citation scores", expectations)
 
 
+def _aggregate_checks(*, in_range: str, interval: str, counted: str) -> list[gxe.Expectation]:
+    """The fail checks of an aggregates frame prepared by :func:`prepare_citation_metrics`:
+    columns present, values in range, intervals containing their estimate, n >= 0 (``counted``
+    names what n counts); the arguments are the rationales shown in Data Docs."""
+    return [
+        _columns_present(CITATION_METRIC_COLUMNS),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="value_in_range", value_set=[True], meta=policy(FAIL, in_range)
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="ci_contains_value", value_set=[True], meta=policy(FAIL, interval)
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="n",
+            min_value=0,
+            meta=policy(FAIL, f"every figure says over how many {counted} it was computed"),
+        ),
+    ]
+
+
 def citation_metrics_suite(max_invalid_share: float) -> gx.ExpectationSuite:
     """Suite over citation aggregates prepared by :func:`prepare_citation_metrics`.
 
@@ -669,21 +689,10 @@ def citation_metrics_suite(max_invalid_share: float) -> gx.ExpectationSuite:
     warn: the model's invalid-citation rate is at most ``max_invalid_share``.
     """
     expectations: list[gxe.Expectation] = [
-        _columns_present(CITATION_METRIC_COLUMNS),
-        gxe.ExpectColumnValuesToBeInSet(
-            column="value_in_range",
-            value_set=[True],
-            meta=policy(FAIL, "proportions lie in [0, 1] and counts are never negative"),
-        ),
-        gxe.ExpectColumnValuesToBeInSet(
-            column="ci_contains_value",
-            value_set=[True],
-            meta=policy(FAIL, "a bootstrap interval must contain its point estimate"),
-        ),
-        gxe.ExpectColumnValuesToBeBetween(
-            column="n",
-            min_value=0,
-            meta=policy(FAIL, "every figure says over how many questions it was computed"),
+        *_aggregate_checks(
+            in_range="proportions lie in [0, 1] and counts are never negative",
+            interval="a bootstrap interval must contain its point estimate",
+            counted="questions",
         ),
         gxe.ExpectColumnValuesToBeBetween(
             column="value",
@@ -777,22 +786,9 @@ def sufficiency_metrics_suite() -> gx.ExpectationSuite:
     fail: columns present; every value in its range (rates in [0, 1]; the policy's AUC gain in
     [-1, 1] is checked apart); every interval contains its estimate; n >= 0.
     """
-    expectations: list[gxe.Expectation] = [
-        _columns_present(CITATION_METRIC_COLUMNS),
-        gxe.ExpectColumnValuesToBeInSet(
-            column="value_in_range",
-            value_set=[True],
-            meta=policy(FAIL, "rates and areas lie in [0, 1], a gain in [-1, 1]"),
-        ),
-        gxe.ExpectColumnValuesToBeInSet(
-            column="ci_contains_value",
-            value_set=[True],
-            meta=policy(FAIL, "an interval must contain its point estimate"),
-        ),
-        gxe.ExpectColumnValuesToBeBetween(
-            column="n",
-            min_value=0,
-            meta=policy(FAIL, "every figure says over how many answers it was computed"),
-        ),
-    ]
+    expectations = _aggregate_checks(
+        in_range="rates and areas lie in [0, 1], a gain in [-1, 1]",
+        interval="an interval must contain its point estimate",
+        counted="answers",
+    )
     return _suite(SUFFICIENCY_METRICS_SUITE, "sufficiency and C/A/H figures", expectations)
