@@ -13,6 +13,7 @@ from ragtrail.pipeline.drift import (
     INCOMPARABLE,
     DriftCheckError,
     check_run,
+    drift_history,
     registered_primary_metrics,
     runs_to_check,
 )
@@ -208,3 +209,28 @@ def test_the_watched_metrics_come_from_the_evaluator_registry() -> None:
     assert primaries["retrieval"] == PrimaryMetric("retrieval", "recall@5", True)
     assert primaries["citations"] == PrimaryMetric("citations", "citation_f1", True)
     assert primaries["cah"] == PrimaryMetric("cah", "hallucination_rate", False)
+
+
+def test_history_plots_the_pooled_cell_the_check_compared(db: Engine) -> None:
+    """Per-question values carry real labels only; the check pools them into label=inclusive,
+    and the history must show that same cell (no stored aggregate has it under that name)."""
+    runs = RunStore(db)
+    for run_id, scores in (("n1", [1.0, 1.0, 0.0, 1.0, 1.0, 1.0]), ("n2", [0.0] * 6)):
+        runs.start_run(run_id, "evaluate_retrieval", {"corpus": CORPUS, "qa_set_version": "gs-1"})
+        labels = ["fact_single", "summary"] * 3
+        runs.replace_query_results(
+            run_id,
+            "citations",
+            [
+                QueryValue(f"q{i}", {"label": label, "mixture": "m1"}, "citation_f1", v)
+                for i, (label, v) in enumerate(zip(labels, scores, strict=True))
+            ],
+        )
+        runs.finish_run(run_id, "success")
+    decision = _check(db, "n2")
+    history = drift_history(db, decision)
+    points = history["citations:citation_f1 [label=inclusive, mixture=m1]"]
+    assert [p["run_id"] for p in points] == ["n1", "n2"]
+    assert [p["value"] for p in points] == [pytest.approx(5 / 6), 0.0]
+    assert points[0]["ci_low"] <= 5 / 6 <= points[0]["ci_high"]
+    assert (points[1]["ci_low"], points[1]["ci_high"]) == (0.0, 0.0)

@@ -85,7 +85,12 @@ class FacetComparison:
 Cell = tuple[str, str, str]  # evaluation, metric, facet key
 
 
-def _index(values: Iterable[PerQueryValue], pool_labels: bool) -> dict[Cell, dict[str, float]]:
+def query_cells(
+    values: Iterable[PerQueryValue], pool_labels: bool = True
+) -> dict[Cell, dict[str, float]]:
+    """Per (evaluation, metric, facet key) cell, each question's defined value; with
+    ``pool_labels`` a label's values also join the pooled ``label=inclusive`` cell. These are the
+    cells :func:`compare_runs` pairs."""
     cells: dict[Cell, dict[str, float]] = {}
     for v in values:
         if v.value is None:
@@ -113,8 +118,8 @@ def compare_runs(
     pool_labels: bool = True,
 ) -> list[FacetComparison]:
     """Paired comparisons for every cell of either run, sorted by evaluation, metric, facets."""
-    a_cells = _index(values_a, pool_labels)
-    b_cells = _index(values_b, pool_labels)
+    a_cells = query_cells(values_a, pool_labels)
+    b_cells = query_cells(values_b, pool_labels)
     results: list[FacetComparison] = []
     for cell in sorted(set(a_cells) | set(b_cells)):
         a, b = a_cells.get(cell, {}), b_cells.get(cell, {})

@@ -25,9 +25,11 @@ from typing import Any
 from sqlalchemy import Engine
 
 from ragtrail.config import DriftSettings
-from ragtrail.evaluate.contract import EVALUATORS
+from ragtrail.evaluate.contract import EVALUATORS, facet_key
 from ragtrail.evaluate.corpus_drift import SnapshotDocuments, corpus_drift
 from ragtrail.evaluate.drift import DriftPolicy, PrimaryMetric, assess_drift, worsening
+from ragtrail.evaluate.metrics import bootstrap_ci
+from ragtrail.evaluate.run_compare import query_cells
 from ragtrail.pipeline.compare import RunComparisonError, compare_stored_runs
 from ragtrail.records import CandidateStatus
 from ragtrail.storage.db import utcnow
@@ -315,27 +317,44 @@ def compact(decision: DecisionRecord) -> dict[str, Any]:
     }
 
 
+HISTORY_RUNS = 60
+"""At most this many of the corpus's newest runs are read for a history plot."""
+
+
 def drift_history(engine: Engine, decision: DecisionRecord) -> dict[str, list[dict[str, Any]]]:
     """Per watched (evaluation, metric) of ``decision``, the history of one facet cell on the
     run's QA-set version, oldest first: the most-worsened drifted cell, else the tested cell with
-    the most paired questions. Keyed ``evaluation:metric [facets]``."""
+    the most paired questions. Keyed ``evaluation:metric [facets]``.
+
+    Each point is the mean of the cell's per-question values in one run with a bootstrap 95% CI:
+    the cells the check pairs (:func:`~ragtrail.evaluate.run_compare.query_cells`), including the
+    pooled ``label=inclusive`` cell, which evaluators' stored aggregates may pool and name
+    differently (``all``, ``answerable``)."""
     chosen: dict[tuple[str, str], dict[str, Any]] = {}
     for row in decision.evidence.get("rows", []):
         key = (row["evaluation"], row["metric"])
         if key not in chosen or _plot_rank(row) > _plot_rank(chosen[key]):
             chosen[key] = row
-    runs = RunStore(engine)
+    if not chosen:
+        return {}
+    store = RunStore(engine)
+    listed = store.list_runs(decision.corpus, limit=HISTORY_RUNS)
+    runs = [
+        item.run for item in reversed(listed) if item.run.qa_set_version == decision.qa_set_version
+    ]
+    cells = {run.run_id: query_cells(store.query_results(run.run_id)) for run in runs}
     out: dict[str, list[dict[str, Any]]] = {}
     for (evaluation, metric), row in sorted(chosen.items()):
-        points = runs.metrics_history(
-            metric=metric, corpus=decision.corpus, evaluation=evaluation, facets=row["facets"]
-        )
+        cell = (evaluation, metric, facet_key(row["facets"]))
+        points = []
+        for run in runs:
+            values = list(cells[run.run_id].get(cell, {}).values())
+            if values:
+                low, high = bootstrap_ci(values)
+                mean = sum(values) / len(values)
+                points.append({"run_id": run.run_id, "value": mean, "ci_low": low, "ci_high": high})
         facets = ", ".join(f"{k}={v}" for k, v in row["facets"].items())
-        out[f"{evaluation}:{metric} [{facets}]"] = [
-            {"run_id": p.run_id, "value": p.value, "ci_low": p.ci_low, "ci_high": p.ci_high}
-            for p in points
-            if p.qa_set_version == decision.qa_set_version
-        ]
+        out[f"{evaluation}:{metric} [{facets}]"] = points
     return out
 
 
