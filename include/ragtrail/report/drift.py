@@ -133,9 +133,9 @@ def history_plot(
                     label="baseline",
                 )
                 ax.legend(loc="best", frameon=False, fontsize=8)
-        ax.set_xticks(
-            range(len(points)), [str(p["run_id"])[-24:] for p in points], rotation=20, fontsize=7
-        )
+        # Every point is a run of the same set (<night>.<set>): the night tells them apart.
+        ticks = [str(p["run_id"]).rsplit(".", 1)[0][-24:] for p in points]
+        ax.set_xticks(range(len(points)), ticks, rotation=20, fontsize=7)
         ax.set_title(name, fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
