@@ -14,7 +14,8 @@ Usage (from the repository root, with the project venv)::
 ``up`` migrates the DB, applies ``airflow_settings.yaml`` (scripts/airflow_bootstrap.py),
 starts the four components, waits until they report healthy and the DAGs are parsed, then
 keeps them running until Ctrl-C / SIGTERM, and stops them all. ``--unpause`` unpauses
-ingest_corpus, generate_testset and evaluate_retrieval; ``--trigger`` triggers ingest_corpus on
+ingest_corpus, generate_testset, evaluate_retrieval and retrain_models (which runs only when a
+drift decision fires); ``--trigger`` triggers ingest_corpus on
 its default Params (the shipped sample corpus) in the slot of its latest missed interval, so
 unpausing does not start a second, scheduled ingest. ``env`` prints the environment as
 ``export`` lines for running the ``airflow`` CLI against the same installation.
@@ -50,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-RAGTRAIL_DAGS = ("ingest_corpus", "generate_testset", "evaluate_retrieval")
+RAGTRAIL_DAGS = ("ingest_corpus", "generate_testset", "evaluate_retrieval", "retrain_models")
 COMPONENTS: dict[str, list[str]] = {
     "api-server": ["api-server"],  # host/port from AIRFLOW__API__HOST / AIRFLOW__API__PORT
     "scheduler": ["scheduler", "--skip-serve-logs"],
@@ -448,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ragtrail-home", help="RAGTRAIL_HOME (default: <home>/ragtrail)")
     parser.add_argument("--port", type=int, default=8080, help="api-server port on 127.0.0.1")
     parser.add_argument("--parallelism", type=int, default=4)
-    parser.add_argument("--unpause", action="store_true", help="unpause the three ragtrail DAGs")
+    parser.add_argument("--unpause", action="store_true", help="unpause the four ragtrail DAGs")
     parser.add_argument("--trigger", action="store_true", help="trigger ingest_corpus once")
     args = parser.parse_args(argv)
     config = _config_from_args(args)

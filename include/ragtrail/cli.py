@@ -1420,6 +1420,11 @@ def _registry() -> Iterator[Any]:
         yield MlflowModelRegistry.from_settings(load_settings())
 
 
+def _held_by(version: int | None) -> str:
+    """An alias's version in the alias history: ``v3``, or ``none`` before it was first set."""
+    return "none" if version is None else f"v{version}"
+
+
 def _actor(actor: str | None) -> str:
     import os
 
@@ -1496,7 +1501,8 @@ def models_show(
     for event in events:
         out.print(
             f"{event['at']}: {event['action']} {event['alias']} "
-            f"v{event['previous']} -> v{event['version']} by {event['actor']}: {event['reason']}",
+            f"{_held_by(event['previous'])} -> {_held_by(event['version'])} by {event['actor']}: "
+            f"{event['reason']}",
             highlight=False,
         )
 
@@ -1525,7 +1531,10 @@ def models_promote(
     if as_json:
         _emit(event.as_dict())
         return
-    console.print(f"{name}: champion v{event.previous} -> v{event.version} ({who}: {reason})")
+    console.print(
+        f"{name}: champion {_held_by(event.previous)} -> {_held_by(event.version)} "
+        f"({who}: {reason})"
+    )
 
 
 @models_app.command("rollback")
@@ -1544,7 +1553,10 @@ def models_rollback(
     if as_json:
         _emit(event.as_dict())
         return
-    console.print(f"{name}: champion rolled back v{event.previous} -> v{event.version} ({who})")
+    console.print(
+        f"{name}: champion rolled back {_held_by(event.previous)} -> {_held_by(event.version)} "
+        f"({who})"
+    )
 
 
 @models_app.command("register-generator")
