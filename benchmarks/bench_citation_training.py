@@ -40,6 +40,7 @@ def _cell(cell: dict[str, Any] | None) -> str:
 
 
 def run(items: int, types: tuple[str, ...], overrides: dict[str, Any]) -> str:
+    from ragtrail.evaluate.promotion import GateConfig, decide_promotion
     from ragtrail.llm.backends.bundle import load_bundle_backend
     from ragtrail.llm.backends.transformers_local import TransformersBackend
     from ragtrail.llm.client import LLMClient
@@ -87,11 +88,19 @@ def run(items: int, types: tuple[str, ...], overrides: dict[str, Any]) -> str:
         models["after SFT + RL"] = load_bundle_backend(result.bundle.path, cache_dir=cache)
         scores: dict[str, dict[str, Any]] = {}
         eval_seconds: dict[str, float] = {}
+        evaluations = {}
         for name, backend in models.items():
             started = time.perf_counter()
-            evaluation = evaluate_citation_model(LLMClient(backend), split)
+            evaluations[name] = evaluate_citation_model(LLMClient(backend), split)
             eval_seconds[name] = time.perf_counter() - started
-            scores[name] = headline(evaluation)
+            scores[name] = headline(evaluations[name])
+        # The promotion gate as retrain_models applies it: the model in service (here the base
+        # model) against the trained bundle on the same frozen mixtures, paired.
+        gate = decide_promotion(
+            evaluations["base"].rows,
+            evaluations["after SFT + RL"].rows,
+            GateConfig.from_settings(rt.settings.promotion),
+        )
         rt.close()
 
     lineage = result.lineage
@@ -149,6 +158,10 @@ def run(items: int, types: tuple[str, ...], overrides: dict[str, Any]) -> str:
         "every model; 95% bootstrap CI, n; random = 1-3 citations uniformly at random):",
         "",
         *rows,
+        "",
+        f"Promotion gate (base as the model in service vs after SFT + RL, paired on the same "
+        f"mixtures, as `retrain_models` decides): **{'promote' if gate.promote else 'keep as challenger'}** "
+        f"— {gate.reason}",
     ]
     return "\n".join(lines)
 
