@@ -61,6 +61,12 @@ class GenerationSettings(BaseModel):
         "or 'vllm:<model>'",
     )
     llm_batch_size: int = Field(8, ge=1)
+    llm_dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="precision of local models (builtin:, hf:, registry:): bfloat16 halves "
+        "memory and, on CPUs with bf16 matrix units (AMX) or GPUs, is much faster; outputs "
+        "differ from float32 by rounding, and cached answers are kept apart per precision",
+    )
     max_attempts: int = Field(2, ge=1, le=5)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     extractive_facts: bool = Field(

@@ -147,19 +147,15 @@ class Runtime:
 
         self.limit_torch_threads()
         kwargs: dict[str, object] = {}
-        if spec.startswith(("builtin:", "hf:")):
+        if spec.startswith(("builtin:", "hf:", "registry:")):
             kwargs = {
                 "batch_size": self.settings.generation.llm_batch_size,
+                "dtype": self.settings.generation.llm_dtype,
                 "cache_dir": self.settings.resolved_model_cache_dir,
                 "s3_endpoint_url": self.settings.s3_endpoint_url,
             }
-        elif spec.startswith("registry:"):
-            kwargs = {
-                "settings": self.settings,
-                "batch_size": self.settings.generation.llm_batch_size,
-                "cache_dir": self.settings.resolved_model_cache_dir,
-                "s3_endpoint_url": self.settings.s3_endpoint_url,
-            }
+        if spec.startswith("registry:"):
+            kwargs["settings"] = self.settings
         return load_llm_backend(spec, **kwargs)
 
     def llm_models(self) -> dict[str, str]:
@@ -189,6 +185,12 @@ class Runtime:
             "metadata database": self.engine.dialect.name,
             "artifact store": "s3" if s.resolved_artifact_uri.startswith("s3://") else "local",
             **self.llm_models(),
+            # named only when it differs from the float32 reference, as in the models' ids
+            **(
+                {"local model dtype": s.generation.llm_dtype}
+                if s.generation.llm_dtype != "float32"
+                else {}
+            ),
         }
 
     def close(self) -> None:

@@ -147,6 +147,17 @@ def test_runtime_answerer_uses_the_configured_registry(tiny_llama: Path, tmp_pat
         assert identity(client.backend) == f"registry:{NAME}@v1:{version.digest[:12]}"
     finally:
         rt.close()
+    # The configured precision reaches registered models too, and keeps their answers apart.
+    generation = settings.generation.model_copy(update={"llm_dtype": "bfloat16"})
+    half = Runtime(settings.model_copy(update={"generation": generation}))
+    try:
+        backend = half.llm(ModelRole.ANSWERER).backend
+        assert next(backend.model.parameters()).dtype == torch.bfloat16  # type: ignore[attr-defined]
+        assert backend.model_id.startswith(  # type: ignore[attr-defined]
+            f"registry:{NAME}@v1:{version.digest[:12]}+dtype:bfloat16"
+        )
+    finally:
+        half.close()
 
 
 # ---------------------------------------------------------------------------- the generator
@@ -211,6 +222,10 @@ def test_generator_registers_and_serves_from_the_registry(
             [generator_request(label, context, max_new_tokens=config.max_target_len)]
         )
         assert out.text == sample["generated"]
+    half = load_llm_backend(
+        "registry:ragtrail-generator@champion", registry=registry, dtype="bfloat16"
+    )
+    assert half.model_id == f"{backend.model_id}+dtype:bfloat16"
 
     # the same output directory through the CLI, into the configured registry of a fresh home
     import json

@@ -25,7 +25,12 @@ from typing import Any
 import torch
 
 from ragtrail.llm.backends.base import GenerationRequest, Message
-from ragtrail.llm.backends.model_store import resolve_model_dir, resolve_model_source
+from ragtrail.llm.backends.model_store import (
+    dtype_tag,
+    model_dtype,
+    resolve_model_dir,
+    resolve_model_source,
+)
 from ragtrail.llm.backends.transformers_local import TransformersBackend
 from ragtrail.models.bundle import is_bundle, read_bundle
 from ragtrail.models.store import cache_root as resolve_cache_root
@@ -55,7 +60,7 @@ def load_base_model(
     *,
     cache_dir: str | Path | None = None,
     s3_endpoint_url: str | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
 ) -> BaseModel:
     """Load a base model named like the transformers backend names them (path, HF id, s3, builtin).
 
@@ -68,7 +73,7 @@ def load_base_model(
     config = AutoConfig.from_pretrained(source)
     is_ed = bool(getattr(config, "is_encoder_decoder", False))
     auto_cls = AutoModelForSeq2SeqLM if is_ed else AutoModelForCausalLM
-    model = auto_cls.from_pretrained(source, dtype=dtype)
+    model = auto_cls.from_pretrained(source, dtype=model_dtype(dtype))
     return BaseModel(model=model, source=source, model_id=derived_id, is_encoder_decoder=is_ed)
 
 
@@ -146,7 +151,7 @@ class FineTunedGeneratorBackend(TransformersBackend):
         cache_dir: str | Path | None = None,
         batch_size: int = 8,
         device: str = "cpu",
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | str = torch.float32,
         s3_endpoint_url: str | None = None,
         merge_adapter: bool = True,
         model_id: str | None = None,
@@ -155,6 +160,7 @@ class FineTunedGeneratorBackend(TransformersBackend):
         from transformers import AutoTokenizer
 
         started = time.perf_counter()
+        dtype = model_dtype(dtype)
         cache_root = resolve_cache_root(cache_dir)
         local, digest = resolve_model_dir(generator_dir, cache_root, s3_endpoint_url)
         meta = read_training_json(local)
@@ -175,7 +181,7 @@ class FineTunedGeneratorBackend(TransformersBackend):
             tokenizer,
             is_encoder_decoder=base.is_encoder_decoder,
             prompt_format=PromptFormat.from_json(meta["prompt_format"]),
-            model_id=model_id or f"{base.model_id}+generator:{digest[:12]}",
+            model_id=(model_id or f"{base.model_id}+generator:{digest[:12]}") + dtype_tag(dtype),
             batch_size=batch_size,
             device=device,
         )

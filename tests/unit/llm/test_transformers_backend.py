@@ -269,6 +269,45 @@ def test_lora_adapter_changes_model_id_and_outputs(tiny_llama: Path, tmp_path: P
     assert [r.text for r in unmerged.generate(reqs)] == [r.text for r in tuned.generate(reqs)]
 
 
+def test_precision_is_loaded_and_named_in_the_model_id(tiny_llama: Path) -> None:
+    reference = TransformersBackend(str(tiny_llama))
+    half = TransformersBackend(str(tiny_llama), dtype="bfloat16")
+    assert next(half.model.parameters()).dtype == torch.bfloat16
+    assert reference.model_id == f"{tiny_llama}+guided:200"  # float32 ids are unchanged
+    assert half.model_id == f"{tiny_llama}+dtype:bfloat16+guided:200"
+    named = TransformersBackend(str(tiny_llama), dtype=torch.float16, model_id="registry:m@v1")
+    assert named.model_id == "registry:m@v1+dtype:float16+guided:200"
+    results = half.generate(requests(4, max_new_tokens=6))
+    assert all(r.ok and r.completion_tokens > 0 for r in results)
+    with pytest.raises(ValueError, match=r"unknown model dtype 'int8'.*bfloat16"):
+        TransformersBackend(str(tiny_llama), dtype="int8")
+
+
+def test_runtime_loads_local_models_in_the_configured_precision(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
+    from ragtrail.config import ModelRole, load_settings
+    from ragtrail.runtime import Runtime
+
+    settings = load_settings(
+        home=tmp_path / "home", generation={"llm": f"hf:{tiny_llama}", "llm_dtype": "bfloat16"}
+    )
+    rt = Runtime(settings)
+    try:
+        backend = rt.llm(ModelRole.ANSWERER).backend
+        assert isinstance(backend, TransformersBackend)
+        assert next(backend.model.parameters()).dtype == torch.bfloat16
+        assert "+dtype:bfloat16" in backend.model_id
+        assert rt.backends()["local model dtype"] == "bfloat16"
+    finally:
+        rt.close()
+    plain = Runtime(load_settings(home=tmp_path / "plain", generation={"llm": f"hf:{tiny_llama}"}))
+    try:
+        assert "local model dtype" not in plain.backends()
+    finally:
+        plain.close()
+
+
 def test_model_from_s3_is_downloaded_once(
     tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

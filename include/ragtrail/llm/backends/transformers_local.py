@@ -62,7 +62,12 @@ from ragtrail.llm.backends.constrained_decoding import (
     DecodingConstraints,
 )
 from ragtrail.llm.backends.kv_cache import batch_cache, growing_cache_layers
-from ragtrail.llm.backends.model_store import resolve_model_dir, resolve_model_source
+from ragtrail.llm.backends.model_store import (
+    dtype_tag,
+    model_dtype,
+    resolve_model_dir,
+    resolve_model_source,
+)
 from ragtrail.models.store import cache_root as resolve_cache_root
 
 log = logging.getLogger(__name__)
@@ -175,6 +180,8 @@ class TransformersBackend:
         cache_dir: where converted / downloaded weights live (default: the configured model
             cache, ``settings.resolved_model_cache_dir``).
         batch_size: requests per forward batch.
+        dtype: precision of weights and KV cache, a torch dtype or its name (``float32``,
+            ``bfloat16``, ``float16``); any but float32 is appended to the model id.
         max_input_tokens: prompts longer than this fail (per request) instead of being truncated;
             default: the model's position limit minus ``max_new_tokens`` when the config has one.
         s3_endpoint_url: S3 endpoint for ``s3://`` models (else ``AWS_ENDPOINT_URL``).
@@ -196,7 +203,7 @@ class TransformersBackend:
         cache_dir: str | Path | None = None,
         batch_size: int = 8,
         device: str = "cpu",
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | str = torch.float32,
         max_input_tokens: int | None = None,
         s3_endpoint_url: str | None = None,
         merge_adapter: bool = True,
@@ -223,6 +230,7 @@ class TransformersBackend:
         config = AutoConfig.from_pretrained(source)
         self.is_encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
         auto_cls = AutoModelForSeq2SeqLM if self.is_encoder_decoder else AutoModelForCausalLM
+        dtype = model_dtype(dtype)
         net = auto_cls.from_pretrained(source, dtype=dtype)
 
         adapters = _adapter_list(adapter_path)
@@ -250,7 +258,7 @@ class TransformersBackend:
         self.eos_ids = self._eos_ids()
         self.max_positions = self._max_positions(config, max_input_tokens)
         self._explicit_max_input = max_input_tokens
-        self.model_id = model_id or derived_id
+        self.model_id = (model_id or derived_id) + dtype_tag(dtype)
         if guided_json:
             # The guide changes outputs, so it is part of the identity used by cache keys.
             self.model_id += f"+guided:{max_string_chars}"
