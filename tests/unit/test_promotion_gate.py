@@ -93,6 +93,21 @@ def test_interval_touching_zero_does_not_promote() -> None:
     assert "citation_f1 did not improve" in decision.reason and "not above zero" in decision.reason
 
 
+def test_reason_names_the_model_in_service() -> None:
+    decision = decide_promotion(
+        uniform(0.5, words=10.0),
+        uniform(0.5, words=20.0),
+        CONFIG,
+        serving="the configured answerer (no champion yet)",
+    )
+    assert decision.reference == "champion"  # the side of the comparison, for the record
+    assert "did not improve on the configured answerer (no champion yet)" in decision.reason
+    assert "(the configured answerer (no champion yet) 10.0000, challenger 20.0000" in (
+        decision.reason
+    )
+    assert "the champion" not in decision.reason
+
+
 def test_equal_models_do_not_promote() -> None:
     decision = decide_promotion(uniform(0.5), uniform(0.5), CONFIG)
     assert not decision.promote and decision.checks[0].diff == 0.0

@@ -167,12 +167,16 @@ def decide_promotion(
     champion_rows: Sequence[Mapping[str, Any]] | None,
     challenger_rows: Sequence[Mapping[str, Any]],
     config: GateConfig | None = None,
+    *,
+    serving: str = "the champion",
 ) -> GateDecision:
     """Promote the challenger or not, from the per-mixture rows of both evaluations.
 
     Rows are :attr:`ragtrail.evaluate.citations.MixtureEvaluation.rows` (``system`` ``model``
     rows are the model's; ``random`` rows are the baseline's). ``champion_rows=None`` means there
     is no champion yet: the challenger is compared with its evaluation's random baseline.
+    ``serving`` names the model ``champion_rows`` come from in the reason (e.g. "the configured
+    answerer" when nothing is registered yet).
     """
     config = config or GateConfig()
     if champion_rows is None:
@@ -188,7 +192,7 @@ def decide_promotion(
         for facet in facets:
             subset = pairs if facet == ALL else [p for p in pairs if p[1]["mixture"] == facet]
             checks.append(_check(GUARD, guard.metric, facet, subset, config, guard=guard))
-    return _decision(checks, CHAMPION, config)
+    return _decision(checks, CHAMPION, config, serving)
 
 
 def _decide_against_baseline(rows: Sequence[Mapping[str, Any]], config: GateConfig) -> GateDecision:
@@ -197,12 +201,13 @@ def _decide_against_baseline(rows: Sequence[Mapping[str, Any]], config: GateConf
     _check_same_mixtures(baseline, model)
     pairs = [(baseline[k], model[k]) for k in sorted(model)]
     primary = _check(PRIMARY, config.primary_metric, ALL, pairs, config, tolerance=None)
-    return _decision([primary], RANDOM_BASELINE, config)
+    return _decision([primary], RANDOM_BASELINE, config, "the random citation baseline")
 
 
-def _decision(checks: list[GateCheck], reference: str, config: GateConfig) -> GateDecision:
+def _decision(
+    checks: list[GateCheck], reference: str, config: GateConfig, against: str
+) -> GateDecision:
     primary, failed = checks[0], [c for c in checks if not c.passed]
-    against = "the champion" if reference == CHAMPION else "the random citation baseline"
     if not failed:
         reason = (
             f"{primary.metric} improved on {against} by {primary.diff:+.4f} "
@@ -234,7 +239,7 @@ def _failure_text(check: GateCheck, against: str, config: GateConfig) -> str:
     where = "all mixture types" if check.facet == ALL else f"{check.facet} mixtures"
     return (
         f"guard {check.metric} ({where}) regressed by {abs(check.diff or 0.0):.4f} "
-        f"> tolerance {check.tolerance:g} (champion {check.champion:.4f}, "
+        f"> tolerance {check.tolerance:g} ({against} {check.champion:.4f}, "
         f"challenger {check.challenger:.4f}, n={check.n})"
     )
 

@@ -235,7 +235,10 @@ def gate_challenger(
     current = _evaluate(rt, serving, split)
     challenger = _evaluate(rt, challenger_spec, split)
     decision = decide_promotion(
-        current.rows, challenger.rows, GateConfig.from_settings(rt.settings.promotion)
+        current.rows,
+        challenger.rows,
+        GateConfig.from_settings(rt.settings.promotion),
+        serving=f"the {serving_what}",
     )
     evidence = {
         **decision.as_json(),
