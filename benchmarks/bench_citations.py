@@ -3,16 +3,17 @@
 Three measurements in one run, on one fresh ``RAGTRAIL_HOME`` (the model cache is shared with the
 default home so the GGUF conversion is not timed):
 
-1. **Batched vs unbatched answering**: the same relevance mixtures answered through the real
-   client with the local backend at batch size 1 and at batch size 8, each on an empty LLM cache;
-   answers per second and their ratio (target >= 3).
+1. **Batched vs unbatched answering**: the relevance mixtures the nightly answers (``--answer-items``
+   golden questions x every mixture type) through the real client with the local backend at batch
+   size 1 and at batch size 8, in float32 and in bfloat16, each backend fresh, warmed on one other
+   question's mixture, on an empty LLM cache; answers per second and their ratio (target >= 3).
 2. **Cold vs rerun**: :func:`ragtrail.pipeline.citations.evaluate_citations` on the golden sample
    set (mixtures and scenarios, the nightly's default sample sizes), then the same call again:
    wall times, their ratio (target <= 0.10) and the rerun's model calls (target 0).
 3. **The baseline to beat**: the cold run's citation F1, model vs random, per mixture type, over
    the answerable questions, with 95% bootstrap intervals and n.
 
-    .venv/bin/python -m benchmarks.bench_citations [--items 4] [--answers 8] [--write]
+    .venv/bin/python -m benchmarks.bench_citations [--items 4] [--answer-items 8] [--write]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from benchmarks._common import machine_line, write_section
 
 LLM = "builtin:smollm2-135m-instruct"
 BATCH = 8
+DTYPES = ("float32", "bfloat16")
 
 
 def _runtime(home: Path, **overrides: Any) -> Any:
@@ -58,57 +61,122 @@ def _ingest(rt: Any, corpus: str) -> str:
     return f"golden:{golden['version']}"
 
 
-def _answers_per_second(rt: Any, corpus: str, qa_set: str, n: int, batch: int) -> float:
-    """Answer the first ``n`` mixtures with a fresh client of batch size ``batch``."""
-    from ragtrail.evaluate.mixture_answers import answer_mixtures
+@dataclass
+class Throughput:
+    """One timed answering pass."""
+
+    dtype: str
+    batch: int
+    answers: int
+    seconds: float
+    completion_tokens: int
+    raw: list[tuple[str, ...]]
+
+    @property
+    def per_second(self) -> float:
+        return self.answers / self.seconds
+
+
+def _workload(rt: Any, corpus: str, qa_set: str, n_items: int) -> tuple[list[Any], list[Any]]:
+    """The mixtures of ``n_items`` sampled questions in every type, and a warm-up mixture of one
+    more question (answered untimed by each fresh backend: tokenizer tables, first allocations)."""
     from ragtrail.evaluate.mixtures import build_mixtures
-    from ragtrail.llm.client import LLMClient
-    from ragtrail.llm.factory import load_llm_backend
     from ragtrail.pipeline.citations import sample_items
     from ragtrail.pipeline.evaluate import load_items
     from ragtrail.pipeline.mixtures import corpus_from_runtime
 
     items, _, _ = load_items(rt, qa_set)
-    mixtures = build_mixtures(
-        sample_items(items, n, rt.settings.seed),
-        corpus_from_runtime(rt, corpus),
-        types=("relevant+irrelevant",),
-    ).mixtures[:n]
+    picked = sample_items(items, n_items + 1, rt.settings.seed)
+    mixture_corpus = corpus_from_runtime(rt, corpus)
+    timed = build_mixtures(picked[:n_items], mixture_corpus).mixtures
+    warm = build_mixtures(picked[n_items:], mixture_corpus).mixtures[:1]
+    return list(timed), list(warm)
+
+
+def _answer(rt: Any, mixtures: list[Any], warm: list[Any], dtype: str, batch: int) -> Throughput:
+    """Answer ``mixtures`` with a fresh backend of ``dtype`` and ``batch``, no LLM cache."""
+    from ragtrail.evaluate.mixture_answers import answer_mixtures
+    from ragtrail.llm import UsageMeter
+    from ragtrail.llm.client import LLMClient
+    from ragtrail.llm.factory import load_llm_backend
+
     rt.limit_torch_threads()
     backend = load_llm_backend(
-        LLM, batch_size=batch, cache_dir=rt.settings.resolved_model_cache_dir
+        LLM, batch_size=batch, dtype=dtype, cache_dir=rt.settings.resolved_model_cache_dir
     )
-    client = LLMClient(backend, report_every=batch)
+    answer_mixtures(LLMClient(backend, report_every=batch), warm)
+    usage = UsageMeter()
+    client = LLMClient(backend, usage=usage, report_every=batch)
     start = time.perf_counter()
     answers = answer_mixtures(client, mixtures)
     seconds = time.perf_counter() - start
-    return sum(1 for _ in answers) / seconds
+    return Throughput(
+        dtype,
+        batch,
+        len(answers),
+        seconds,
+        usage.totals().completion_tokens,
+        [a.raw_texts for a in answers],
+    )
 
 
-def _f1_table(summary: dict[str, Any]) -> list[str]:
+def _throughput_table(passes: list[Throughput]) -> list[str]:
+    by = {(p.dtype, p.batch): p for p in passes}
+    rows = [
+        "| precision | batch size | answers | wall s | answers/s | generated tokens/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p in passes:
+        rows.append(
+            f"| {p.dtype} | {p.batch} | {p.answers} | {p.seconds:.1f} | {p.per_second:.3f} | "
+            f"{p.completion_tokens / p.seconds:.1f} |"
+        )
+    rows += ["", "| precision | **batched / unbatched** (target >= 3) | same text as unbatched |"]
+    rows.append("|---|---|---|")
+    for dtype in DTYPES:
+        one, many = by[(dtype, 1)], by[(dtype, BATCH)]
+        same = sum(a == b for a, b in zip(one.raw, many.raw, strict=True))
+        rows.append(
+            f"| {dtype} | **{many.per_second / one.per_second:.2f}x** | {same} of {one.answers} |"
+        )
+    f32, b16 = by[("float32", BATCH)], by[("bfloat16", BATCH)]
+    rows += [
+        "",
+        f"bfloat16 / float32 at batch size {BATCH}: {b16.per_second / f32.per_second:.2f}x the "
+        f"answers/s; at batch size 1: "
+        f"{by[('bfloat16', 1)].per_second / by[('float32', 1)].per_second:.2f}x.",
+    ]
+    return rows
+
+
+def _f1_table(summaries: dict[str, dict[str, Any]]) -> list[str]:
+    """Citation F1 over the answerable questions per mixture type: the model in each precision,
+    and the random baseline (the same mixtures in every run)."""
     from ragtrail.evaluate.citations import ANSWERABLE
 
-    by = {
-        (a["system"], a["mixture"]): a
-        for a in summary["mixture"]["aggregates"]
-        if a["metric"] == "citation_f1" and a.get("label") == ANSWERABLE
-    }
+    def cells(summary: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+        return {
+            (a["system"], a["mixture"]): a
+            for a in summary["mixture"]["aggregates"]
+            if a["metric"] == "citation_f1" and a.get("label") == ANSWERABLE
+        }
 
     def cell(agg: dict[str, Any] | None) -> str:
         if not agg or agg.get("value") is None:
             return "undefined"
         return f"{agg['value']:.3f} [{agg['ci_low']:.3f}, {agg['ci_high']:.3f}] (n={agg['n']})"
 
-    rows = ["| mixture | SmolLM2-135M F1 | random F1 |", "|---|---|---|"]
-    for mixture in summary["mixture"]["types"]:
-        rows.append(
-            f"| {mixture} | {cell(by.get(('model', mixture)))} | "
-            f"{cell(by.get(('random', mixture)))} |"
-        )
+    by = {dtype: cells(summary) for dtype, summary in summaries.items()}
+    first = next(iter(summaries.values()))["mixture"]
+    head = " | ".join(f"SmolLM2-135M {dtype} F1" for dtype in summaries)
+    rows = [f"| mixture | {head} | random F1 |", "|---|" + "---|" * (len(summaries) + 1)]
+    for mixture in first["types"]:
+        models = " | ".join(cell(by[d].get(("model", mixture))) for d in summaries)
+        rows.append(f"| {mixture} | {models} | {cell(by['float32'].get(('random', mixture)))} |")
     return rows
 
 
-def run(items: int = 4, answers: int = 8) -> str:
+def run(items: int = 4, answer_items: int = 8) -> str:
     from ragtrail.pipeline.citations import evaluate_citations, load_citations
 
     with tempfile.TemporaryDirectory(prefix="ragtrail-bench-citations-") as tmp:
@@ -116,8 +184,8 @@ def run(items: int = 4, answers: int = 8) -> str:
         rt = _runtime(home, generation={"llm": LLM}, citations={"max_items": items})
         qa_set = _ingest(rt, "sample")
 
-        unbatched = _answers_per_second(rt, "sample", qa_set, answers, 1)
-        batched = _answers_per_second(rt, "sample", qa_set, answers, BATCH)
+        mixtures, warm = _workload(rt, "sample", qa_set, answer_items)
+        passes = [_answer(rt, mixtures, warm, d, b) for d in DTYPES for b in (1, BATCH)]
 
         start = time.perf_counter()
         evaluate_citations(rt, "sample", run_id="bench.golden", qa_set=qa_set)
@@ -125,26 +193,37 @@ def run(items: int = 4, answers: int = 8) -> str:
         calls_cold = rt.llm_usage.totals().calls
         start = time.perf_counter()
         evaluate_citations(rt, "sample", run_id="bench.golden", qa_set=qa_set)
-        warm = time.perf_counter() - start
+        warm_s = time.perf_counter() - start
         rerun_calls = rt.llm_usage.totals().calls - calls_cold
-        summary = load_citations(rt, "bench.golden")
+        summaries = {"float32": load_citations(rt, "bench.golden")}
         rt.close()
 
-    assert summary is not None
-    mixture, scenarios = summary["mixture"], summary.get("scenarios") or {}
+        half = _runtime(
+            home, generation={"llm": LLM, "llm_dtype": "bfloat16"}, citations={"max_items": items}
+        )
+        start = time.perf_counter()
+        evaluate_citations(half, "sample", run_id="bench.golden.bf16", qa_set=qa_set)
+        cold_half = time.perf_counter() - start
+        summaries["bfloat16"] = load_citations(half, "bench.golden.bf16")
+        half.close()
+
+    assert all(summaries.values())
+    mixture, scenarios = (
+        summaries["float32"]["mixture"],
+        summaries["float32"].get("scenarios") or {},
+    )
+    failed = ", ".join(f"{d} {summary['mixture']['failed']}" for d, summary in summaries.items())
     lines = [
         "## Citation quality — SmolLM2-135M on the sample golden set (local transformers, CPU)",
         "",
         machine_line(),
         "",
-        f"Answering throughput, the same {answers} relevant+irrelevant mixtures (1-3/3/0), "
-        "empty cache each:",
+        f"Answering throughput on the nightly's kind of workload: {len(mixtures)} relevance "
+        f"mixtures ({answer_items} golden questions x {len(mixture['types'])} mixture types, "
+        f"{mixture.get('spec', '1-3/3/3')}), each pass a fresh backend warmed on another "
+        "question's mixture, no LLM cache:",
         "",
-        "| batch size | answers/s |",
-        "|---|---|",
-        f"| 1 | {unbatched:.3f} |",
-        f"| {BATCH} | {batched:.3f} |",
-        f"| **batched / unbatched** (target >= 3) | **{batched / unbatched:.2f}x** |",
+        *_throughput_table(passes),
         "",
         f"`evaluate_citations` on the golden sample set: {items} questions x "
         f"{len(mixture['types'])} mixture types, scenarios on "
@@ -153,14 +232,15 @@ def run(items: int = 4, answers: int = 8) -> str:
         "| run | wall s | model calls |",
         "|---|---|---|",
         f"| cold | {cold:.1f} | {calls_cold} |",
-        f"| rerun | {warm:.1f} | {rerun_calls} |",
-        f"| **rerun / cold** (target <= 0.10, 0 calls) | **{warm / cold:.3f}** | |",
+        f"| rerun | {warm_s:.1f} | {rerun_calls} |",
+        f"| **rerun / cold** (target <= 0.10, 0 calls) | **{warm_s / cold:.3f}** | |",
+        f"| cold, bfloat16 | {cold_half:.1f} | |",
         "",
         "The baseline the retraining work has to beat — citation F1 over the answerable questions "
-        f"(95% bootstrap CI, n; {mixture['failed']} failed answers left out, random = 1-3 "
-        f"citations uniformly at random, {mixture['baseline_repeats']} draws per mixture):",
+        f"(95% bootstrap CI, n; failed answers, left out: {failed}; random = 1-3 citations "
+        f"uniformly at random, {mixture['baseline_repeats']} draws per mixture):",
         "",
-        *_f1_table(summary),
+        *_f1_table(summaries),
     ]
     return "\n".join(lines)
 
@@ -168,10 +248,10 @@ def run(items: int = 4, answers: int = 8) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=4)
-    parser.add_argument("--answers", type=int, default=8)
+    parser.add_argument("--answer-items", type=int, default=8)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    section = run(args.items, args.answers)
+    section = run(args.items, args.answer_items)
     print(section)
     if args.write:
         write_section("citations", section)
