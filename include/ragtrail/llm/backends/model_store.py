@@ -11,8 +11,7 @@ import importlib.util
 import logging
 import time
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ragtrail.models.store import (
     cache_root,
@@ -25,6 +24,9 @@ from ragtrail.models.store import (
 )
 from ragtrail.storage.s3uri import is_s3_uri
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger(__name__)
 
 BUILTIN_SMOLLM2 = "builtin:smollm2-135m-instruct"
@@ -32,37 +34,28 @@ SMOLLM2_DIRNAME = "smollm2-135m-instruct"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-# Precisions a local model may run in, by the name settings use. float32 is the reference: the
-# other two halve the bytes of weights and KV cache, and on CPUs with bf16 matrix units
-# (AMX, AVX512-BF16) bfloat16 prefill runs several times faster; outputs differ by rounding.
-MODEL_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+# Precisions a local model may run in, by the name settings use (torch's dtype names). float32 is
+# the reference: the other two halve the bytes of weights and KV cache, and on CPUs with bf16
+# matrix units (AMX) bfloat16 prefill runs several times faster; outputs differ by rounding.
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def model_dtype(value: torch.dtype | str) -> torch.dtype:
-    """The torch dtype ``value`` names (a dtype, or a key of :data:`MODEL_DTYPES`)."""
-    if isinstance(value, torch.dtype):
-        if value not in MODEL_DTYPES.values():
-            raise ValueError(f"unsupported model dtype {value}; use one of {list(MODEL_DTYPES)}")
-        return value
-    try:
-        return MODEL_DTYPES[value]
-    except KeyError:
-        raise ValueError(
-            f"unknown model dtype {value!r}; use one of {list(MODEL_DTYPES)}"
-        ) from None
+    """The torch dtype ``value`` names (a dtype, or one of :data:`MODEL_DTYPES`)."""
+    import torch  # not at module level: the LLM factory imports this module, torch-free
+
+    name = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+    if name not in MODEL_DTYPES:
+        raise ValueError(f"unknown model dtype {value!r}; use one of {list(MODEL_DTYPES)}")
+    dtype: torch.dtype = getattr(torch, name)
+    return dtype
 
 
 def dtype_tag(dtype: torch.dtype) -> str:
     """The suffix a model id carries when it runs in a precision other than float32: outputs
     change with it, so cached answers of one precision are never served for another."""
-    if dtype == torch.float32:
-        return ""
-    name = next(k for k, v in MODEL_DTYPES.items() if v == dtype)
-    return f"+dtype:{name}"
+    name = str(dtype).removeprefix("torch.")
+    return "" if name == "float32" else f"+dtype:{name}"
 
 
 # --------------------------------------------------------------------------- builtin SmolLM2
