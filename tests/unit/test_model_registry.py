@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine
-from sqlalchemy.engine import make_url
 
 from ragtrail.models.bundle import write_bundle
 from ragtrail.models.bundle_store import MANIFEST
@@ -27,6 +25,7 @@ from ragtrail.models.registry import (
     settle_challenger,
 )
 from ragtrail.storage.artifacts import LocalArtifactStore, S3ArtifactStore
+from tests.unit.conftest import fresh_pg_schema
 
 NAME = "ragtrail-citation"
 LINEAGE = {
@@ -54,20 +53,8 @@ def tracking_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'registry' / 'mlflow.db'}"
         return
-    base = os.environ.get("RAGTRAIL_TEST_PG_URL")
-    if not base:
-        pytest.skip("PostgreSQL not configured: set RAGTRAIL_TEST_PG_URL")
-    schema = f"rt_mlflow_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.dispose()
+    with fresh_pg_schema("rt_mlflow") as url:
+        yield url
 
 
 @pytest.fixture
