@@ -4,7 +4,7 @@ exclusion rule, the audit of retriever-chosen relevant chunks, input errors."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -44,14 +44,24 @@ CHUNKS = [
 ]
 
 
-def _overlap_search(questions: Sequence[str], k: int) -> list[list[SearchHit]]:
-    """Nearest = most shared words, ties by chunk id: a stand-in for embedding similarity."""
-    out = []
-    for q in questions:
-        words = set(q.split())
-        ranked = sorted(CHUNKS, key=lambda c: (-len(words & set(c.text.split())), c.chunk_id))
-        out.append([SearchHit(c.chunk_id, c.doc_id, 1.0, c.text) for c in ranked[:k]])
-    return out
+def overlap_search(
+    chunks: Sequence[Chunk],
+) -> Callable[[Sequence[str], int], list[list[SearchHit]]]:
+    """A search over ``chunks`` where nearest = most shared words, ties by chunk id: a stand-in
+    for embedding similarity."""
+
+    def search(questions: Sequence[str], k: int) -> list[list[SearchHit]]:
+        out = []
+        for q in questions:
+            words = set(q.split())
+            ranked = sorted(chunks, key=lambda c: (-len(words & set(c.text.split())), c.chunk_id))
+            out.append([SearchHit(c.chunk_id, c.doc_id, 1.0, c.text) for c in ranked[:k]])
+        return out
+
+    return search
+
+
+_overlap_search = overlap_search(CHUNKS)
 
 
 HYBRID_ORDER = ["c1", "b2", "a0", "b0", "d0"]

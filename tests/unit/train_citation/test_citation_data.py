@@ -4,7 +4,6 @@ serialisation and version, the reward on hand-computed replies, best-of-N target
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 import pytest
 
@@ -12,7 +11,7 @@ from ragtrail.evaluate.mixture_answers import answer_mixtures
 from ragtrail.evaluate.mixtures import MixtureCorpus, stable_seed
 from ragtrail.llm.client import LLMClient
 from ragtrail.llm.testing import ScriptedBackend
-from ragtrail.records import Chunk, QAItem, SearchHit
+from ragtrail.records import Chunk, QAItem
 from ragtrail.train.citation import (
     CitationSplit,
     CitationSplitError,
@@ -22,6 +21,7 @@ from ragtrail.train.citation import (
     split_citation_data,
 )
 from ragtrail.train.citation.data import prompt_of
+from tests.unit.test_mixtures import overlap_search
 
 DOCS = {
     "ferry": ["the harbour ferry leaves every forty minutes", "ferry tickets cost three euros"],
@@ -44,16 +44,7 @@ CHUNKS = [
 ]
 
 
-def _overlap_search(questions: Sequence[str], k: int) -> list[list[SearchHit]]:
-    """Nearest = most shared words, ties by chunk id (a stand-in for embedding similarity)."""
-    out = []
-    for q in questions:
-        words = set(q.split())
-        ranked = sorted(CHUNKS, key=lambda c: (-len(words & set(c.text.split())), c.chunk_id))
-        out.append([SearchHit(c.chunk_id, c.doc_id, 1.0, c.text) for c in ranked[:k]])
-    return out
-
-
+_overlap_search = overlap_search(CHUNKS)
 CORPUS = MixtureCorpus(CHUNKS, _overlap_search, _overlap_search)
 
 
