@@ -15,7 +15,6 @@ import torch
 from lmformatenforcer.tokenenforcer import TokenEnforcerTokenizerData
 from lmformatenforcer.tokenlist import TokenList
 from pydantic import BaseModel, Field
-from transformers import LogitsProcessor
 
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.backends.constrained_decoding import (
@@ -252,16 +251,16 @@ def test_packed_json_string_lists_equal_the_library_lists(tiny_llama: Path) -> N
             ), (min_remaining, max_len)
 
 
-def _row_by_row(proc: Any, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-    """The processor as it was written before batching (one row at a time, parser states
-    keyed by prompt and output): the reference the batched version must equal."""
+def _row_by_row(proc: Any, generated_rows: list[list[int]], scores: torch.Tensor) -> torch.Tensor:
+    """The processor as it was written before batching (one row at a time, each row's mask
+    unpacked and applied on its own, parser states of its own enforcers): the reference the
+    batched version must equal."""
     vocab = scores.shape[-1]
     bits = torch.arange(32, dtype=torch.int32)
     for row, rule in enumerate(proc.rows):
         if not rule.active:
             continue
-        tokens = input_ids[row].tolist()
-        generated = tokens[proc.prompt_length :]
+        generated = generated_rows[row]
         if any(t in proc.eos_ids for t in generated):
             continue
         banned = set(rule.word_bans)
@@ -272,7 +271,7 @@ def _row_by_row(proc: Any, input_ids: torch.Tensor, scores: torch.Tensor) -> tor
                 scores[row, [t for t in banned if t < vocab]] = float("-inf")
             continue
         banned |= repeat_bans(generated, proc.no_repeat_ngram)
-        bitmask = rule.enforcer.get_allowed_tokens(tokens).allowed_tokens
+        bitmask = rule.enforcer.get_allowed_tokens(generated).allowed_tokens
         allowed = ((bitmask.unsqueeze(1) >> bits) & 1).flatten()[:vocab].bool()
         if not allowed.any():
             continue
@@ -285,18 +284,22 @@ def _row_by_row(proc: Any, input_ids: torch.Tensor, scores: torch.Tensor) -> tor
     return scores
 
 
-class _Compared(LogitsProcessor):
+class _Compared:
     """Runs the batched processor and the row-by-row reference (own parser states) on the same
-    scores at every step and checks they agree."""
+    scores at every step of the rows being decoded and checks they agree."""
 
-    def __init__(self, batched: Any, reference: Any) -> None:
-        self.batched, self.reference, self.steps = batched, reference, 0
+    def __init__(self, batched: Any, reference: Any, steps: list[int] | None = None) -> None:
+        self.batched, self.reference = batched, reference
+        self.steps = steps if steps is not None else [0]
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.Tensor:
-        expected = _row_by_row(self.reference, input_ids, scores.clone())
-        got = self.batched(input_ids, scores)
+    def subset(self, rows: list[int]) -> _Compared:
+        return _Compared(self.batched.subset(rows), self.reference.subset(rows), self.steps)
+
+    def apply(self, generated: list[list[int]], scores: torch.Tensor) -> torch.Tensor:
+        expected = _row_by_row(self.reference, generated, scores.clone())
+        got = self.batched.apply(generated, scores)
         assert torch.equal(got, expected)
-        self.steps += 1
+        self.steps[0] += 1
         return got
 
 
@@ -328,4 +331,4 @@ def test_batched_masks_equal_the_row_by_row_masks(
     )
     results = backend.generate([guided[0], plain[0], copying, guided[1], plain[1], guided[2]])
     assert all(r.ok for r in results)
-    assert made and sum(c.steps for c in made) > 20
+    assert made and sum(c.steps[0] for c in made) > 20

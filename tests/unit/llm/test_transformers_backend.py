@@ -17,7 +17,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM, LogitsProcessorList
 
-from ragtrail.llm.backends import model_store
+from ragtrail.llm.backends import model_store, transformers_local
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.backends.transformers_local import (
     PREFILL_ALONE_PADDING,
@@ -185,7 +185,7 @@ def test_uneven_batch_rows_are_prefilled_alone_even_ones_in_one_pass(tiny_llama:
     shapes.clear()
     assert [r.text for r in backend.generate(even)] == [backend.generate([r])[0].text for r in even]
     width = max(len(backend._encode(r.messages)) for r in even)
-    assert shapes[0] == (3, width)  # one padded pass
+    assert shapes[:2] == [(3, width - 1), (3, 1)]  # one padded pass, then decoding
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -214,6 +214,53 @@ def test_ended_rows_leave_the_batch(tiny_llama: Path, temperature: float) -> Non
     assert rows[0] == 4 and rows == sorted(rows, reverse=True) and rows[-1] < 4
     assert len(set(rows)) > 2  # rows left at different steps
     assert [r.text for r in batched] == alone
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_waiting_requests_take_the_slots_of_ended_rows(
+    tiny_llama: Path, temperature: float
+) -> None:
+    """Continuous batching: with 2 slots and 5 requests of different answer lengths, the batch
+    decodes at full width until the queue is empty, each waiting request prefilled as a slot
+    frees and written into the batch's storage in place; texts are those of each alone."""
+    backend = TransformersBackend(str(tiny_llama), batch_size=2)
+    words = " ".join(CORPUS).split()
+    reqs = [
+        GenerationRequest(
+            messages=[{"role": "user", "content": " ".join(words[: 3 + 4 * k])}],
+            max_new_tokens=40,
+            temperature=temperature,
+            seed=k,
+            json_schema={
+                "type": "object",
+                "properties": {"a": {"type": "string", "maxLength": length}},
+                "required": ["a"],
+            },
+        )
+        for k, length in enumerate((2, 20, 6, 12, 4))
+    ]
+    alone = [backend.generate([q])[0].text for q in reqs]
+    shapes = _forward_shapes(backend)
+    joins: list[bool] = []
+    join = transformers_local.join_batch
+
+    def recording_join(*args: object) -> object:
+        joined = join(*args)  # type: ignore[arg-type]
+        joins.append(joined is not None)
+        return joined
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transformers_local, "join_batch", recording_join)
+        batched = backend.generate(reqs)
+    assert [r.text for r in batched] == alone
+    assert all(r.ok and r.finish_reason == "stop" for r in batched)
+    prefills = [k for k, (_, width) in enumerate(shapes) if width > 1]
+    # The two longest prompts (close in length) in one padded pass, then each newcomer alone.
+    assert [shapes[k][0] for k in prefills] == [2, 1, 1, 1]
+    steps_before_last_admission = [rows for rows, width in shapes[: prefills[-1]] if width == 1]
+    assert steps_before_last_admission and set(steps_before_last_admission) == {2}
+    assert joins == [True] * 3  # the newcomers joined the batch's storage in place
+    assert len({r.latency_s for r in batched}) == 5  # each request timed from its admission
 
 
 def test_causal_uses_left_padding_and_chat_template(tiny_llama: Path) -> None:

@@ -354,8 +354,13 @@ class ConstrainedRows(LogitsProcessor):
         )
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        return self.apply(input_ids[:, self.prompt_length :].tolist(), scores)
+
+    def apply(
+        self, generated_rows: Sequence[Sequence[int]], scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        """Masks ``scores`` (rows x vocabulary, in place) given each row's generated tokens."""
         vocab = scores.shape[-1]
-        generated_rows = input_ids[:, self.prompt_length :].tolist()
         guided: list[tuple[int, set[int], torch.Tensor]] = []
         for row, rule in enumerate(self.rows):
             if not rule.active:

@@ -10,10 +10,8 @@ text does not depend on which other requests share its batch, and ``temperature 
 greedy decoding. This holds up to float32 rounding: a matrix product over several rows rounds
 differently from one over a single row (differences ~1e-5 in the logits), which can flip a near
 tie in greedy decoding of a long output (on SmolLM2-135M, 1 of 8 cited answers of ~100 tokens
-came out identical batched and alone). The same request in the same batch always gives the same
-text. Batches group requests of equal ``max_new_tokens`` and similar prompt length (sorted);
-causal models are padded on the left. Stop strings cut the decoded text (decoding itself runs to
-EOS or ``max_new_tokens``).
+came out identical batched and alone). The same request in the same call always gives the same
+text. Stop strings cut the decoded text (decoding itself runs to EOS or ``max_new_tokens``).
 
 Constraints (:mod:`ragtrail.llm.backends.constrained_decoding`): a request carrying
 ``json_schema`` is decoded under that schema (guided JSON, no repeated spans), its
@@ -23,13 +21,18 @@ Constraints (:mod:`ragtrail.llm.backends.constrained_decoding`): a request carry
 Prefix cache: the prompts of one call usually share a long prefix (system message and worked
 example); it is run through the model once and its KV cache reused by every batch of the call.
 
-Causal batches (:mod:`ragtrail.llm.backends.kv_cache`): the KV cache is written in place into
-storage sized for the generation instead of being concatenated each step, and rows that end leave
-the batch. A batch whose prompts would need much padding (:data:`PREFILL_ALONE_PADDING`; 8 cited
-answers of 800-1,700 tokens padded to the longest computed 44% padding) has each row's prompt,
-all but its last token, run alone from the prefix cache; the rows' caches are then laid side by
-side, left-padded, and the batch decodes together from the rows' last tokens. Other batches, and
-a single request, are prefilled by ``generate`` in one padded pass, as before.
+Continuous batching (causal models whose cache is plain full attention): a call's requests,
+longest prompt first, are decoded in ``batch_size`` slots by a loop of our own. A request ending
+frees its slot at once and the next waiting request takes it: its prompt, all but the last token,
+is prefilled alone from the prefix cache and its cache written into the free row of the batch's
+KV storage (:mod:`ragtrail.llm.backends.kv_cache`: allocated once per call, written in place, no
+per-step concatenation). The batch decodes every step at full width until the queue is empty;
+only the call's last rows run below it. Requests admitted together whose prompts need little
+padding (:data:`PREFILL_ALONE_PADDING`) are prefilled in one padded pass instead. Each request
+has its own position ids, attention-mask row, sampler and constraint state, so its text does not
+depend on its batch mates (up to the rounding above). Other models (encoder-decoder, sliding
+window) are batched by ``generate``: requests of equal ``max_new_tokens`` and similar prompt
+length, padded, until the batch's last row ends.
 """
 
 from __future__ import annotations
@@ -38,17 +41,14 @@ import copy
 import inspect
 import logging
 import time
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import (
-    LogitsProcessor,
-    LogitsProcessorList,
-    StoppingCriteria,
-    StoppingCriteriaList,
-)
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from ragtrail.llm.backends.base import (
     GenerationRequest,
@@ -61,7 +61,12 @@ from ragtrail.llm.backends.constrained_decoding import (
     ConstrainedRows,
     DecodingConstraints,
 )
-from ragtrail.llm.backends.kv_cache import batch_cache, growing_cache_layers
+from ragtrail.llm.backends.kv_cache import (
+    attended_from,
+    growing_cache_layers,
+    join_batch,
+    stack_batches,
+)
 from ragtrail.llm.backends.model_store import (
     dtype_tag,
     model_dtype,
@@ -125,18 +130,18 @@ class _PerRowSampler(LogitsProcessor):
         return out
 
 
-class _AnyRowEnded(StoppingCriteria):
-    """Ends ``generate`` for the whole batch at the step where any row produced an end token,
-    so that the ended rows can leave the batch (see ``_generate_shrinking``)."""
+@dataclass
+class _Row:
+    """A request being decoded in a slot of a continuous batch."""
 
-    def __init__(self, eos_ids: set[int]) -> None:
-        self.eos_ids = torch.tensor(sorted(eos_ids))
-
-    def __call__(
-        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
-    ) -> torch.BoolTensor:
-        ended = bool(torch.isin(input_ids[:, -1], self.eos_ids.to(input_ids.device)).any())
-        return torch.full((input_ids.shape[0],), ended, dtype=torch.bool, device=input_ids.device)
+    request: int
+    """Its position in the call's decoding order."""
+    next_token: int
+    """The input of the next step: the prompt's last token, then the last generated one."""
+    position: int
+    """The position of ``next_token`` (tokens before it in the request's sequence)."""
+    admitted: float
+    tokens: list[int] = field(default_factory=list)
 
 
 PREFILL_ALONE_PADDING = 32
@@ -364,6 +369,12 @@ class TransformersBackend:
             encoded[i] = ids
 
         prefix = self._shared_prefix(list(encoded.values())) if len(encoded) > 1 else []
+        if self._cache_layers is not None:
+            order = sorted(encoded, key=lambda i: (-len(encoded[i]), i))
+            self._generate_continuous(order, requests, encoded, prefix, results)
+            return [
+                r if r is not None else GenerationResult.failure("not generated") for r in results
+            ]
         order = sorted(encoded, key=lambda i: (requests[i].max_new_tokens, -len(encoded[i]), i))
         for batch in self._batches(order, requests):
             started = time.perf_counter()
@@ -401,144 +412,166 @@ class TransformersBackend:
                 batches.append([i])
         return batches
 
+    def _generate_continuous(
+        self,
+        order: list[int],
+        requests: Sequence[GenerationRequest],
+        encoded: dict[int, list[int]],
+        prefix: list[int],
+        results: list[GenerationResult | None],
+    ) -> None:
+        """Decode ``order`` with continuous batching (see the module docstring). When decoding
+        raises, the requests without a result are retried one by one, so a failure stays with
+        the request that caused it."""
+        try:
+            self._decode_stream(order, requests, encoded, prefix, results)
+        except Exception as exc:
+            left = [i for i in order if results[i] is None]
+            if len(order) == 1:
+                log.warning("generation failed: %s", exc)
+                results[order[0]] = GenerationResult.failure(f"generation failed: {exc}")
+                return
+            for i in left:
+                try:
+                    self._decode_stream([i], requests, encoded, prefix, results)
+                except Exception as inner:
+                    results[i] = GenerationResult.failure(f"generation failed: {inner}")
+
     @torch.inference_mode()
-    def _generate_batch(
-        self, reqs: Sequence[GenerationRequest], ids: Sequence[list[int]], prefix: list[int]
-    ) -> list[GenerationResult]:
-        """Generate one batch; ``prefix`` (shared by every row of the call, maybe empty) is
-        served from the prefix KV cache."""
-        max_new = reqs[0].max_new_tokens
-        if self._cache_layers is not None and _prefill_alone([len(r) - len(prefix) for r in ids]):
-            input_ids, attention, past = self._rowwise_inputs(ids, prefix, max_new)
-        else:
-            input_ids, attention, past = self._padded_inputs(ids, prefix, max_new)
+    def _decode_stream(
+        self,
+        order: list[int],
+        requests: Sequence[GenerationRequest],
+        encoded: dict[int, list[int]],
+        prefix: list[int],
+        results: list[GenerationResult | None],
+    ) -> None:
+        """Decode the requests ``order`` in ``batch_size`` slots; each result is stored in
+        ``results`` as its request ends, with the time since its admission as latency."""
+        assert self._cache_layers is not None
+        reqs = [requests[i] for i in order]
+        prompts = [encoded[i] for i in order]
         sampler = _PerRowSampler(
             [r.temperature for r in reqs],
             [r.top_p for r in reqs],
             [r.effective_seed() for r in reqs],
         )
-        constrained = self._constrained_rows(reqs, input_ids.shape[1])
-        if self._cache_layers is not None and len(reqs) > 1:
-            new_tokens = self._generate_shrinking(
-                input_ids, attention, past, sampler, constrained, max_new
-            )
-        else:
-            output = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention,
-                generation_config=self._generation_config(max_new),
-                logits_processor=_processors(sampler, constrained),
-                past_key_values=past,
-            )
-            # Causal outputs repeat the (padded) prompt; seq2seq outputs start with the decoder
-            # start token.
-            start = input_ids.shape[1] if not self.is_encoder_decoder else 1
-            new_tokens = output[:, start:].tolist()
-        results = []
-        for row, req in enumerate(reqs):
-            toks = new_tokens[row]
-            cut = next((k for k, t in enumerate(toks) if t in self.eos_ids), None)
-            if cut is None:
-                kept, finish = toks[:max_new], "length"
-            else:
-                kept, finish = toks[:cut], "stop"
-            text = self.tokenizer.decode(kept, skip_special_tokens=True)
-            text, hit = apply_stop_strings(text, req.stop)
-            if hit:
-                finish = "stop"
-            results.append(
-                GenerationResult(
-                    text=text,
-                    prompt_tokens=len(ids[row]),
-                    completion_tokens=len(kept),
-                    finish_reason=finish,
-                )
-            )
-        return results
+        constrained = self._constrained_rows(reqs, 0)
+        # Columns for every step of the call: the slots' turns, each up to the longest answer.
+        headroom = max(r.max_new_tokens for r in reqs) * (1 + len(reqs) // self.batch_size)
+        pending = deque(range(len(reqs)))
+        rows: list[_Row] = []
+        cache: Any = None
+        mask = torch.zeros((0, 0), dtype=torch.bool, device=self.device)
+        while rows or pending:
+            if pending and len(rows) < self.batch_size:
+                admitted = [
+                    pending.popleft() for _ in range(min(self.batch_size - len(rows), len(pending)))
+                ]
+                now = time.perf_counter()
+                parts = self._prefill_parts([prompts[k] for k in admitted], prefix)
+                joined = join_batch(cache, mask, parts) if rows else None
+                if joined is None:  # a new batch, with room for every slot and the steps ahead
+                    parts = ([(cache, mask)] if rows else []) + parts
+                    width = max(part[1].shape[1] for part in parts)
+                    cache, mask = stack_batches(
+                        parts, width + headroom, self._cache_layers, self.batch_size
+                    )
+                else:
+                    mask = joined
+                rows += [_Row(k, prompts[k][-1], len(prompts[k]) - 1, now) for k in admitted]
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+            chosen = self._decode_step(rows, cache, mask, sampler, constrained)
+            kept = []
+            for k, (row, token) in enumerate(zip(rows, chosen, strict=True)):
+                row.tokens.append(token)
+                row.next_token, row.position = token, row.position + 1
+                if token in self.eos_ids or len(row.tokens) >= reqs[row.request].max_new_tokens:
+                    result = self._result(reqs[row.request], len(prompts[row.request]), row.tokens)
+                    result.latency_s = time.perf_counter() - row.admitted
+                    results[order[row.request]] = result
+                else:
+                    kept.append(k)
+            if len(kept) < len(rows):
+                rows = [rows[k] for k in kept]
+                if rows:
+                    cache.batch_select_indices(torch.tensor(kept, device=self.device))
+                    mask = mask[kept]
+                    unused = attended_from(mask)  # padding of rows that left
+                    for layer in cache.layers:
+                        layer.trim_front(unused)
+                    mask = mask[:, unused:]
 
-    def _generate_shrinking(
+    def _decode_step(
         self,
-        input_ids: torch.Tensor,
-        attention: torch.Tensor,
-        past: Any,
+        rows: Sequence[_Row],
+        cache: Any,
+        mask: torch.Tensor,
         sampler: _PerRowSampler,
         constrained: ConstrainedRows | None,
-        max_new: int,
-    ) -> list[list[int]]:
-        """The new tokens of every row of a causal batch, rows leaving the batch as they end.
-
-        ``generate`` keeps computing finished rows until the last one ends (a quarter of the
-        row-steps of 8 cited answers). Here it stops as soon as any row ends; the ended rows are
-        dropped from the inputs, the cache and the processors, and it goes on with the others
-        from where it stopped (the cache then holds all but the last token of every row, as
-        after a prefill, so no token is computed twice).
-        """
-        rows = list(range(input_ids.shape[0]))
-        new_tokens: list[list[int]] = [[] for _ in rows]
-        stop = StoppingCriteriaList([_AnyRowEnded(self.eos_ids)])
-        while True:
-            done = len(new_tokens[rows[0]])
-            output = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention,
-                generation_config=self._generation_config(max_new - done),
-                logits_processor=_processors(
-                    sampler.subset(rows), constrained.subset(rows) if constrained else None
-                ),
-                stopping_criteria=stop,
-                past_key_values=past,
-            )
-            fresh = output[:, input_ids.shape[1] :]
-            for k, row in enumerate(rows):
-                new_tokens[row].extend(fresh[k].tolist())
-            keep = [
-                k
-                for k, row in enumerate(rows)
-                if done + fresh.shape[1] < max_new and new_tokens[row][-1] not in self.eos_ids
-            ]
-            if not keep:
-                return new_tokens
-            index = torch.tensor(keep, device=self.device)
-            attention = torch.cat([attention, torch.ones_like(fresh)], dim=1)[index]
-            input_ids = output[index]
-            past.batch_select_indices(index)
-            rows = [rows[k] for k in keep]
-
-    def _padded_inputs(
-        self, ids: Sequence[list[int]], prefix: list[int], max_new: int
-    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """Inputs, attention mask and cache of a batch that ``generate`` prefills in one padded
-        pass: [shared prefix, cached][left-padded rest]. Positions follow the attention mask, so
-        every row sees the positions it would see alone."""
-        padded = self.tokenizer.pad(
-            {"input_ids": [row[len(prefix) :] for row in ids]}, padding=True, return_tensors="pt"
+    ) -> list[int]:
+        """One token for every row: a forward pass of the rows' next tokens over ``cache`` and
+        themselves (``mask``: the columns each row attends to, the new one included), then the
+        rows' constraints and samplers, then the highest score (greedy, as ``generate``)."""
+        index = [row.request for row in rows]
+        out = self.model(
+            input_ids=torch.tensor([[row.next_token] for row in rows], device=self.device),
+            attention_mask=mask,
+            position_ids=torch.tensor([[row.position] for row in rows], device=self.device),
+            past_key_values=cache,
+            use_cache=True,
+            **self._prefill_kwargs,
         )
-        input_ids = padded["input_ids"].to(self.device)
-        attention = padded["attention_mask"].to(self.device)
-        if prefix:
-            head = torch.tensor([prefix] * len(ids), device=self.device)
-            input_ids = torch.cat([head, input_ids], dim=1)
-            attention = torch.cat([torch.ones_like(head), attention], dim=1)
-        if self._cache_layers is None:  # transformers' own cache
-            return input_ids, attention, self._prefix_cache(prefix, len(ids)) if prefix else None
-        rows = [self._prefix_cache(prefix, 1) if prefix else None] * len(ids)
-        capacity = input_ids.shape[1] + max_new
-        return input_ids, attention, batch_cache(rows, len(prefix), capacity, self._cache_layers)
+        scores = out.logits[:, -1, :].to(dtype=torch.float32)
+        if constrained is not None:
+            scores = constrained.subset(index).apply([row.tokens for row in rows], scores)
+        scores = sampler.subset(index)(torch.empty(0), scores)
+        return scores.argmax(dim=-1).tolist()
 
-    def _rowwise_inputs(
-        self, ids: Sequence[list[int]], prefix: list[int], max_new: int
-    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """Left-padded inputs, attention mask and a cache holding every row's prompt but its last
-        token, each row prefilled alone (see the module docstring): ``generate`` starts from the
-        rows' last tokens."""
+    def _prefill_parts(
+        self, prompts: Sequence[list[int]], prefix: list[int]
+    ) -> list[tuple[Any, torch.Tensor]]:
+        """Caches and masks of ``prompts`` without their last tokens (the first decoding step's
+        inputs), for :func:`stack_batches`: one padded pass for prompts of similar length, else
+        each prompt alone (see :data:`PREFILL_ALONE_PADDING`)."""
+        if len(prompts) > 1 and not _prefill_alone([len(p) - len(prefix) for p in prompts]):
+            return [self._prefill_padded(prompts, prefix)]
+        parts = []
+        for prompt in prompts:
+            cache = self._prefill_row(prompt, prefix)
+            length = cache.get_seq_length() if cache is not None else 0
+            parts.append((cache, torch.ones((1, length), dtype=torch.bool, device=self.device)))
+        return parts
+
+    def _prefill_padded(
+        self, prompts: Sequence[list[int]], prefix: list[int]
+    ) -> tuple[Any, torch.Tensor]:
+        """One cache of left-padded ``prompts`` but their last tokens, after the shared prefix:
+        [prefix][padding][rest], prefilled in one pass."""
         assert self._cache_layers is not None
-        padded = self.tokenizer.pad({"input_ids": list(ids)}, padding=True, return_tensors="pt")
-        input_ids = padded["input_ids"].to(self.device)
-        attention = padded["attention_mask"].to(self.device)
-        rows = [self._prefill_row(row, prefix) for row in ids]
-        width = input_ids.shape[1]
-        past = batch_cache(rows, width - 1, width + max_new, self._cache_layers)
-        return input_ids, attention, past
+        rest = [p[len(prefix) : -1] for p in prompts]
+        width = max(map(len, rest))
+        head = torch.ones((1, len(prefix)), dtype=torch.bool, device=self.device)
+        parts = [(self._prefix_entry(prefix) if prefix else None, head)] * len(prompts)
+        cache, mask = stack_batches(parts, len(prefix) + width, self._cache_layers)
+        if not width:
+            return cache, mask
+        pad = int(self.tokenizer.pad_token_id)
+        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rest], device=self.device)
+        fresh = torch.tensor(
+            [[False] * (width - len(r)) + [True] * len(r) for r in rest], device=self.device
+        )
+        mask = torch.cat([mask, fresh], dim=1)
+        positions = len(prefix) + (fresh.long().cumsum(dim=-1) - 1).clamp(min=0)
+        self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            **self._prefill_kwargs,
+        )
+        return cache, mask
 
     def _prefill_row(self, row: list[int], prefix: list[int]) -> Any:
         """The KV cache of ``row`` without its last token, run alone from the prefix cache
@@ -554,6 +587,70 @@ class TransformersBackend:
             **self._prefill_kwargs,
         )
         return out.past_key_values
+
+    @torch.inference_mode()
+    def _generate_batch(
+        self, reqs: Sequence[GenerationRequest], ids: Sequence[list[int]], prefix: list[int]
+    ) -> list[GenerationResult]:
+        """Generate one batch; ``prefix`` (shared by every row of the call, maybe empty) is
+        served from the prefix KV cache."""
+        max_new = reqs[0].max_new_tokens
+        input_ids, attention, past = self._padded_inputs(ids, prefix)
+        sampler = _PerRowSampler(
+            [r.temperature for r in reqs],
+            [r.top_p for r in reqs],
+            [r.effective_seed() for r in reqs],
+        )
+        output = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention,
+            generation_config=self._generation_config(max_new),
+            logits_processor=_processors(sampler, self._constrained_rows(reqs, input_ids.shape[1])),
+            past_key_values=past,
+        )
+        # Causal outputs repeat the (padded) prompt; seq2seq outputs start with the decoder
+        # start token.
+        start = input_ids.shape[1] if not self.is_encoder_decoder else 1
+        return [
+            self._result(req, len(row), tokens)
+            for req, row, tokens in zip(reqs, ids, output[:, start:].tolist(), strict=True)
+        ]
+
+    def _result(
+        self, req: GenerationRequest, prompt_tokens: int, tokens: Sequence[int]
+    ) -> GenerationResult:
+        """The result of a request from its generated tokens (cut at the first end token)."""
+        cut = next((k for k, t in enumerate(tokens) if t in self.eos_ids), None)
+        if cut is None:
+            kept, finish = list(tokens[: req.max_new_tokens]), "length"
+        else:
+            kept, finish = list(tokens[:cut]), "stop"
+        text = self.tokenizer.decode(kept, skip_special_tokens=True)
+        text, hit = apply_stop_strings(text, req.stop)
+        return GenerationResult(
+            text=text,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(kept),
+            finish_reason="stop" if hit else finish,
+        )
+
+    def _padded_inputs(
+        self, ids: Sequence[list[int]], prefix: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """Inputs, attention mask and cache of a batch that ``generate`` prefills in one padded
+        pass: [shared prefix, cached][padded rest]. Positions follow the attention mask, so
+        every row sees the positions it would see alone."""
+        padded = self.tokenizer.pad(
+            {"input_ids": [row[len(prefix) :] for row in ids]}, padding=True, return_tensors="pt"
+        )
+        input_ids = padded["input_ids"].to(self.device)
+        attention = padded["attention_mask"].to(self.device)
+        if not prefix:
+            return input_ids, attention, None
+        head = torch.tensor([prefix] * len(ids), device=self.device)
+        input_ids = torch.cat([head, input_ids], dim=1)
+        attention = torch.cat([torch.ones_like(head), attention], dim=1)
+        return input_ids, attention, self._prefix_cache(prefix, len(ids))
 
     def _constrained_rows(
         self, reqs: Sequence[GenerationRequest], prompt_length: int
@@ -592,16 +689,21 @@ class TransformersBackend:
         Prompts of one prompt template share their system message and worked example, often
         most of the prompt; the few most recent prefixes are kept.
         """
+        cache = copy.deepcopy(self._prefix_entry(prefix))
+        if rows > 1:
+            cache.batch_repeat_interleave(rows)
+        return cache
+
+    def _prefix_entry(self, prefix: list[int]) -> Any:
+        """The cached KV cache of ``prefix`` itself (to be read, not extended), computed on
+        first use."""
         key = tuple(prefix)
         if key not in self._prefixes:
             out = self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
             self._prefixes[key] = out.past_key_values
             while len(self._prefixes) > _MAX_CACHED_PREFIXES:
                 self._prefixes.pop(next(iter(self._prefixes)))
-        cache = copy.deepcopy(self._prefixes[key])
-        if rows > 1:
-            cache.batch_repeat_interleave(rows)
-        return cache
+        return self._prefixes[key]
 
     def _generation_config(self, max_new_tokens: int) -> Any:
         cfg = copy.deepcopy(self.model.generation_config)
