@@ -25,6 +25,12 @@ if TYPE_CHECKING:
     from ragtrail.storage.metadata_store import SqlMetadataStore
 
 
+BATCHES_PER_CALL = 4
+"""Model batches per backend call of a client: progress moves every few batches (larger batches,
+e.g. on a GPU, get larger steps), and a continuously batched backend keeps its slots full for
+the whole call."""
+
+
 class Runtime:
     """Lazily constructed engine, stores, embedder and indices for one settings object."""
 
@@ -137,8 +143,7 @@ class Runtime:
             max_attempts=self.settings.generation.max_attempts,
             usage=self.llm_usage,
             progress=self.report,
-            # progress moves every few model batches; larger batches (GPU) get larger steps
-            report_every=4 * self.settings.generation.llm_batch_size,
+            report_every=BATCHES_PER_CALL * self.settings.generation.llm_batch_size,
         )
 
     def _load_llm_backend(self, spec: str) -> LLMBackend:

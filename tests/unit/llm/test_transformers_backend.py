@@ -93,11 +93,14 @@ def test_shared_prompt_prefix_is_computed_once_and_changes_nothing(
     cached = TransformersBackend(str(tiny_llama), batch_size=2)
     plain = TransformersBackend(str(tiny_llama), batch_size=2, prefix_caching=False)
     calls: list[int] = []
+    decoded_over: list[int] = []  # cache lengths of the decoding steps
     forward = cached.model.forward
 
     def counting(*args: object, **kwargs: object) -> object:
         ids = kwargs.get("input_ids")
         calls.append(int(ids.shape[1]) if isinstance(ids, torch.Tensor) else -1)
+        if calls[-1] == 1:
+            decoded_over.append(kwargs["past_key_values"].get_seq_length())  # type: ignore[union-attr]
         return forward(*args, **kwargs)
 
     cached.model.forward = counting  # type: ignore[method-assign]
@@ -108,6 +111,8 @@ def test_shared_prompt_prefix_is_computed_once_and_changes_nothing(
     assert len(prefix) >= 32
     assert calls[0] == len(prefix)  # the prefix is run once, on its own ...
     assert calls.count(len(prefix)) == 1  # ... and reused by both batches
+    # Batches attend to it apart (shared-prefix attention): the rows' caches leave it out.
+    assert cached._prefix_attention and decoded_over and max(decoded_over) < len(prefix)
     assert with_prefix == [r.text for r in plain.generate(reqs)]
     assert with_prefix == [plain.generate([r])[0].text for r in reqs]
 

@@ -33,6 +33,11 @@ has its own position ids, attention-mask row, sampler and constraint state, so i
 depend on its batch mates (up to the rounding above). Other models (encoder-decoder, sliding
 window) are batched by ``generate``: requests of equal ``max_new_tokens`` and similar prompt
 length, padded, until the batch's last row ends.
+
+Shared-prefix attention (:mod:`ragtrail.llm.backends.prefix_attention`, CPU models on SDPA): a
+row's prompt is prefilled with its attention split at the prefix, and a batch (``batch_size``
+above 1) keeps the prefix out of its rows' caches and attends to it once for all rows. Outputs
+change by rounding only; with ``batch_size`` 1 rows keep the prefix in their own cache.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +56,7 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from ragtrail.llm.backends import prefix_attention
 from ragtrail.llm.backends.base import (
     GenerationRequest,
     GenerationResult,
@@ -290,6 +297,10 @@ class TransformersBackend:
         self._constraints: DecodingConstraints | None = None
         # Row-wise prefill into growing caches: causal models whose cache is plain full attention.
         self._cache_layers = None if self.is_encoder_decoder else growing_cache_layers(self.model)
+        # Shared-prefix attention for those models where it can run (see its module).
+        self._prefix_attention = self._cache_layers is not None and prefix_attention.install(
+            self.model
+        )
         # Prefill only needs the cache, not the logits of every prompt token (a PEFT wrapper
         # passes the argument on to the model it wraps).
         base = getattr(self.model, "get_base_model", lambda: self.model)()
@@ -457,6 +468,9 @@ class TransformersBackend:
             [r.effective_seed() for r in reqs],
         )
         constrained = self._constrained_rows(reqs, 0)
+        # Batches attend to the shared prefix apart: the rows' caches leave it out.
+        apart = self._prefix_attention and bool(prefix) and self.batch_size > 1
+        shared = self._prefix_entry(prefix) if apart else None
         # Columns for every step of the call: the slots' turns, each up to the longest answer.
         headroom = max(r.max_new_tokens for r in reqs) * (1 + len(reqs) // self.batch_size)
         pending = deque(range(len(reqs)))
@@ -469,7 +483,7 @@ class TransformersBackend:
                     pending.popleft() for _ in range(min(self.batch_size - len(rows), len(pending)))
                 ]
                 now = time.perf_counter()
-                parts = self._prefill_parts([prompts[k] for k in admitted], prefix)
+                parts = self._prefill_parts([prompts[k] for k in admitted], prefix, apart)
                 joined = join_batch(cache, mask, parts) if rows else None
                 if joined is None:  # a new batch, with room for every slot and the steps ahead
                     parts = ([(cache, mask)] if rows else []) + parts
@@ -481,7 +495,7 @@ class TransformersBackend:
                     mask = joined
                 rows += [_Row(k, prompts[k][-1], len(prompts[k]) - 1, now) for k in admitted]
             mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
-            chosen = self._decode_step(rows, cache, mask, sampler, constrained)
+            chosen = self._decode_step(rows, cache, mask, sampler, constrained, shared)
             kept = []
             for k, (row, token) in enumerate(zip(rows, chosen, strict=True)):
                 row.tokens.append(token)
@@ -509,19 +523,22 @@ class TransformersBackend:
         mask: torch.Tensor,
         sampler: _PerRowSampler,
         constrained: ConstrainedRows | None,
+        shared: Any = None,
     ) -> list[int]:
         """One token for every row: a forward pass of the rows' next tokens over ``cache`` and
-        themselves (``mask``: the columns each row attends to, the new one included), then the
-        rows' constraints and samplers, then the highest score (greedy, as ``generate``)."""
+        themselves (``mask``: the columns each row attends to, the new one included) and, when
+        given, the ``shared`` prefix cache; then the rows' constraints and samplers, then the
+        highest score (greedy, as ``generate``)."""
         index = [row.request for row in rows]
-        out = self.model(
-            input_ids=torch.tensor([[row.next_token] for row in rows], device=self.device),
-            attention_mask=mask,
-            position_ids=torch.tensor([[row.position] for row in rows], device=self.device),
-            past_key_values=cache,
-            use_cache=True,
-            **self._prefill_kwargs,
-        )
+        with prefix_attention.decoding_over(shared) if shared is not None else nullcontext():
+            out = self.model(
+                input_ids=torch.tensor([[row.next_token] for row in rows], device=self.device),
+                attention_mask=mask,
+                position_ids=torch.tensor([[row.position] for row in rows], device=self.device),
+                past_key_values=cache,
+                use_cache=True,
+                **self._prefill_kwargs,
+            )
         scores = out.logits[:, -1, :].to(dtype=torch.float32)
         if constrained is not None:
             scores = constrained.subset(index).apply([row.tokens for row in rows], scores)
@@ -529,48 +546,52 @@ class TransformersBackend:
         return scores.argmax(dim=-1).tolist()
 
     def _prefill_parts(
-        self, prompts: Sequence[list[int]], prefix: list[int]
+        self, prompts: Sequence[list[int]], prefix: list[int], apart: bool = False
     ) -> list[tuple[Any, torch.Tensor]]:
         """Caches and masks of ``prompts`` without their last tokens (the first decoding step's
         inputs), for :func:`stack_batches`: one padded pass for prompts of similar length, else
-        each prompt alone (see :data:`PREFILL_ALONE_PADDING`)."""
+        each prompt alone (see :data:`PREFILL_ALONE_PADDING`). With ``apart`` the masks leave
+        the prefix out, so stacking drops it from the rows' caches."""
         if len(prompts) > 1 and not _prefill_alone([len(p) - len(prefix) for p in prompts]):
-            return [self._prefill_padded(prompts, prefix)]
+            return [self._prefill_padded(prompts, prefix, apart)]
         parts = []
         for prompt in prompts:
             cache = self._prefill_row(prompt, prefix)
-            length = cache.get_seq_length() if cache is not None else 0
-            parts.append((cache, torch.ones((1, length), dtype=torch.bool, device=self.device)))
+            mask = torch.ones((1, len(prompt) - 1), dtype=torch.bool, device=self.device)
+            mask[:, : len(prefix) if apart else 0] = False
+            parts.append((cache, mask))
         return parts
 
     def _prefill_padded(
-        self, prompts: Sequence[list[int]], prefix: list[int]
+        self, prompts: Sequence[list[int]], prefix: list[int], apart: bool = False
     ) -> tuple[Any, torch.Tensor]:
         """One cache of left-padded ``prompts`` but their last tokens, after the shared prefix:
-        [prefix][padding][rest], prefilled in one pass."""
+        [prefix][padding][rest], prefilled in one pass (with ``apart``, masked as prefix-free)."""
         assert self._cache_layers is not None
         rest = [p[len(prefix) : -1] for p in prompts]
         width = max(map(len, rest))
         head = torch.ones((1, len(prefix)), dtype=torch.bool, device=self.device)
         parts = [(self._prefix_entry(prefix) if prefix else None, head)] * len(prompts)
         cache, mask = stack_batches(parts, len(prefix) + width, self._cache_layers)
-        if not width:
-            return cache, mask
-        pad = int(self.tokenizer.pad_token_id)
-        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rest], device=self.device)
-        fresh = torch.tensor(
-            [[False] * (width - len(r)) + [True] * len(r) for r in rest], device=self.device
-        )
-        mask = torch.cat([mask, fresh], dim=1)
-        positions = len(prefix) + (fresh.long().cumsum(dim=-1) - 1).clamp(min=0)
-        self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            **self._prefill_kwargs,
-        )
+        if width:
+            pad = int(self.tokenizer.pad_token_id)
+            input_ids = torch.tensor(
+                [[pad] * (width - len(r)) + r for r in rest], device=self.device
+            )
+            fresh = torch.tensor(
+                [[False] * (width - len(r)) + [True] * len(r) for r in rest], device=self.device
+            )
+            mask = torch.cat([mask, fresh], dim=1)
+            positions = len(prefix) + (fresh.long().cumsum(dim=-1) - 1).clamp(min=0)
+            self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                **self._prefill_kwargs,
+            )
+        mask[:, : len(prefix) if apart else 0] = False
         return cache, mask
 
     def _prefill_row(self, row: list[int], prefix: list[int]) -> Any:
@@ -580,12 +601,14 @@ class TransformersBackend:
         rest = row[len(prefix) : -1]
         if not rest:
             return cache
-        out = self.model(
-            input_ids=torch.tensor([rest], device=self.device),
-            past_key_values=cache,
-            use_cache=True,
-            **self._prefill_kwargs,
-        )
+        split = self._prefix_attention and bool(prefix)
+        with prefix_attention.prefilling_after(len(prefix)) if split else nullcontext():
+            out = self.model(
+                input_ids=torch.tensor([rest], device=self.device),
+                past_key_values=cache,
+                use_cache=True,
+                **self._prefill_kwargs,
+            )
         return out.past_key_values
 
     @torch.inference_mode()
