@@ -268,6 +268,30 @@ def test_waiting_requests_take_the_slots_of_ended_rows(
     assert len({r.latency_s for r in batched}) == 5  # each request timed from its admission
 
 
+def test_a_request_failing_mid_batch_fails_alone(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error while decoding a continuous batch is retried request by request: the request
+    that raises gets a failure with the error, the others their usual texts."""
+    backend = TransformersBackend(str(tiny_llama), batch_size=2)
+    reqs = requests(4, max_new_tokens=8)
+    alone = [backend.generate([r])[0].text for r in reqs]
+    poisoned = backend._encode(reqs[2].messages)
+    prefill = backend._prefill_row
+
+    def failing(row: list[int], prefix: list[int]) -> object:
+        if row == poisoned:
+            raise RuntimeError("out of memory in this row")
+        return prefill(row, prefix)
+
+    monkeypatch.setattr(backend, "_prefill_row", failing)
+    monkeypatch.setattr(transformers_local, "PREFILL_ALONE_PADDING", -1)  # every row alone
+    results = backend.generate(reqs)
+    assert not results[2].ok and "out of memory in this row" in (results[2].error or "")
+    assert [r.text for k, r in enumerate(results) if k != 2] == alone[:2] + alone[3:]
+    assert all(r.ok for k, r in enumerate(results) if k != 2)
+
+
 def test_causal_uses_left_padding_and_chat_template(tiny_llama: Path) -> None:
     backend = TransformersBackend(str(tiny_llama))
     assert backend.tokenizer.padding_side == "left" and not backend.is_encoder_decoder
