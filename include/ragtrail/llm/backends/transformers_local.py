@@ -383,9 +383,19 @@ class TransformersBackend:
         if self._cache_layers is not None:
             order = sorted(encoded, key=lambda i: (-len(encoded[i]), i))
             self._generate_continuous(order, requests, encoded, prefix, results)
-            return [
-                r if r is not None else GenerationResult.failure("not generated") for r in results
-            ]
+        else:
+            self._generate_batches(requests, encoded, prefix, results)
+        return [r if r is not None else GenerationResult.failure("not generated") for r in results]
+
+    def _generate_batches(
+        self,
+        requests: Sequence[GenerationRequest],
+        encoded: dict[int, list[int]],
+        prefix: list[int],
+        results: list[GenerationResult | None],
+    ) -> None:
+        """Decode ``encoded`` in padded batches by ``generate`` (models without continuous
+        batching); a batch that raises is retried request by request."""
         order = sorted(encoded, key=lambda i: (requests[i].max_new_tokens, -len(encoded[i]), i))
         for batch in self._batches(order, requests):
             started = time.perf_counter()
@@ -408,7 +418,6 @@ class TransformersBackend:
             for i, res in zip(batch, outs, strict=True):
                 res.latency_s = elapsed
                 results[i] = res
-        return [r if r is not None else GenerationResult.failure("not generated") for r in results]
 
     def _batches(self, order: list[int], requests: Sequence[GenerationRequest]) -> list[list[int]]:
         batches: list[list[int]] = []
@@ -483,7 +492,10 @@ class TransformersBackend:
                     pending.popleft() for _ in range(min(self.batch_size - len(rows), len(pending)))
                 ]
                 now = time.perf_counter()
-                parts = self._prefill_parts([prompts[k] for k in admitted], prefix, apart)
+                parts = self._prefill_parts([prompts[k] for k in admitted], prefix)
+                if shared is not None:  # stacking drops the columns no row attends to
+                    for _, part_mask in parts:
+                        part_mask[:, : len(prefix)] = False
                 joined = join_batch(cache, mask, parts) if rows else None
                 if joined is None:  # a new batch, with room for every slot and the steps ahead
                     parts = ([(cache, mask)] if rows else []) + parts
@@ -546,27 +558,27 @@ class TransformersBackend:
         return scores.argmax(dim=-1).tolist()
 
     def _prefill_parts(
-        self, prompts: Sequence[list[int]], prefix: list[int], apart: bool = False
+        self, prompts: Sequence[list[int]], prefix: list[int]
     ) -> list[tuple[Any, torch.Tensor]]:
         """Caches and masks of ``prompts`` without their last tokens (the first decoding step's
-        inputs), for :func:`stack_batches`: one padded pass for prompts of similar length, else
-        each prompt alone (see :data:`PREFILL_ALONE_PADDING`). With ``apart`` the masks leave
-        the prefix out, so stacking drops it from the rows' caches."""
+        inputs), each starting with the prefix's columns, for :func:`stack_batches`: one padded
+        pass for prompts of similar length, else each prompt alone (see
+        :data:`PREFILL_ALONE_PADDING`)."""
         if len(prompts) > 1 and not _prefill_alone([len(p) - len(prefix) for p in prompts]):
-            return [self._prefill_padded(prompts, prefix, apart)]
-        parts = []
-        for prompt in prompts:
-            cache = self._prefill_row(prompt, prefix)
-            mask = torch.ones((1, len(prompt) - 1), dtype=torch.bool, device=self.device)
-            mask[:, : len(prefix) if apart else 0] = False
-            parts.append((cache, mask))
-        return parts
+            return [self._prefill_padded(prompts, prefix)]
+        return [
+            (
+                self._prefill_row(prompt, prefix),
+                torch.ones((1, len(prompt) - 1), dtype=torch.bool, device=self.device),
+            )
+            for prompt in prompts
+        ]
 
     def _prefill_padded(
-        self, prompts: Sequence[list[int]], prefix: list[int], apart: bool = False
+        self, prompts: Sequence[list[int]], prefix: list[int]
     ) -> tuple[Any, torch.Tensor]:
         """One cache of left-padded ``prompts`` but their last tokens, after the shared prefix:
-        [prefix][padding][rest], prefilled in one pass (with ``apart``, masked as prefix-free)."""
+        [prefix][padding][rest], prefilled in one pass."""
         assert self._cache_layers is not None
         rest = [p[len(prefix) : -1] for p in prompts]
         width = max(map(len, rest))
@@ -591,7 +603,6 @@ class TransformersBackend:
                 use_cache=True,
                 **self._prefill_kwargs,
             )
-        mask[:, : len(prefix) if apart else 0] = False
         return cache, mask
 
     def _prefill_row(self, row: list[int], prefix: list[int]) -> Any:
