@@ -73,6 +73,11 @@ class GrowingLayer(DynamicLayer):
         self.values = self._value_store[: self._rows, :, columns]
         self._views = (self.keys, self.values)
 
+    def _in_storage(self) -> bool:
+        """Whether :attr:`keys` / :attr:`values` are still views of the storage (a base-class
+        method such as crop or batch_repeat_interleave replaces them by tensors of its own)."""
+        return self._key_store is not None and self.keys is self._views[0]
+
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,7 +92,7 @@ class GrowingLayer(DynamicLayer):
             store is None
             or self._start + end > store.shape[-2]
             or self._rows != key_states.shape[0]
-            or (length > 0 and self.keys is not self._views[0])
+            or (length > 0 and not self._in_storage())
         ):
             kept_keys, kept_values = self.keys, self.values
             full = store is not None and self._start + end > store.shape[-2]
@@ -107,14 +112,10 @@ class GrowingLayer(DynamicLayer):
         """Keep the rows ``indices``: with ascending indices (rows leaving a batch), the kept
         rows move down within the storage instead of into new storage."""
         order = indices.tolist()
-        if (
-            self._key_store is None
-            or order != sorted(set(order))
-            or self.keys is not self._views[0]
-        ):
+        if not self._in_storage() or order != sorted(set(order)):
             super().batch_select_indices(indices)
             return
-        assert self._value_store is not None
+        assert self._key_store is not None and self._value_store is not None
         length = self.get_seq_length()
         columns = slice(self._start, self._start + length)
         for target, source in enumerate(order):
@@ -135,7 +136,7 @@ class GrowingLayer(DynamicLayer):
 
     def free_rows(self) -> int:
         """Rows the storage holds beyond the cache's (0 when the views are not its own)."""
-        if self._key_store is None or self.keys is not self._views[0]:
+        if not self._in_storage():
             return 0
         return self._key_store.shape[0] - self._rows
 
