@@ -27,6 +27,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 ATTENTION = "ragtrail_prefix_sdpa"
 
@@ -102,8 +103,6 @@ def prefix_sdpa_attention(
             return _decode(query, key, value, mask, prefix_keys, prefix_values, scaling)
         if kind == "prefill" and query.shape[0] == 1 and key.shape[2] - query.shape[2] == detail:
             return _prefill(query, key, value, detail, scaling)
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     return sdpa_attention_forward(
         module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
     )
