@@ -40,7 +40,7 @@ def _cell(cell: dict[str, Any] | None) -> str:
 
 
 def run(items: int, types: tuple[str, ...], overrides: dict[str, Any]) -> str:
-    from ragtrail.evaluate.promotion import GateConfig, decide_promotion
+    from ragtrail.evaluate.comparison.promotion import GateConfig, decide_promotion
     from ragtrail.llm.backends.bundle import load_bundle_backend
     from ragtrail.llm.backends.transformers_local import TransformersBackend
     from ragtrail.llm.client import LLMClient

@@ -81,7 +81,7 @@ class Throughput:
 def _workload(rt: Any, corpus: str, qa_set: str, n_items: int) -> tuple[list[Any], list[Any]]:
     """The mixtures of ``n_items`` sampled questions in every type, and a warm-up mixture of one
     more question (answered untimed by each fresh backend: tokenizer tables, first allocations)."""
-    from ragtrail.evaluate.mixtures import build_mixtures
+    from ragtrail.evaluate.citations.mixtures import build_mixtures
     from ragtrail.pipeline.citations import sample_items
     from ragtrail.pipeline.evaluate import load_items
     from ragtrail.pipeline.mixtures import corpus_from_runtime
@@ -96,7 +96,7 @@ def _workload(rt: Any, corpus: str, qa_set: str, n_items: int) -> tuple[list[Any
 
 def _answer(rt: Any, mixtures: list[Any], warm: list[Any], dtype: str, batch: int) -> Throughput:
     """Answer ``mixtures`` with a fresh backend of ``dtype`` and ``batch``, no LLM cache."""
-    from ragtrail.evaluate.mixture_answers import answer_mixtures
+    from ragtrail.evaluate.citations.mixture_answers import answer_mixtures
     from ragtrail.llm import UsageMeter
     from ragtrail.llm.client import LLMClient
     from ragtrail.llm.factory import load_llm_backend
@@ -160,7 +160,7 @@ def _throughput_table(passes: list[Throughput]) -> list[str]:
 def _f1_table(summaries: dict[str, dict[str, Any]]) -> list[str]:
     """Citation F1 over the answerable questions per mixture type: the model in each precision,
     and the random baseline (the same mixtures in every run)."""
-    from ragtrail.evaluate.citations import ANSWERABLE
+    from ragtrail.evaluate.citations.evaluator import ANSWERABLE
 
     def cells(summary: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
         return {

@@ -20,16 +20,16 @@ from dataclasses import replace
 from statistics import fmean
 
 from benchmarks._common import machine_line, require_shared, timer, write_section
-from ragtrail.evaluate.answers import AnswersScore, score_answers
-from ragtrail.evaluate.attribution import (
+from ragtrail.evaluate.attribution.answer_metrics import (
     ENTAILMENT_METRICS,
     NO_STATEMENTS,
     Overlap,
     choose_gold_answer,
     citation_overlap,
 )
-from ragtrail.evaluate.cited_answers import AnswerRecord
-from ragtrail.evaluate.hagrid import read_hagrid
+from ragtrail.evaluate.attribution.cited_answers import AnswerRecord
+from ragtrail.evaluate.attribution.hagrid import read_hagrid
+from ragtrail.evaluate.attribution.scoring import AnswersScore, score_answers
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -100,7 +100,7 @@ def run() -> str:
         "## Citation overlap conformance on HAGRID (Attributed-IR)",
         "",
         f"Machine: {machine_line()}. Data: `{'/'.join(HAGRID)}` read in place "
-        f"(`ragtrail.evaluate.hagrid.read_hagrid`): {len(records)} queries, 2 retrieved "
+        f"(`ragtrail.evaluate.attribution.hagrid.read_hagrid`): {len(records)} queries, 2 retrieved "
         "passages each, Llama-2-13B answers (`output`), human answers with citations to the gold "
         "quotes. Metrics in %, 95% percentile bootstrap intervals "
         f"({BOOTSTRAP} resamples, seed {SEED}), n = answers with a defined value.",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchmarks._common import machine_line, percentiles_ms, require_shared, timer, write_section
 from ragtrail.config import DEFAULT_TEXT_WEIGHTS, load_settings
-from ragtrail.evaluate.retrieval import ScanConfig, collect_candidates, scan
+from ragtrail.evaluate.retrieval.evaluator import ScanConfig, collect_candidates, scan
 from ragtrail.index.base import fetch_candidates
 from ragtrail.index.fusion import fuse
 from ragtrail.pipeline.ingest import ingest

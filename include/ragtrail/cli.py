@@ -223,7 +223,7 @@ def eval_trec(
 ) -> None:
     """Score a trec_eval-format run against qrels (same conventions as trec_eval)."""
     from ragtrail.evaluate.metrics import aggregate, evaluate
-    from ragtrail.evaluate.trec import read_qrels, read_run
+    from ragtrail.evaluate.retrieval.trec import read_qrels, read_run
 
     names = ["recall@5", "recall@10", "mrr", "ndcg@10", "P@5", "map"]
     with _user_errors():

@@ -402,7 +402,7 @@ class RegistrySettings(BaseModel):
 
 
 class PromotionSettings(BaseModel):
-    """The champion/challenger gate (:mod:`ragtrail.evaluate.promotion`).
+    """The champion/challenger gate (:mod:`ragtrail.evaluate.comparison.promotion`).
 
     The challenger is promoted only if ``primary_metric`` improves with a paired ``confidence``
     bootstrap interval entirely above zero and no guarded metric regresses by more than its

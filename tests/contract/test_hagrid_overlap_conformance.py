@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from ragtrail.evaluate.answers import load_answers
-from ragtrail.evaluate.attribution import citation_overlap
-from ragtrail.evaluate.hagrid import hagrid_to_jsonl, read_hagrid
+from ragtrail.evaluate.attribution.answer_metrics import citation_overlap
+from ragtrail.evaluate.attribution.hagrid import hagrid_to_jsonl, read_hagrid
+from ragtrail.evaluate.attribution.scoring import load_answers
 
 HAGRID = ("reference", "hagrid-attributed-ir", "llama13_RTG_vanilla.csv")
 ROWS = 716

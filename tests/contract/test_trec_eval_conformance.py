@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ragtrail.evaluate.metrics import aggregate, evaluate, parse_metric, rank_documents
-from ragtrail.evaluate.trec import read_qrels, read_run
+from ragtrail.evaluate.retrieval.trec import read_qrels, read_run
 
 # trec_eval measure name -> our metric id. The brief's required set.
 REQUIRED = {

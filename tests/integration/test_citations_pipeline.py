@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ragtrail.cli import app
-from ragtrail.evaluate.citations import ANSWERABLE
+from ragtrail.evaluate.citations.evaluator import ANSWERABLE
 from ragtrail.paths import sample_corpus_dir
 from ragtrail.pipeline.citations import evaluate_citations, load_citations, sample_items
 from ragtrail.pipeline.night import INGEST, run_flow

@@ -29,7 +29,7 @@ from ragtrail.pipeline.judges import (
     ground_context,
 )
 from ragtrail.records import CandidateStatus, LabelSource
-from ragtrail.report.judges import judges_section
+from ragtrail.report.judge_notes import judges_section
 from ragtrail.storage.judge_store import JudgeStore
 from ragtrail.testset.qaset import load_qa_set
 from ragtrail.testset.store import TestSetStore

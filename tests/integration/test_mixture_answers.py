@@ -16,12 +16,8 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from ragtrail import jsonsafe
-from ragtrail.evaluate.citations import (
-    ANSWERABLE,
-    CitationEvalConfig,
-    evaluate_mixtures,
-)
-from ragtrail.evaluate.mixtures import RETRIEVER_TOP, MixtureCorpus
+from ragtrail.evaluate.citations.evaluator import ANSWERABLE, CitationEvalConfig, evaluate_mixtures
+from ragtrail.evaluate.citations.mixtures import RETRIEVER_TOP, MixtureCorpus
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.cache import SqlLLMCache
 from ragtrail.llm.client import LLMClient
@@ -205,8 +201,8 @@ def test_runtime_corpus_uses_the_retriever_for_document_level_items(make_runtime
 def test_real_smollm2_answers_two_mixtures_with_in_range_citations() -> None:
     """The bundled SmolLM2 under guided decoding: every answer parses or is a recorded failure
     with its raw text, and parsed citations stay within 1..n."""
-    from ragtrail.evaluate.mixture_answers import answer_mixtures
-    from ragtrail.evaluate.mixtures import MixtureSpec, build_mixtures
+    from ragtrail.evaluate.citations.mixture_answers import answer_mixtures
+    from ragtrail.evaluate.citations.mixtures import MixtureSpec, build_mixtures
     from ragtrail.llm.factory import load_llm_backend
 
     items = [ITEMS[0], ITEMS[1]]
@@ -225,8 +221,8 @@ def test_real_smollm2_answers_two_mixtures_with_in_range_citations() -> None:
 
 
 def test_a_reply_cut_off_at_the_token_limit_is_a_failure_not_an_abstention() -> None:
-    from ragtrail.evaluate.mixture_answers import TRUNCATED, answer_mixtures
-    from ragtrail.evaluate.mixtures import build_mixtures
+    from ragtrail.evaluate.citations.mixture_answers import TRUNCATED, answer_mixtures
+    from ragtrail.evaluate.citations.mixtures import build_mixtures
     from ragtrail.llm.backends.base import GenerationResult
 
     # What SmolLM2 wrote at 200 tokens: its first sentence object alone parses as JSON, but

@@ -14,7 +14,7 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from ragtrail.cli import app
-from ragtrail.evaluate.retrieval import NO_BOOTSTRAP, UNDEFINED_REASONS
+from ragtrail.evaluate.retrieval.evaluator import NO_BOOTSTRAP, UNDEFINED_REASONS
 from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.evaluate import (
     evaluate_retrieval,

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ragtrail.evaluate.cited_answers import CLOSED_BOOK_PROMPT
-from ragtrail.evaluate.retrieval import ranking_for
-from ragtrail.evaluate.scenarios import run_scenarios
+from ragtrail.evaluate.attribution.cited_answers import CLOSED_BOOK_PROMPT
+from ragtrail.evaluate.attribution.scenarios import run_scenarios
+from ragtrail.evaluate.retrieval.evaluator import ranking_for
 from ragtrail.index.base import fetch_candidates
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.client import LLMClient

@@ -16,7 +16,7 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 from ragtrail.config import ModelRole
-from ragtrail.judges.sufficiency import INSUFFICIENT, SUFFICIENT
+from ragtrail.judges.sufficiency_raters import INSUFFICIENT, SUFFICIENT
 from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.ingest import ingest
 from ragtrail.pipeline.sufficiency_judges import (

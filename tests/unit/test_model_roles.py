@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from ragtrail.config import ModelRole, load_settings
-from ragtrail.report.testset import llm_models_line
+from ragtrail.report.testset_sections import llm_models_line
 from ragtrail.runtime import Runtime
 from tests.unit.generate import routed_backend
 

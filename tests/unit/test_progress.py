@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import pytest
 
-from ragtrail.evaluate.retrieval import collect_candidates
+from ragtrail.evaluate.retrieval.evaluator import collect_candidates
 from ragtrail.progress import LogProgress, ProgressUpdate, progress_line
 from ragtrail.records import QAItem, SearchHit
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ragtrail.judges.references import check_reference_row, read_reference_jsonl
-from ragtrail.judges.sufficiency import INSUFFICIENT, SUFFICIENCY_CATEGORIES, SUFFICIENT
+from ragtrail.judges.sufficiency_raters import INSUFFICIENT, SUFFICIENCY_CATEGORIES, SUFFICIENT
 from ragtrail.records import QAItem, QuestionLabel
 
 ExampleKind = Literal["ground", "unanswerable", "irrelevant", "file"]

@@ -302,7 +302,7 @@ def settle_challenger(
     actor: str = "promotion-gate",
 ) -> AliasEvent:
     """Apply a gate verdict to a freshly evaluated version: record the decision (strict JSON,
-    e.g. :meth:`ragtrail.evaluate.promotion.GateDecision.as_json`), then make the version champion
+    e.g. :meth:`ragtrail.evaluate.comparison.promotion.GateDecision.as_json`), then make the version champion
     when promoted, else point ``challenger`` at it, where it stays with the reason recorded (a
     challenger it replaces becomes ``rejected``)."""
     registry.record_gate_decision(name, version, decision, promote=promote_it, reason=reason)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragtrail.evaluate.answers import AnswersScore, load_answers, score_answers
+from ragtrail.evaluate.attribution.scoring import AnswersScore, load_answers, score_answers
 from ragtrail.judges.gate import GateDecision
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
 from ragtrail.runtime import Runtime

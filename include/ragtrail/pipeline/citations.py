@@ -6,7 +6,7 @@ sizes are settings, 0 = every question), then
 
 * answers seeded relevance mixtures with the answering model and scores its citations against
   the known relevance, next to a random baseline on the same mixtures (evaluator ``citations``,
-  :mod:`ragtrail.evaluate.citations`);
+  :mod:`ragtrail.evaluate.citations.evaluator`);
 * runs the attributed-answer scenarios over the corpus index and scores them with the attribution
   metrics (evaluator ``attribution``), the entailment ones by the configured entailment judge,
   named with its calibration and gate decision.
@@ -30,15 +30,15 @@ import pandas as pd
 
 from ragtrail import jsonsafe
 from ragtrail.config import ModelRole
-from ragtrail.evaluate.answers import score_answers
-from ragtrail.evaluate.citations import (
+from ragtrail.evaluate.attribution.scenarios import run_scenarios
+from ragtrail.evaluate.attribution.scoring import score_answers
+from ragtrail.evaluate.citations.evaluator import (
     ANSWERABLE,
     CitationEvalConfig,
     MixtureEvaluation,
     evaluate_mixtures,
 )
-from ragtrail.evaluate.mixture_answers import DEFAULT_ANSWER_PARAMS
-from ragtrail.evaluate.scenarios import run_scenarios
+from ragtrail.evaluate.citations.mixture_answers import DEFAULT_ANSWER_PARAMS
 from ragtrail.llm.client import GenerationParams
 from ragtrail.pipeline.evaluate import (
     load_run_summary,

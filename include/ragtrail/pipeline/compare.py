@@ -2,7 +2,7 @@
 
 Loads both runs and their per-query values from the metadata database (:class:`RunStore`), refuses
 pairs that cannot be compared (unknown run, different or unknown QA-set versions, no per-query
-values) and hands the values to :func:`ragtrail.evaluate.run_compare.compare_runs`.
+values) and hands the values to :func:`ragtrail.evaluate.comparison.run_compare.compare_runs`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from ragtrail.evaluate.paired import DEFAULT_RESAMPLES, DEFAULT_SEED
-from ragtrail.evaluate.run_compare import FacetComparison, compare_runs
+from ragtrail.evaluate.comparison.paired import DEFAULT_RESAMPLES, DEFAULT_SEED
+from ragtrail.evaluate.comparison.run_compare import FacetComparison, compare_runs
 from ragtrail.storage.runs_store import RunRecord, RunStore
 
 

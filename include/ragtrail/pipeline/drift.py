@@ -5,7 +5,7 @@
 1. resolve the run's baseline (pinned, else champion, else first; :mod:`ragtrail.storage.drift_store`);
 2. pair the two runs' per-query values exactly as ``ragtrail runs compare`` does
    (:func:`ragtrail.pipeline.compare.compare_stored_runs`);
-3. decide on the primary metrics (:func:`ragtrail.evaluate.drift.assess_drift`);
+3. decide on the primary metrics (:func:`ragtrail.evaluate.comparison.drift_decision.assess_drift`);
 4. record, beside the decision, how much of the corpus changed since the baseline's snapshot and
    how many items of the QA set were retired by those changes;
 5. store the decision (replacing an earlier check of the same run against the same baseline).
@@ -25,11 +25,16 @@ from typing import Any
 from sqlalchemy import Engine
 
 from ragtrail.config import DriftSettings
-from ragtrail.evaluate.contract import EVALUATORS, facet_key
-from ragtrail.evaluate.corpus_drift import SnapshotDocuments, corpus_drift
-from ragtrail.evaluate.drift import DriftPolicy, PrimaryMetric, assess_drift, worsening
+from ragtrail.evaluate.comparison.corpus_drift import SnapshotDocuments, corpus_drift
+from ragtrail.evaluate.comparison.drift_decision import (
+    DriftPolicy,
+    PrimaryMetric,
+    assess_drift,
+    worsening,
+)
+from ragtrail.evaluate.comparison.run_compare import query_cells
+from ragtrail.evaluate.contract import facet_key
 from ragtrail.evaluate.metrics import bootstrap_ci
-from ragtrail.evaluate.run_compare import query_cells
 from ragtrail.pipeline.compare import RunComparisonError, compare_stored_runs
 from ragtrail.records import CandidateStatus
 from ragtrail.storage.db import utcnow
@@ -73,17 +78,12 @@ def drift_policy(settings: DriftSettings) -> DriftPolicy:
 def registered_primary_metrics() -> dict[str, PrimaryMetric]:
     """Every registered evaluator's primary metric by evaluation name (imports the evaluators
     the nightly stores, so that the registry is filled)."""
-    from ragtrail.evaluate import (  # noqa: F401  (registers the evaluators)
-        answers,
-        cah,
-        citations,
-        retrieval,
-        selective,
-    )
+    from ragtrail.evaluate.registered import registered_evaluators
 
+    evaluators = registered_evaluators()
     out = {}
-    for name in EVALUATORS.names():
-        cls = EVALUATORS.get(name)
+    for name in evaluators.names():
+        cls = evaluators.get(name)
         out[name] = PrimaryMetric(name, cls.primary_metric, cls.greater_is_better)
     return out
 
@@ -327,7 +327,7 @@ def drift_history(engine: Engine, decision: DecisionRecord) -> dict[str, list[di
     the most paired questions. Keyed ``evaluation:metric [facets]``.
 
     Each point is the mean of the cell's per-question values in one run with a bootstrap 95% CI:
-    the cells the check pairs (:func:`~ragtrail.evaluate.run_compare.query_cells`), including the
+    the cells the check pairs (:func:`~ragtrail.evaluate.comparison.run_compare.query_cells`), including the
     pooled ``label=inclusive`` cell, which evaluators' stored aggregates may pool and name
     differently (``all``, ``answerable``)."""
     chosen: dict[tuple[str, str], dict[str, Any]] = {}

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ragtrail import jsonsafe
-from ragtrail.evaluate.retrieval import (
+from ragtrail.evaluate.retrieval.evaluator import (
     PRIMARY_METRIC,
     RetrievalEvaluator,
     RetrievalInputs,

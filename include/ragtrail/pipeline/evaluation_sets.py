@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ragtrail import jsonsafe
-from ragtrail.evaluate.paired import DEFAULT_RESAMPLES
+from ragtrail.evaluate.comparison.paired import DEFAULT_RESAMPLES
 from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.compare import RunComparisonError, compare_stored_runs
 from ragtrail.pipeline.evaluate import GOLDEN_PREFIX, TESTSET_PREFIX

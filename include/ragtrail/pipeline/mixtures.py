@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ragtrail.evaluate.mixtures import MixtureCorpus
-from ragtrail.evaluate.retrieval import collect_candidates
+from ragtrail.evaluate.citations.mixtures import MixtureCorpus
+from ragtrail.evaluate.retrieval.evaluator import collect_candidates
 from ragtrail.index.fusion import fuse
 from ragtrail.records import QAItem, SearchHit
 from ragtrail.runtime import Runtime

@@ -24,7 +24,7 @@ from ragtrail.pipeline.night import (
     Progress,
     run_flow,
 )
-from ragtrail.report.judges import label_source_note
+from ragtrail.report.judge_notes import label_source_note
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 from ragtrail.testset.golden import DuplicateContentError

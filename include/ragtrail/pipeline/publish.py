@@ -67,11 +67,11 @@ def publish_sets(
     report_uri, data_docs_path, success and ``sets`` (name -> compact summary with ``change``).
     """
     from ragtrail.quality.runner import QualityRunner, enforce
-    from ragtrail.report.citations import citation_sections
-    from ragtrail.report.drift import drift_sections
+    from ragtrail.report.citation_sections import citation_sections
+    from ragtrail.report.drift_sections import drift_sections
     from ragtrail.report.html import SetView, render_sets_report
-    from ragtrail.report.sufficiency import sufficiency_sections
-    from ragtrail.report.testset import testset_sections
+    from ragtrail.report.sufficiency_sections import sufficiency_sections
+    from ragtrail.report.testset_sections import testset_sections
 
     if not sets:
         raise ValueError("nothing to publish: no evaluated QA set")

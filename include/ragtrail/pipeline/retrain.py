@@ -11,7 +11,7 @@ The ``retrain_models`` flow (``pipeline/night.py`` RETRAIN) runs these three ste
    registered as a new version of the citation model.
 3. :func:`gate_challenger`: the model in service (the registered champion, else the configured
    answerer) and the new version answer the same frozen mixtures with the same seeds; the
-   promotion gate (:func:`ragtrail.evaluate.promotion.decide_promotion`) decides, the registry
+   promotion gate (:func:`ragtrail.evaluate.comparison.promotion.decide_promotion`) decides, the registry
    records the decision and moves ``champion`` or ``challenger``. A promoted model's acceptance
    becomes the drift baseline of the night's set runs (``DriftStore.record_champion_baseline``):
    later nights are compared with the state it was accepted on, so a corpus change that was
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ragtrail.config import ModelRole
-from ragtrail.evaluate.citations import MixtureEvaluation
+from ragtrail.evaluate.citations.evaluator import MixtureEvaluation
 from ragtrail.models.registry import (
     CHAMPION,
     RegistryError,
@@ -221,7 +221,7 @@ def gate_challenger(
     """Champion (or the configured answerer) vs the new version on the frozen mixtures; the gate
     decides and the registry records it. ``drift_run_id`` (a night or set run) names the runs the
     champion is accepted on; default: the corpus's newest night."""
-    from ragtrail.evaluate.promotion import GateConfig, decide_promotion
+    from ragtrail.evaluate.comparison.promotion import GateConfig, decide_promotion
     from ragtrail.pipeline.drift import runs_to_check
     from ragtrail.storage.drift_store import DriftStore
     from ragtrail.train.citation import headline

@@ -1,15 +1,15 @@
 """The attributed-answer scenarios' corpus, built from a Runtime (index, embedder, metadata DB).
 
-The scenarios themselves live in :mod:`ragtrail.evaluate.scenarios` and never see the Runtime;
+The scenarios themselves live in :mod:`ragtrail.evaluate.attribution.scenarios` and never see the Runtime;
 this module only wires the corpus's hybrid index and stored chunks into a
-:class:`~ragtrail.evaluate.passage_corpus.PassageCorpus`.
+:class:`~ragtrail.evaluate.attribution.passage_corpus.PassageCorpus`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ragtrail.evaluate.passage_corpus import CorpusPassage, IndexedCorpus
+from ragtrail.evaluate.attribution.passage_corpus import CorpusPassage, IndexedCorpus
 from ragtrail.runtime import Runtime
 
 DEFAULT_CANDIDATES = 100

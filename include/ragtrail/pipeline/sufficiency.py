@@ -34,10 +34,15 @@ import pandas as pd
 
 from ragtrail import jsonsafe
 from ragtrail.config import ModelRole
-from ragtrail.evaluate.cah import ALL, CAHEvaluation, CAHRecord, Outcome, evaluate_cah
-from ragtrail.evaluate.cah import AnswerCase as CAHCase
-from ragtrail.evaluate.confidence import ConfidenceRow, ConfidenceScore, p_correct, p_true
-from ragtrail.evaluate.selective import (
+from ragtrail.evaluate.sufficiency.cah import ALL, CAHEvaluation, CAHRecord, Outcome, evaluate_cah
+from ragtrail.evaluate.sufficiency.cah import AnswerCase as CAHCase
+from ragtrail.evaluate.sufficiency.confidence import (
+    ConfidenceRow,
+    ConfidenceScore,
+    p_correct,
+    p_true,
+)
+from ragtrail.evaluate.sufficiency.selective import (
     WITH_SUFFICIENCY,
     SelectiveEvalConfig,
     SelectiveEvaluator,
@@ -45,9 +50,9 @@ from ragtrail.evaluate.selective import (
     SelectiveRow,
     SelectiveRun,
 )
-from ragtrail.evaluate.selective_policy import P_CORRECT, P_TRUE, SelectivePolicy
-from ragtrail.evaluate.selective_policy import SUFFICIENT as SUFFICIENT_FEATURE
-from ragtrail.evaluate.short_answers import (
+from ragtrail.evaluate.sufficiency.selective_policy import P_CORRECT, P_TRUE, SelectivePolicy
+from ragtrail.evaluate.sufficiency.selective_policy import SUFFICIENT as SUFFICIENT_FEATURE
+from ragtrail.evaluate.sufficiency.short_answers import (
     ShortAnswer,
     ShortAnswerInput,
     answer_questions,
@@ -55,7 +60,7 @@ from ragtrail.evaluate.short_answers import (
 )
 from ragtrail.judges.calibration import proportion
 from ragtrail.judges.contract import Judge, JudgeInput, Verdict
-from ragtrail.judges.sufficiency import SUFFICIENT
+from ragtrail.judges.sufficiency_raters import SUFFICIENT
 from ragtrail.pipeline.citations import best_text_weight, sample_items
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.evaluate import (

@@ -24,7 +24,7 @@ from ragtrail.config import ModelRole
 from ragtrail.ingest.chunk import Tokenizer, as_token_counter
 from ragtrail.judges.calibration import calibrate_categorical
 from ragtrail.judges.contract import Judge, JudgeInput
-from ragtrail.judges.sufficiency import (
+from ragtrail.judges.sufficiency_raters import (
     CHUNKED_RATER,
     CONTAINS_RATER,
     ENTAILMENT_RATER,

@@ -26,7 +26,7 @@ from markupsafe import Markup, escape
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ragtrail.evaluate.retrieval import UNDEFINED_REASONS
+from ragtrail.evaluate.retrieval.evaluator import UNDEFINED_REASONS
 from ragtrail.jsonsafe import UNDEFINED_KEY
 from ragtrail.paths import safe_name
 from ragtrail.records import ANSWERABLE_LABELS, INCLUSIVE, LABELS

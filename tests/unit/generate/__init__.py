@@ -16,13 +16,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ragtrail.evaluate.cited_answers import CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT
-from ragtrail.evaluate.confidence import CONFIDENCE_PROMPTS
-from ragtrail.evaluate.short_answers import SHORT_ANSWER_PROMPT
-from ragtrail.evaluate.subqueries import SUBQUERY_PROMPT
+from ragtrail.evaluate.attribution.cited_answers import CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT
+from ragtrail.evaluate.attribution.subqueries import SUBQUERY_PROMPT
+from ragtrail.evaluate.sufficiency.confidence import CONFIDENCE_PROMPTS
+from ragtrail.evaluate.sufficiency.short_answers import SHORT_ANSWER_PROMPT
 from ragtrail.generate.prompts import GENERATION_PROMPTS
 from ragtrail.judges.correctness import CORRECTNESS_PROMPT
-from ragtrail.judges.sufficiency import SUFFICIENCY_PROMPTS
+from ragtrail.judges.sufficiency_raters import SUFFICIENCY_PROMPTS
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.records import Context, sha256_text

@@ -20,7 +20,7 @@ from ragtrail.judges.contract import (
     judge_version,
 )
 from ragtrail.judges.entailment import entailment_spec
-from ragtrail.judges.sufficiency import (
+from ragtrail.judges.sufficiency_raters import (
     INSUFFICIENT,
     NO_GOLD_ANSWER,
     SUFFICIENCY_1SHOT_PROMPT,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragtrail.judges.references import ReferenceFormatError
-from ragtrail.judges.sufficiency import INSUFFICIENT, SUFFICIENT
+from ragtrail.judges.sufficiency_raters import INSUFFICIENT, SUFFICIENT
 from ragtrail.judges.sufficiency_references import (
     SufficiencyExample,
     golden_sufficiency_examples,

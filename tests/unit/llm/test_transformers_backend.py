@@ -507,7 +507,7 @@ def test_builtin_smollm2_guided_answer_decodes_as_plain_generate(tmp_path: Path)
     """On the real model and a real-sized guided prompt (~600 tokens), one request alone gives
     what ``generate`` gives with transformers' own cache and prefill."""
     pytest.importorskip("gguf")
-    from ragtrail.evaluate.cited_answers import CITED_ANSWER_PROMPT, CitedAnswerInput
+    from ragtrail.evaluate.attribution.cited_answers import CITED_ANSWER_PROMPT, CitedAnswerInput
 
     cache = Path(os.environ.get("RAGTRAIL_TEST_MODEL_CACHE") or tmp_path)
     backend = load_llm_backend("builtin:smollm2-135m-instruct", cache_dir=cache)

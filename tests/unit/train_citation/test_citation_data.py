@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from ragtrail.evaluate.mixture_answers import answer_mixtures
-from ragtrail.evaluate.mixtures import MixtureCorpus, stable_seed
+from ragtrail.evaluate.citations.mixture_answers import answer_mixtures
+from ragtrail.evaluate.citations.mixtures import MixtureCorpus, stable_seed
 from ragtrail.llm.client import LLMClient
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.records import Chunk, QAItem
@@ -21,7 +21,7 @@ from ragtrail.train.citation import (
     split_citation_data,
 )
 from ragtrail.train.citation.data import prompt_of
-from tests.unit.test_mixtures import overlap_search
+from tests.unit.evaluate.test_mixtures import overlap_search
 
 DOCS = {
     "ferry": ["the harbour ferry leaves every forty minutes", "ferry tickets cost three euros"],

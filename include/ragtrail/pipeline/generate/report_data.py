@@ -1,6 +1,6 @@
 """The generation summary: funnel, label matrix, critique statistics, failures and usage.
 
-This dict is what :mod:`ragtrail.report.testset` renders and what ``generation.json`` stores next
+This dict is what :mod:`ragtrail.report.testset_sections` renders and what ``generation.json`` stores next
 to a version (:mod:`.artifacts`); it is JSON-safe so a report can be rebuilt from the artifact
 alone.
 """

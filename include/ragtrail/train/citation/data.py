@@ -37,10 +37,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragtrail.evaluate.citations import CitationEvalConfig
-from ragtrail.evaluate.cited_answers import CITED_ANSWER_PROMPT, CitedAnswerInput
-from ragtrail.evaluate.mixture_answers import mixture_input
-from ragtrail.evaluate.mixtures import (
+from ragtrail.evaluate.attribution.cited_answers import CITED_ANSWER_PROMPT, CitedAnswerInput
+from ragtrail.evaluate.citations.evaluator import CitationEvalConfig
+from ragtrail.evaluate.citations.mixture_answers import mixture_input
+from ragtrail.evaluate.citations.mixtures import (
     DEFAULT_SPEC,
     MIXTURE_TYPES,
     Mixture,

@@ -3,7 +3,7 @@
 Base, SFT and RL models (and later champion and challenger) answer the very same mixtures —
 stored in the split, not rebuilt from an index that may have changed — with the same decoding
 parameters and seeds, and are scored by the ``citations`` evaluator
-(:class:`ragtrail.evaluate.citations.CitationEvaluator`) next to its seeded random baseline: the
+(:class:`ragtrail.evaluate.citations.evaluator.CitationEvaluator`) next to its seeded random baseline: the
 same per-query rows, 95% bootstrap intervals and n the nightly evaluation produces, so the
 numbers are comparable with the nightly's and pair query by query for the promotion gate.
 """
@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ragtrail.evaluate.citations import (
+from ragtrail.evaluate.citations.evaluator import (
     ANSWERABLE,
     CitationEvaluator,
     CitationInputs,
     MixtureEvaluation,
 )
-from ragtrail.evaluate.mixture_answers import DEFAULT_ANSWER_PARAMS, answer_mixtures
-from ragtrail.evaluate.mixtures import MixtureSet, MixtureSpec
+from ragtrail.evaluate.citations.mixture_answers import DEFAULT_ANSWER_PARAMS, answer_mixtures
+from ragtrail.evaluate.citations.mixtures import MixtureSet, MixtureSpec
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.train.citation.data import CitationSplit
 

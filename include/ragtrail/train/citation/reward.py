@@ -24,8 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ragtrail.evaluate.cited_answers import CitedAnswerOutput, all_citations, statements_of
-from ragtrail.evaluate.rage_metrics import score_citations
+from ragtrail.evaluate.attribution.cited_answers import (
+    CitedAnswerOutput,
+    all_citations,
+    statements_of,
+)
+from ragtrail.evaluate.citations.rage_metrics import score_citations
 from ragtrail.llm.structured import parse_output
 
 RewardStatus = Literal["ok", "no_citations", "unparseable"]

@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ragtrail.evaluate.cited_answers import CITED_ANSWER_PROMPT
-from ragtrail.evaluate.mixtures import stable_seed
+from ragtrail.evaluate.attribution.cited_answers import CITED_ANSWER_PROMPT
+from ragtrail.evaluate.citations.mixtures import stable_seed
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.train.citation.data import CitationPrompt
 from ragtrail.train.citation.reward import score_reply

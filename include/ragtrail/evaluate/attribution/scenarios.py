@@ -1,0 +1,414 @@
+"""Attributed-answer scenarios (AIR, METHODS §8): answers with citations produced from the corpus.
+
+Each scenario turns a question into an :class:`AnswerRecord` (the shape every citation metric
+scores) and, where passages are retrieved, a ranked list that the IR metric registry scores:
+
+* ``G``: closed book (:data:`CLOSED_BOOK_PROMPT`); statements are the answer's sentences, with no
+  citation and no passage.
+* ``RTG-vanilla``: the top-k chunks of the hybrid search at the given text weight, answered with
+  :data:`CITED_ANSWER_PROMPT`.
+* ``RTG-query-gen``: the model writes up to m sub-queries (:mod:`ragtrail.evaluate.attribution.subqueries`);
+  the question and each sub-query retrieve k chunks, the lists are fused (CombSUM, CombMNZ or RRF,
+  :mod:`ragtrail.index.rank_fusion`) and the fused top-k answered as in RTG-vanilla.
+* ``GTR``: the closed-book answer first; each sentence then retrieves its hybrid top-1 chunk,
+  which becomes its one citation; passages are the distinct chunks in sentence order.
+* ``RTG-gold``: the item's ground chunks (or, when only documents are named, their k chunks
+  ranked highest for the question): the upper bound.
+
+Relevance follows the retrieval evaluation (:func:`resolve_level`): per chunk when every item
+names ground chunks, else per document; a passage's ``docid`` is then the chunk id or the
+document id. Unanswerable items have no relevant id and are left out of the retrieval metrics
+(every such metric would be 0 by definition).
+
+Model calls are batched per prompt and go through :meth:`LLMClient.run`, so a rerun with a cache
+makes none. A failed call keeps its item: the record has an empty answer, and the scenario answer
+holds the cause, the error and every raw attempt. An item with no passage to answer from (no
+ground chunk, say) is recorded as ``skipped`` without a model call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ragtrail.evaluate.attribution.cited_answers import (
+    CITED_ANSWER_PROMPT,
+    CLOSED_BOOK_PROMPT,
+    AnswerRecord,
+    CitedAnswerInput,
+    ClosedBookInput,
+    ClosedBookOutput,
+    SourcePassage,
+    Statement,
+    render_answer,
+    split_sentences,
+    statements_of,
+)
+from ragtrail.evaluate.attribution.passage_corpus import CorpusPassage, PassageCorpus
+from ragtrail.evaluate.attribution.scenario_results import (
+    NO_RELEVANT_REASON,
+    RETRIEVAL_METRICS,
+    ScenarioAnswer,
+    ScenarioResult,
+    ScenarioRun,
+    ranked_run,
+    retrieval_metrics,
+)
+from ragtrail.evaluate.attribution.subqueries import (
+    DEFAULT_SUBQUERIES,
+    Subqueries,
+    write_subqueries,
+)
+from ragtrail.evaluate.retrieval.evaluator import resolve_level
+from ragtrail.index.rank_fusion import FUSION_METHODS, FusionMethod, fuse_rankings
+from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
+from ragtrail.records import QAItem, QuestionLabel
+
+SCENARIOS: tuple[str, ...] = ("G", "RTG-vanilla", "RTG-query-gen", "GTR", "RTG-gold")
+DEFAULT_K = 3
+CLOSED_BOOK_STAGE = "scenario.closed_book"
+CITED_STAGE = "scenario.cited_answer"
+
+NO_PASSAGES_REASON = "closed book: the scenario retrieves no passage"
+NOTHING_TO_CITE = "no passage to answer from"
+
+
+# ------------------------------------------------------------------------------------ running
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What an item is answered from in a cited scenario, before the model call."""
+
+    passages: tuple[CorpusPassage, ...]
+    queries: tuple[str, ...]
+    note: str = ""
+
+
+def run_scenarios(
+    items: Sequence[QAItem],
+    corpus: PassageCorpus,
+    client: LLMClient,
+    *,
+    scenarios: Sequence[str] = SCENARIOS,
+    k: int = DEFAULT_K,
+    text_weight: float,
+    subqueries: int = DEFAULT_SUBQUERIES,
+    fusion: FusionMethod = "rrf",
+    params: GenerationParams | None = None,
+    bootstrap_samples: int = 1000,
+    seed: int = 13,
+) -> ScenarioRun:
+    """Answer every item in every requested scenario (see the module docstring)."""
+    _check_settings(items, scenarios, k, text_weight, subqueries, fusion)
+    params = params or GenerationParams(seed=seed)
+    level = resolve_level(items, "auto")
+    runner = _Runner(items, corpus, client, level, k, text_weight, params)
+    written: dict[str, Subqueries] = {}
+    results: dict[str, ScenarioResult] = {}
+    for name in scenarios:
+        start, closed_before = time.perf_counter(), runner.closed_seconds
+        if name == "G":
+            answers = runner.closed_book()
+        elif name == "GTR":
+            answers = runner.generate_then_retrieve()
+        else:
+            prepared = {
+                "RTG-vanilla": runner.vanilla,
+                "RTG-gold": runner.gold,
+                "RTG-query-gen": lambda: runner.query_gen(subqueries, fusion, written),
+            }[name]()
+            answers = runner.answer_cited(prepared)
+        # The closed-book pass counts in G and in GTR alike: each needs it on its own.
+        seconds = time.perf_counter() - start - (runner.closed_seconds - closed_before)
+        if name in ("G", "GTR"):
+            seconds += runner.closed_seconds
+        results[name] = _result(name, answers, bootstrap_samples, seed, seconds)
+    settings = {
+        "scenarios": list(scenarios),
+        "k": k,
+        "text_weight": text_weight,
+        "subqueries": subqueries,
+        "fusion": fusion,
+        "seed": params.seed,
+        "temperature": params.temperature,
+        "bootstrap_samples": bootstrap_samples,
+        "retrieval_metrics": list(RETRIEVAL_METRICS),
+    }
+    return ScenarioRun(results, written, level, settings)
+
+
+def _check_settings(
+    items: Sequence[QAItem],
+    scenarios: Sequence[str],
+    k: int,
+    text_weight: float,
+    subqueries: int,
+    fusion: str,
+) -> None:
+    problems = []
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        problems.append(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
+    if len(set(scenarios)) != len(scenarios):
+        problems.append(f"scenarios repeated: {list(scenarios)}")
+    if k < 1:
+        problems.append(f"k must be >= 1, got {k}")
+    if not 0.0 <= text_weight <= 1.0:
+        problems.append(f"text_weight must be in [0, 1], got {text_weight}")
+    if subqueries < 1:
+        problems.append(f"subqueries must be >= 1, got {subqueries}")
+    if fusion not in FUSION_METHODS:
+        problems.append(f"unknown fusion {fusion!r}; known: {', '.join(FUSION_METHODS)}")
+    repeated = sorted(q for q, n in Counter(item.qid for item in items).items() if n > 1)
+    if repeated:
+        problems.append(f"question ids repeated: {repeated}")
+    if problems:
+        raise ValueError("cannot run the scenarios:\n- " + "\n- ".join(problems))
+
+
+class _Runner:
+    """Builds each scenario's answers; the closed-book answers are shared by G and GTR."""
+
+    def __init__(
+        self,
+        items: Sequence[QAItem],
+        corpus: PassageCorpus,
+        client: LLMClient,
+        level: str,
+        k: int,
+        text_weight: float,
+        params: GenerationParams,
+    ) -> None:
+        self.items = items
+        self.corpus = corpus
+        self.client = client
+        self.level = level
+        self.k = k
+        self.text_weight = text_weight
+        self.params = params
+        self._closed: list[CallOutcome[ClosedBookOutput]] | None = None
+        self.closed_seconds = 0.0
+
+    # -- closed book -------------------------------------------------------------------------
+
+    def closed_outcomes(self) -> list[CallOutcome[ClosedBookOutput]]:
+        if self._closed is None:
+            start = time.perf_counter()
+            inputs = [ClosedBookInput(question=item.question) for item in self.items]
+            self._closed = self.client.run(
+                CLOSED_BOOK_PROMPT, inputs, stage=CLOSED_BOOK_STAGE, params=self.params
+            )
+            self.closed_seconds = time.perf_counter() - start
+        return self._closed
+
+    def closed_book(self) -> list[ScenarioAnswer]:
+        out = []
+        for item, outcome in zip(self.items, self.closed_outcomes(), strict=True):
+            if not outcome.ok or outcome.value is None:
+                out.append(self._failed(item, outcome, ()))
+                continue
+            answer = outcome.value.answer
+            statements = tuple(Statement(s) for s in split_sentences(answer))
+            out.append(
+                ScenarioAnswer(
+                    self._record(item, answer, (), statements),
+                    "ok",
+                    raw=tuple(outcome.raw_texts),
+                )
+            )
+        return out
+
+    # -- generate then retrieve --------------------------------------------------------------
+
+    def generate_then_retrieve(self) -> list[ScenarioAnswer]:
+        outcomes = self.closed_outcomes()
+        sentences = [
+            split_sentences(o.value.answer) if o.ok and o.value is not None else []
+            for o in outcomes
+        ]
+        flat = [s for per_item in sentences for s in per_item]
+        hits = iter(self.corpus.search(flat, 1, self.text_weight))
+        out = []
+        for item, outcome, texts in zip(self.items, outcomes, sentences, strict=True):
+            if not outcome.ok or outcome.value is None:
+                out.append(self._failed(item, outcome, ()))
+                continue
+            passages: list[CorpusPassage] = []
+            statements = []
+            for text in texts:
+                top = next(hits)[:1]
+                if not top:
+                    statements.append(Statement(text))
+                    continue
+                if top[0].chunk_id not in [p.chunk_id for p in passages]:
+                    passages.append(top[0])
+                number = 1 + [p.chunk_id for p in passages].index(top[0].chunk_id)
+                statements.append(Statement(text, (number,)))
+            out.append(
+                ScenarioAnswer(
+                    self._record(item, render_answer(statements), passages, tuple(statements)),
+                    "ok",
+                    raw=tuple(outcome.raw_texts),
+                    retrieval_queries=tuple(texts),
+                )
+            )
+        return out
+
+    # -- passages of the cited scenarios -----------------------------------------------------
+
+    def vanilla(self) -> list[_Prepared]:
+        questions = [item.question for item in self.items]
+        ranked = self.corpus.search(questions, self.k, self.text_weight)
+        return [_Prepared(tuple(r[: self.k]), (q,)) for q, r in zip(questions, ranked, strict=True)]
+
+    def query_gen(
+        self, count: int, fusion: FusionMethod, written: dict[str, Subqueries]
+    ) -> list[_Prepared]:
+        subs = write_subqueries(
+            self.client, [item.question for item in self.items], count, self.params
+        )
+        flat = [q for s in subs for q in s.retrieval_queries]
+        lists = iter(self.corpus.search(flat, self.k, self.text_weight))
+        out = []
+        for item, sub in zip(self.items, subs, strict=True):
+            written[item.qid] = sub
+            per_query = [next(lists) for _ in sub.retrieval_queries]
+            by_id = {p.chunk_id: p for ranked in per_query for p in ranked}
+            fused = fuse_rankings(
+                [{p.chunk_id: p.score for p in ranked} for ranked in per_query], fusion
+            )
+            passages = tuple(
+                _rescored(by_id[chunk_id], score) for chunk_id, score in fused[: self.k]
+            )
+            out.append(_Prepared(passages, sub.retrieval_queries, sub.fallback or ""))
+        return out
+
+    def gold(self) -> list[_Prepared]:
+        out = []
+        for item in self.items:
+            if self.level == "chunk":
+                chunks = {p.chunk_id: p for p in self.corpus.document_chunks(item.ground_doc_ids)}
+                passages = tuple(chunks[c] for c in item.ground_chunk_ids if c in chunks)
+                missing = [c for c in item.ground_chunk_ids if c not in chunks]
+                note = f"ground chunks not in the corpus: {missing}" if missing else ""
+            else:
+                passages = tuple(
+                    self.corpus.rank_within(
+                        item.question, item.ground_doc_ids, self.k, self.text_weight
+                    )
+                )
+                note = ""
+            out.append(_Prepared(passages, (item.question,), note))
+        return out
+
+    # -- answering with citations ------------------------------------------------------------
+
+    def answer_cited(self, prepared: Sequence[_Prepared]) -> list[ScenarioAnswer]:
+        asked = [i for i, p in enumerate(prepared) if p.passages]
+        inputs = [
+            CitedAnswerInput(
+                question=self.items[i].question, passages=[p.text for p in prepared[i].passages]
+            )
+            for i in asked
+        ]
+        outcomes = dict(
+            zip(
+                asked,
+                self.client.run(CITED_ANSWER_PROMPT, inputs, stage=CITED_STAGE, params=self.params),
+                strict=True,
+            )
+        )
+        out = []
+        for i, (item, prep) in enumerate(zip(self.items, prepared, strict=True)):
+            outcome = outcomes.get(i)
+            if outcome is None:
+                note = "; ".join(n for n in (prep.note, NOTHING_TO_CITE) if n)
+                record = self._record(item, "", (), ())
+                out.append(
+                    ScenarioAnswer(record, "skipped", retrieval_queries=prep.queries, note=note)
+                )
+            elif not outcome.ok or outcome.value is None:
+                out.append(self._failed(item, outcome, prep.passages, prep.queries, prep.note))
+            else:
+                statements = tuple(statements_of(outcome.value))
+                record = self._record(item, render_answer(statements), prep.passages, statements)
+                out.append(
+                    ScenarioAnswer(
+                        record,
+                        "ok",
+                        raw=tuple(outcome.raw_texts),
+                        retrieval_queries=prep.queries,
+                        note=prep.note,
+                    )
+                )
+        return out
+
+    # -- records -----------------------------------------------------------------------------
+
+    def _docid(self, passage: CorpusPassage) -> str:
+        return passage.chunk_id if self.level == "chunk" else passage.doc_id
+
+    def _record(
+        self,
+        item: QAItem,
+        answer: str,
+        passages: Sequence[CorpusPassage],
+        statements: tuple[Statement, ...],
+    ) -> AnswerRecord:
+        return AnswerRecord(
+            qid=item.qid,
+            question=item.question,
+            answer=answer,
+            passages=tuple(SourcePassage(self._docid(p), p.text) for p in passages),
+            relevant_docids=relevant_ids(item, self.level),
+            statements=statements,
+            label=item.label,
+        )
+
+    def _failed(
+        self,
+        item: QAItem,
+        outcome: CallOutcome[Any],
+        passages: Sequence[CorpusPassage],
+        queries: tuple[str, ...] = (),
+        note: str = "",
+    ) -> ScenarioAnswer:
+        return ScenarioAnswer(
+            self._record(item, "", passages, ()),
+            "failed",
+            cause=str(outcome.cause) if outcome.cause else None,
+            error=outcome.error,
+            raw=tuple(outcome.raw_texts),
+            retrieval_queries=queries,
+            note=note,
+        )
+
+
+def _rescored(passage: CorpusPassage, score: float) -> CorpusPassage:
+    return CorpusPassage(passage.chunk_id, passage.doc_id, passage.text, score)
+
+
+def relevant_ids(item: QAItem, level: str) -> tuple[str, ...]:
+    """The ids a passage must carry to be relevant: none for an unanswerable item."""
+    if item.label == QuestionLabel.UNANSWERABLE:
+        return ()
+    return item.ground_chunk_ids if level == "chunk" else item.ground_doc_ids
+
+
+def _result(
+    name: str,
+    answers: list[ScenarioAnswer],
+    bootstrap_samples: int,
+    seed: int,
+    seconds: float,
+) -> ScenarioResult:
+    if name == "G":
+        return ScenarioResult(name, answers, None, None, NO_PASSAGES_REASON, seconds)
+    run = ranked_run(answers)
+    metrics = retrieval_metrics(answers, run, bootstrap_samples, seed)
+    absent = None if metrics is not None else NO_RELEVANT_REASON
+    return ScenarioResult(name, answers, run, metrics, absent, seconds)
