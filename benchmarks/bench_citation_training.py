@@ -44,9 +44,8 @@ def run(items: int, types: tuple[str, ...], overrides: dict[str, Any]) -> str:
     from ragtrail.llm.backends.bundle import load_bundle_backend
     from ragtrail.llm.backends.transformers_local import TransformersBackend
     from ragtrail.llm.client import LLMClient
-    from ragtrail.pipeline.citations import sample_items
-    from ragtrail.pipeline.evaluate import load_items
-    from ragtrail.pipeline.mixtures import corpus_from_runtime
+    from ragtrail.pipeline.passage_sources import corpus_from_runtime
+    from ragtrail.pipeline.run_io import load_items, sample_items
     from ragtrail.train.citation import (
         CitationTrainingConfig,
         evaluate_citation_model,

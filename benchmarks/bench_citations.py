@@ -8,7 +8,7 @@ default home so the GGUF conversion is not timed):
    the runtime's clients send them) with the local backend at batch size 1, 8 (the default) and
    16, in float32 and in bfloat16, each backend fresh, warmed on one other question's mixture, on
    an empty LLM cache; answers per second and their ratio (target >= 3).
-2. **Cold vs rerun**: :func:`ragtrail.pipeline.citations.evaluate_citations` on the golden sample
+2. **Cold vs rerun**: :func:`ragtrail.pipeline.citations.step.evaluate_citations` on the golden sample
    set (mixtures and scenarios, the nightly's default sample sizes), then the same call again:
    wall times, their ratio (target <= 0.10) and the rerun's model calls (target 0).
 3. **The baseline to beat**: the cold run's citation F1, model vs random, per mixture type, over
@@ -82,9 +82,8 @@ def _workload(rt: Any, corpus: str, qa_set: str, n_items: int) -> tuple[list[Any
     """The mixtures of ``n_items`` sampled questions in every type, and a warm-up mixture of one
     more question (answered untimed by each fresh backend: tokenizer tables, first allocations)."""
     from ragtrail.evaluate.citations.mixtures import build_mixtures
-    from ragtrail.pipeline.citations import sample_items
-    from ragtrail.pipeline.evaluate import load_items
-    from ragtrail.pipeline.mixtures import corpus_from_runtime
+    from ragtrail.pipeline.passage_sources import corpus_from_runtime
+    from ragtrail.pipeline.run_io import load_items, sample_items
 
     items, _, _ = load_items(rt, qa_set)
     picked = sample_items(items, n_items + 1, rt.settings.seed)
@@ -185,7 +184,8 @@ def _f1_table(summaries: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def run(items: int = 4, answer_items: int = 8) -> str:
-    from ragtrail.pipeline.citations import evaluate_citations, load_citations
+    from ragtrail.pipeline.citations.step import evaluate_citations
+    from ragtrail.pipeline.citations.views import load_citations
 
     with tempfile.TemporaryDirectory(prefix="ragtrail-bench-citations-") as tmp:
         home = Path(tmp) / "home"

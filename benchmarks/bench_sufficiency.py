@@ -33,7 +33,8 @@ from benchmarks.bench_citations import LLM, _ingest, _runtime
 
 
 def _timed(rt: Any, **kwargs: Any) -> tuple[float, int, dict[str, Any]]:
-    from ragtrail.pipeline.sufficiency import evaluate_sufficiency, load_sufficiency
+    from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
+    from ragtrail.pipeline.sufficiency.views import load_sufficiency
 
     calls = rt.llm_usage.totals().calls
     start = time.perf_counter()

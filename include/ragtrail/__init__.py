@@ -1,27 +1,37 @@
 """ragtrail: keeps RAG systems honest every night.
 
-Layering (top to bottom; a module imports only from its own package and from lower layers;
-packages joined by ``|`` are siblings that do not import each other). `make lint` enforces it
-with import-linter (``[tool.importlinter]`` in pyproject.toml)::
+Layering, top to bottom: a module imports only from its own package and from lower layers;
+packages joined by ``|`` are siblings that do not import each other. `make lint` enforces it with
+import-linter (``[tool.importlinter]`` in pyproject.toml), and ``tests/contract/test_layout.py``
+checks that this list is the contract's and that no two modules import each other, even through a
+function-local import::
 
-    dags/, plugins/          Airflow adapters, outside the package: airflow.sdk plus
-                             ragtrail.pipeline / paths / records only (tests/dags checks them)
-    cli                      the command line
-    pipeline                 one definition of the night: steps, tasks, quality gates
+    cli                      the command line, one module per command group
+    pipeline                 one definition of the night (night.py), its steps and tasks; inside
+                             it its own layers: tasks | nightly, publish, retrain, the feature
+                             steps, the judges they share, run I/O | night
     runtime                  composition root: builds the configured backends lazily, and
                              imports what registers itself (train -> the generator: LLM kind)
     report                   HTML evaluation and test-set reports
-    evaluate | testset | generate | train
-                             retrieval metrics, test-set store/dedup/quotas/export, the QA
-                             generation funnel, fine-tuning of the small generator
+    train                    fine-tuning: the question generator, the citation model
+    evaluate | testset | generate
+                             evaluations by concern (retrieval, citations, attribution,
+                             sufficiency, comparison), the test-set store, the QA generation funnel
+    judges                   judge contract, calibration, gates, the judges themselves
     ingest | index | embed | llm | quality
-                             loaders/chunking, search indices, embedders, LLM backends and
-                             client, GX suites as code
+                             parsers per format and chunking, search indices, embedders, LLM
+                             backends and client, GX suites as code
     models                   the one local model cache and S3 mirror (every model kind)
     storage                  metadata DB, artifact store, the s3:// URI parser
-    config | paths | jsonsafe | text | records
-                             settings, shipped paths, strict JSON, text normalisation, records
-                             and closed vocabularies
+    artifact_keys            every key of the artifact store
+    config | paths | evaluation_records
+                             settings, shipped paths, evaluation results as data
+    records | jsonsafe | text | progress
+                             typed records and closed vocabularies, strict JSON, text
+                             normalisation, progress events
+
+dags/ and plugins/ are Airflow adapters outside the package: airflow.sdk plus
+ragtrail.pipeline / paths / records only (tests/dags checks them).
 
 An upper layer adds to a lower one by registration, never by the lower layer importing it (e.g.
 ``ragtrail.train`` registers the ``generator:`` spec with :func:`ragtrail.llm.register_llm_backend`).

@@ -249,7 +249,8 @@ def eval_retrieval(
     as_json: JsonFlag = False,
 ) -> None:
     """Recall@k, MRR, nDCG and P@5 per label for every text weight, with bootstrap CIs."""
-    from ragtrail.pipeline.evaluate import evaluate_retrieval, publish_retrieval_report
+    from ragtrail.pipeline.publish import publish_retrieval_report
+    from ragtrail.pipeline.retrieval import evaluate_retrieval
     from ragtrail.storage.db import utcnow
 
     run_id = run_id or f"eval-{utcnow():%Y%m%dT%H%M%S}"
@@ -299,7 +300,8 @@ def eval_citations(
 ) -> None:
     """Citation quality of the answering model: relevance mixtures (model vs random citations,
     per mixture type and label, with CIs) and attributed-answer scenarios."""
-    from ragtrail.pipeline.citations import evaluate_citations, load_citations
+    from ragtrail.pipeline.citations.step import evaluate_citations
+    from ragtrail.pipeline.citations.views import load_citations
     from ragtrail.storage.db import utcnow
 
     scenarios = None if scenario is None else [s for s in scenario if s.lower() != "none"]
@@ -342,7 +344,8 @@ def _run_sufficiency(
     selective: bool,
     as_json: bool,
 ) -> dict[str, Any]:
-    from ragtrail.pipeline.sufficiency import evaluate_sufficiency, load_sufficiency
+    from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
+    from ragtrail.pipeline.sufficiency.views import load_sufficiency
     from ragtrail.storage.db import utcnow
 
     prefix = "selective" if selective else "sufficiency"
@@ -1207,7 +1210,7 @@ def drift_check(
     never fire. Checking the same run against the same baseline again replaces its decision.
     Exit code 0 whatever the decision (1 with --fail-on-drift when one fires; 2 on bad input).
     """
-    from ragtrail.pipeline.drift import check_runs, runs_to_check
+    from ragtrail.pipeline.drift.step import check_runs, runs_to_check
 
     with _runtime() as rt:
         run_ids = runs_to_check(rt.engine, corpus, run)

@@ -16,8 +16,10 @@ from typer.testing import CliRunner
 from ragtrail.cli import app
 from ragtrail.evaluate.citations.evaluator import ANSWERABLE
 from ragtrail.paths import sample_corpus_dir
-from ragtrail.pipeline.citations import evaluate_citations, load_citations, sample_items
+from ragtrail.pipeline.citations.step import evaluate_citations
+from ragtrail.pipeline.citations.views import load_citations
 from ragtrail.pipeline.night import INGEST, run_flow
+from ragtrail.pipeline.run_io import sample_items
 from ragtrail.pipeline.tasks import announce_citations
 from ragtrail.records import QAItem
 from ragtrail.storage.runs_store import RunStore

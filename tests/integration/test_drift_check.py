@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from ragtrail.cli import app
 from ragtrail.paths import sample_qa_set
-from ragtrail.pipeline.evaluate import evaluate_retrieval
 from ragtrail.pipeline.ingest import ingest
+from ragtrail.pipeline.retrieval import evaluate_retrieval
 from ragtrail.storage.drift_store import DriftStore
 from ragtrail.storage.runs_store import RunStore
 

@@ -20,7 +20,6 @@ from ragtrail.generate.critiques import CRITERIA
 from ragtrail.generate.labeller import LABEL_STAGE
 from ragtrail.llm import LLMClient
 from ragtrail.llm.backends.fault_injection import Fault, FaultInjectingBackend, FaultPlan
-from ragtrail.pipeline.evaluate import evaluate_retrieval
 from ragtrail.pipeline.generate import (
     GenerationRequest,
     check_testset_quality,
@@ -30,6 +29,7 @@ from ragtrail.pipeline.generate import (
     plan_generation,
 )
 from ragtrail.pipeline.ingest import ingest
+from ragtrail.pipeline.retrieval import evaluate_retrieval
 from ragtrail.records import LABELS, CandidateStatus
 from ragtrail.testset.export import write_jsonl
 from ragtrail.testset.qaset import load_qa_set

@@ -169,7 +169,7 @@ def test_rerun_with_the_same_cache_makes_no_model_call(engine: Engine) -> None:
 def test_runtime_corpus_uses_the_retriever_for_document_level_items(make_runtime, sample_corpus):
     from ragtrail.paths import sample_qa_set
     from ragtrail.pipeline.ingest import ingest
-    from ragtrail.pipeline.mixtures import corpus_from_runtime
+    from ragtrail.pipeline.passage_sources import corpus_from_runtime
     from ragtrail.testset.qaset import load_qa_set
 
     rt = make_runtime()

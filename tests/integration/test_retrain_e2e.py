@@ -97,8 +97,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sample_corpus: Path) -
 
 
 def _night(rt: Any, source: Path, run_id: str) -> None:
-    from ragtrail.pipeline.evaluate import evaluate_retrieval
     from ragtrail.pipeline.ingest import ingest
+    from ragtrail.pipeline.retrieval import evaluate_retrieval
     from ragtrail.storage.runs_store import RunStore
 
     ingest(rt, str(source), CORPUS)
@@ -112,7 +112,8 @@ def test_drift_retrains_gates_and_registers(
     from ragtrail.config import load_settings
     from ragtrail.models.registry import CHALLENGER, CHAMPION
     from ragtrail.pipeline import tasks
-    from ragtrail.pipeline.drift import check_runs, compact
+    from ragtrail.pipeline.drift.step import check_runs
+    from ragtrail.pipeline.drift.views import compact
     from ragtrail.pipeline.night import RETRAIN
     from ragtrail.runtime import Runtime
     from ragtrail.storage.drift_store import DriftStore

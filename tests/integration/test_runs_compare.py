@@ -16,12 +16,10 @@ from typer.testing import CliRunner
 from ragtrail.cli import app
 from ragtrail.evaluate.retrieval.evaluator import NO_BOOTSTRAP, UNDEFINED_REASONS
 from ragtrail.paths import sample_qa_set
-from ragtrail.pipeline.evaluate import (
-    evaluate_retrieval,
-    load_run_summary,
-    publish_retrieval_report,
-)
 from ragtrail.pipeline.ingest import ingest
+from ragtrail.pipeline.publish import publish_retrieval_report
+from ragtrail.pipeline.retrieval import evaluate_retrieval
+from ragtrail.pipeline.run_io import load_run_summary
 from ragtrail.storage.runs_store import RunStore
 
 CORPUS = "hb"

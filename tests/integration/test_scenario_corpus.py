@@ -16,7 +16,7 @@ from ragtrail.llm.client import LLMClient
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.ingest import ingest
-from ragtrail.pipeline.scenarios import scenario_corpus
+from ragtrail.pipeline.passage_sources import scenario_corpus
 from ragtrail.testset.qaset import load_qa_set
 
 CORPUS = "hb"

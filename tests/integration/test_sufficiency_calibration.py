@@ -19,7 +19,7 @@ from ragtrail.config import ModelRole
 from ragtrail.judges.sufficiency_raters import INSUFFICIENT, SUFFICIENT
 from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.ingest import ingest
-from ragtrail.pipeline.sufficiency_judges import (
+from ragtrail.pipeline.sufficiency.raters import (
     calibrate_sufficiency_raters,
     sufficiency_raters,
     sufficiency_references,

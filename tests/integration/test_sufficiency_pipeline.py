@@ -23,12 +23,8 @@ from ragtrail.config import SUFFICIENCY_RATERS
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
 from ragtrail.pipeline.golden import register_golden_set
 from ragtrail.pipeline.night import INGEST, run_flow
-from ragtrail.pipeline.sufficiency import (
-    evaluate_sufficiency,
-    load_sufficiency,
-    metrics_frame,
-    queries_frame,
-)
+from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
+from ragtrail.pipeline.sufficiency.views import load_sufficiency, metrics_frame, queries_frame
 from ragtrail.pipeline.tasks import announce_sufficiency, evaluate_set_sufficiency
 from ragtrail.quality.runner import QualityRunner
 from ragtrail.quality.suites import (

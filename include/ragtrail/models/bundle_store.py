@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ragtrail.artifact_keys import bundle_key
 from ragtrail.models.registry import BundleIntegrityError
 from ragtrail.storage.artifacts import ArtifactStore, open_artifact_store
 
@@ -61,7 +62,7 @@ def upload_bundle(store: ArtifactStore, prefix: str, bundle_dir: Path) -> tuple[
     Skips the upload when a complete copy (its manifest) is already there."""
     files = bundle_files(bundle_dir)
     digest = files_digest(files)
-    key = f"{prefix}/{digest}"
+    key = bundle_key(prefix, digest)
     if not store.exists(f"{key}/{MANIFEST}"):
         for rel in files:
             store.put_file(f"{key}/{rel}", bundle_dir / rel)

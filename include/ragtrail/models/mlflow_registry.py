@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragtrail import jsonsafe
+from ragtrail.artifact_keys import registry_key
 from ragtrail.models.bundle import BundleError, read_bundle
 from ragtrail.models.bundle_store import fetch_bundle, upload_bundle
 from ragtrail.models.registry import (
@@ -378,10 +379,8 @@ class MlflowModelRegistry:
         )
         return version, path
 
-    def _key(self, *parts: str) -> str:
-        return "/".join(
-            [self.prefix, *(safe_name(p) if i == 0 else p for i, p in enumerate(parts))]
-        )
+    def _key(self, model: str, *parts: str) -> str:
+        return registry_key(self.prefix, model, *parts)
 
 
 def _to_version(mv: Any, aliases: tuple[str, ...]) -> ModelVersion:

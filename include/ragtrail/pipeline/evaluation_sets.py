@@ -8,7 +8,7 @@ the most recent earlier run on the same QA-set version (:meth:`RunStore.previous
 the paired comparison of ``ragtrail runs compare``.
 
 The set entries are plain dicts because they travel as XCom: ``name``, ``kind`` (golden /
-generated / file), ``qa_set`` (the reference :func:`ragtrail.pipeline.evaluate.load_items` reads)
+generated / file), ``qa_set`` (the reference :func:`ragtrail.pipeline.run_io.load_items` reads)
 and ``run_id``.
 """
 
@@ -22,8 +22,8 @@ from ragtrail import jsonsafe
 from ragtrail.evaluate.comparison.paired import DEFAULT_RESAMPLES
 from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.compare import RunComparisonError, compare_stored_runs
-from ragtrail.pipeline.evaluate import GOLDEN_PREFIX, TESTSET_PREFIX
 from ragtrail.pipeline.golden import golden_name_for
+from ragtrail.pipeline.run_io import GOLDEN_PREFIX, TESTSET_PREFIX
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.testset.golden import GoldenSetStore

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ragtrail import jsonsafe
+from ragtrail.artifact_keys import golden_quality_key
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.testset.golden import (
@@ -35,11 +36,6 @@ def golden_name_for(path: str | Path) -> str:
     ``qa-set`` when nothing is left). Not validated: :func:`check_name` does that on add."""
     slug = re.sub(r"[^a-z0-9._-]+", "-", Path(path).stem.lower()).strip("-._")[:64]
     return slug or "qa-set"
-
-
-def golden_quality_key(corpus: str, name: str, version: str) -> str:
-    """Artifact key of a golden version's GX validation result."""
-    return f"golden/{corpus}/{name}/{version}/quality.json"
 
 
 def validate_golden_items(rt: Runtime, items: Sequence[QAItem], name: str) -> dict[str, Any]:

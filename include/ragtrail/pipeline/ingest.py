@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ragtrail.artifact_keys import manifest_key, shard_counts_prefix
 from ragtrail.ingest.chunk import chunk_document
 from ragtrail.ingest.loaders import QuarantineError, parse_document
 from ragtrail.ingest.sources import iter_source, read_source_file
@@ -86,15 +87,6 @@ class IngestSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def manifest_key(corpus: str, snapshot_id: str) -> str:
-    return f"corpora/{corpus}/snapshots/{snapshot_id}/manifest.json"
-
-
-def shard_counts_prefix(corpus: str, snapshot_id: str) -> str:
-    """Where each shard keeps its counts, so finalize can sum them wherever the shards ran."""
-    return f"corpora/{corpus}/snapshots/{snapshot_id}/shards/"
 
 
 def new_snapshot_id() -> str:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ragtrail import jsonsafe
+from ragtrail.artifact_keys import calibration_key
 from ragtrail.config import ModelRole
 from ragtrail.generate.critiques import CRITERIA, LlmCritiqueJudge
 from ragtrail.generate.judges import LABELLER, criterion_of, critique_judge_name
@@ -260,9 +261,9 @@ def store_calibration_run(
 ) -> CalibrationRecord:
     """Keep the per-item verdicts as an artifact and the figures as a calibration row."""
     spec = judge.spec
-    key = f"judges/{spec.name}/{spec.version}/{reference.replace(':', '-')}.json"
     uri = rt.artifacts.put_bytes(
-        key, jsonsafe.dumps({"spec": spec.as_dict(), "items": details}, "calibration").encode()
+        calibration_key(spec.name, spec.version, reference),
+        jsonsafe.dumps({"spec": spec.as_dict(), "items": details}, "calibration").encode(),
     )
     return store_calibration(
         JudgeStore(rt.engine), spec, calibration, reference=reference, details_uri=uri

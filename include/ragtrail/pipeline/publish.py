@@ -11,18 +11,37 @@ fail-severity gate applies after everything is written, so a failed check still 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from ragtrail import jsonsafe
-from ragtrail.pipeline.citations import compact as compact_citations
-from ragtrail.pipeline.evaluate import get_parquet, load_run_summary, report_dir, run_prefix
-from ragtrail.pipeline.evaluation_sets import change_since_previous
-from ragtrail.pipeline.sufficiency import compact as compact_sufficiency
-from ragtrail.pipeline.sufficiency import metrics_frame
+from ragtrail.artifact_keys import (
+    citation_queries_key,
+    corpus_quality_key,
+    golden_quality_key,
+    headlines_key,
+    report_prefix,
+    run_summary_key,
+    sufficiency_queries_key,
+    testset_quality_key,
+)
+from ragtrail.pipeline.citations.views import compact as compact_citations
+from ragtrail.pipeline.citations.views import load_citations
+from ragtrail.pipeline.drift.views import load_drift
+from ragtrail.pipeline.evaluation_sets import (
+    GENERATED,
+    GOLDEN,
+    change_since_previous,
+    primary_set,
+)
+from ragtrail.pipeline.generate import load_generation_summary
+from ragtrail.pipeline.run_io import get_parquet, load_run_summary, report_dir, stored_json
+from ragtrail.pipeline.sufficiency.views import compact as compact_sufficiency
+from ragtrail.pipeline.sufficiency.views import load_sufficiency, metrics_frame
 from ragtrail.records import INCLUSIVE, LABELS
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
@@ -30,6 +49,8 @@ from ragtrail.storage.runs_store import RunStore
 
 if TYPE_CHECKING:  # GX loads slowly: imported where a report is built
     from ragtrail.quality.runner import QualityResult, QualityRunner
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,7 +61,7 @@ class SetToPublish:
     citation summary when citations were evaluated (adds the citation sections and checks), and
     its sufficiency summary when it was rated (adds the sufficiency / C/A/H / selective sections),
     and its drift decision with the primary metrics' history when it was checked (adds the drift
-    sections; :func:`ragtrail.pipeline.drift.load_drift`)."""
+    sections; :func:`ragtrail.pipeline.drift.views.load_drift`)."""
 
     run_id: str
     name: str | None = None
@@ -165,7 +186,7 @@ def publish_sets(
     single = len(sets) == 1 and sets[0].name is None
     document = raw[0] if single else _night_document(run_id, summaries)
     (out / "metrics.json").write_text(jsonsafe.dumps(document, "metrics.json", indent=1))
-    report_uri = rt.artifacts.put_tree(f"{run_prefix(run_id)}/report", out)
+    report_uri = rt.artifacts.put_tree(report_prefix(run_id), out)
     runs = RunStore(rt.engine)
     for entry in sets:
         ok = all(r.success for r in results if r.name.endswith(_validation_suffix(entry.name)))
@@ -211,7 +232,7 @@ def _validate_citations(
     )
 
     suffix = _validation_suffix(name)
-    queries = get_parquet(rt, f"{run_prefix(citations['run_id'])}/citation_queries.parquet")
+    queries = get_parquet(rt, citation_queries_key(citations["run_id"]))
     aggregates = [{"evaluation": "citations", **a} for a in citations["mixture"]["aggregates"]] + [
         {"evaluation": "attribution", **a}
         for a in (citations.get("scenarios") or {}).get("aggregates", [])
@@ -239,7 +260,7 @@ def _validate_sufficiency(
     )
 
     suffix = _validation_suffix(name)
-    queries = get_parquet(rt, f"{run_prefix(summary['run_id'])}/sufficiency_queries.parquet")
+    queries = get_parquet(rt, sufficiency_queries_key(summary["run_id"]))
     metrics = prepare_citation_metrics(metrics_frame(summary))
     return [
         runner.validate(
@@ -285,4 +306,110 @@ def _night_document(run_id: str, summaries: list[dict[str, Any]]) -> dict[str, A
         "backends": first["backends"],
         "primary_metric": first["primary_metric"],
         "sets": {s["name"]: s for s in summaries},
+    }
+
+
+def publish_retrieval_report(
+    rt: Runtime,
+    run_id: str,
+    *,
+    extra_quality: list[dict[str, Any]] | None = None,
+    generation: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Validate one run's metrics with GX, render its HTML report and upload both
+    (:func:`publish_sets` with a single, unnamed set)."""
+    entry = SetToPublish(run_id, generation=generation)
+    report = publish_sets(rt, run_id, [entry], shared_quality=extra_quality or (), compare=False)
+    return {k: v for k, v in report.items() if k != "sets"}
+
+
+def announce_headlines(
+    rt: Runtime,
+    document_name: str,
+    compact: Callable[[dict[str, Any]], dict[str, Any]],
+    summaries: Mapping[str, dict[str, Any] | None],
+    corpus: str,
+    run_id: str,
+    snapshot_id: str,
+) -> dict[str, Any]:
+    """The compact headline of every set that has a stored summary, in one document under the
+    night's run (``<document_name>.json``) and as the Asset event; no event without any."""
+    per_set = {name: compact(s) for name, s in summaries.items() if s is not None}
+    if not per_set:
+        return {"sets": {}, "event": None}
+    document = {"run_id": run_id, "corpus": corpus, "snapshot_id": snapshot_id, "sets": per_set}
+    metrics_uri = rt.artifacts.put_bytes(
+        headlines_key(run_id, document_name),
+        jsonsafe.dumps(document, f"{document_name}.json", indent=1).encode(),
+    )
+    event = {**document, "metrics_uri": metrics_uri}
+    return {"sets": per_set, "metrics_uri": metrics_uri, "event": event}
+
+
+def publish_night(
+    rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
+) -> dict[str, Any]:
+    """GX on every set's metrics, one HTML report with each set's change since its previous run;
+    announces the metrics.
+
+    Everything the report shows is read back from the stores (the snapshot's corpus checks, the
+    generated version's summary and checks, the golden versions' checks), so a report published by
+    Airflow has the same sections as one from ``ragtrail nightly``.
+    """
+    entries = []
+    for entry in sets:
+        kind, version = entry["kind"], entry["qa_set"].partition(":")[2]
+        generation, quality = None, None
+        if kind == GENERATED:
+            generation = load_generation_summary(rt, corpus, version)
+            quality = stored_json(rt, testset_quality_key(corpus, version))
+        elif kind == GOLDEN:
+            quality = [stored_json(rt, golden_quality_key(corpus, entry["name"], version))]
+        entries.append(
+            SetToPublish(
+                run_id=entry["run_id"],
+                name=entry["name"],
+                kind=kind,
+                extra_quality=tuple(q for q in quality or () if q),
+                generation=generation,
+                citations=load_citations(rt, entry["run_id"]),
+                sufficiency=load_sufficiency(rt, entry["run_id"]),
+                drift=load_drift(rt.engine, entry["run_id"]),
+            )
+        )
+    corpus_quality = stored_json(rt, corpus_quality_key(corpus, snapshot_id)) or []
+    report = publish_sets(rt, run_id, entries, shared_quality=corpus_quality)
+    primary = primary_set(sets)
+    metrics_uri = rt.artifacts.put_file(
+        run_summary_key(run_id), report_dir(rt, run_id) / "metrics.json"
+    )
+    event = {
+        "run_id": run_id,
+        "corpus": corpus,
+        "snapshot_id": snapshot_id,
+        "qa_set": primary["qa_set"],
+        "qa_set_version": report["sets"][primary["name"]]["qa_set_version"],
+        "sets": {
+            name: {k: summary[k] for k in ("run_id", "qa_set", "qa_set_version")}
+            for name, summary in report["sets"].items()
+        },
+        "metrics_uri": metrics_uri,
+        "report_uri": report.get("report_uri"),
+        "report_path": report.get("report_path"),
+        "data_docs_path": report.get("data_docs_path"),
+    }
+    for name, page in (("report_url", "report.html"), ("data_docs_url", "data_docs/index.html")):
+        base = rt.settings.reports_url
+        if base:
+            event[name] = f"{base.rstrip('/')}/{report_prefix(run_id)}/{page}"
+        else:
+            jsonsafe.mark_undefined(event, name, "RAGTRAIL_REPORTS_URL is not set")
+    log.info("report: %s (uploaded to %s)", report.get("report_path"), report.get("report_uri"))
+    log.info("report link: %s", event["report_url"] or event["undefined"]["report_url"])
+    return {
+        **report,
+        "run_id": run_id,
+        "metrics_uri": metrics_uri,
+        "report_url": event["report_url"],
+        "event": event,
     }

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ragtrail.artifact_keys import retrain_split_key
 from ragtrail.config import ModelRole
 from ragtrail.evaluate.citations.evaluator import MixtureEvaluation
 from ragtrail.models.registry import (
@@ -37,9 +38,9 @@ from ragtrail.models.registry import (
     parse_model_ref,
     settle_challenger,
 )
-from ragtrail.pipeline.evaluate import evaluated_snapshot, load_items
 from ragtrail.pipeline.evaluation_sets import plan_sets
-from ragtrail.pipeline.mixtures import corpus_from_runtime
+from ragtrail.pipeline.passage_sources import corpus_from_runtime
+from ragtrail.pipeline.run_io import evaluated_snapshot, load_items
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 
@@ -47,10 +48,6 @@ log = logging.getLogger(__name__)
 
 RUN_TAG = "lineage.retrain_run"
 """Lineage key of the flow run that trained a version (finds it again on a retry)."""
-
-
-def split_key(run_id: str) -> str:
-    return f"retrain/{run_id}/split.json"
 
 
 def _items_of_sets(rt: Runtime, corpus: str, run_id: str) -> tuple[list[QAItem], list[str]]:
@@ -71,7 +68,7 @@ def prepare_citation_data(
     """Split the corpus's QA sets into training prompts and frozen evaluation mixtures."""
     from ragtrail.train.citation import split_citation_data
 
-    key = split_key(run_id)
+    key = retrain_split_key(run_id)
     snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
     if rt.artifacts.exists(key):  # a retried task reuses the split it stored
         split = _load_split(rt, run_id)
@@ -100,7 +97,9 @@ def prepare_citation_data(
 def _load_split(rt: Runtime, run_id: str) -> Any:
     from ragtrail.train.citation import CitationSplit
 
-    return CitationSplit.from_json(rt.artifacts.get_bytes(split_key(run_id)).decode("utf-8"))
+    return CitationSplit.from_json(
+        rt.artifacts.get_bytes(retrain_split_key(run_id)).decode("utf-8")
+    )
 
 
 def serving_spec(rt: Runtime) -> tuple[str, str]:
@@ -222,7 +221,7 @@ def gate_challenger(
     decides and the registry records it. ``drift_run_id`` (a night or set run) names the runs the
     champion is accepted on; default: the corpus's newest night."""
     from ragtrail.evaluate.comparison.promotion import GateConfig, decide_promotion
-    from ragtrail.pipeline.drift import runs_to_check
+    from ragtrail.pipeline.drift.step import runs_to_check
     from ragtrail.storage.drift_store import DriftStore
     from ragtrail.train.citation import headline
 

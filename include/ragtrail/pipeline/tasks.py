@@ -9,27 +9,20 @@ both run them from there, so the two can no longer drift apart.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from ragtrail import jsonsafe
-from ragtrail.pipeline import evaluate as _evaluate
+from ragtrail.artifact_keys import testset_quality_key
 from ragtrail.pipeline import ingest as _ingest
-from ragtrail.pipeline import quality as _quality
+from ragtrail.pipeline.corpus_checks import check_corpus_quality
 from ragtrail.pipeline.night import COUNT_KEYS
+from ragtrail.pipeline.publish import announce_headlines, publish_night
+from ragtrail.pipeline.retrieval import evaluate_retrieval
+from ragtrail.pipeline.run_io import TESTSET_PREFIX, evaluated_snapshot
 from ragtrail.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-
-def _corpus_quality_key(corpus: str, snapshot_id: str) -> str:
-    return f"corpora/{corpus}/snapshots/{snapshot_id}/quality/validations.json"
-
-
-def _testset_quality_key(corpus: str, version: str) -> str:
-    return f"testsets/{corpus}/{version}/quality.json"
 
 
 # ------------------------------------------------------------------------------------ ingest
@@ -75,7 +68,7 @@ def check_corpus(
     rt: Runtime, *, corpus: str, snapshot_id: str, summary: dict[str, Any]
 ) -> dict[str, Any]:
     """GX on the snapshot (raises on a failed fail-severity check); announces the corpus."""
-    result = _quality.check_corpus_quality(rt, corpus, snapshot_id)
+    result = check_corpus_quality(rt, corpus, snapshot_id)
     event = {
         "corpus": corpus,
         "snapshot_id": snapshot_id,
@@ -191,7 +184,7 @@ def finalize_generation(
             out = rt.settings.home / "reports" / "testsets" / corpus / summary["version"]
             quality = check_testset_quality(rt, summary, out)
             rt.artifacts.put_bytes(
-                _testset_quality_key(corpus, summary["version"]),
+                testset_quality_key(corpus, summary["version"]),
                 jsonsafe.dumps(quality, "test-set quality").encode(),
             )
     version = summary["version"]
@@ -208,7 +201,7 @@ def finalize_generation(
     event: dict[str, Any] = {
         "corpus": corpus,
         "snapshot_id": summary["snapshot_id"],
-        "qa_set": f"{_evaluate.TESTSET_PREFIX}{version}" if version else None,
+        "qa_set": f"{TESTSET_PREFIX}{version}" if version else None,
         "qa_set_version": version,
         "accepted": summary["accepted"],
         "regenerated": regenerated,
@@ -234,7 +227,7 @@ def plan_evaluation(
     or given set) and the snapshot they are all evaluated on."""
     from ragtrail.pipeline.evaluation_sets import plan_sets
 
-    snapshot = _evaluate.evaluated_snapshot(rt, corpus, snapshot_id)
+    snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
     sets = plan_sets(rt, corpus, run_id, qa_set)
     log.info("evaluating %d QA sets: %s", len(sets), ", ".join(s["name"] for s in sets))
     return {"sets": sets, "snapshot_id": snapshot.snapshot_id}
@@ -249,7 +242,7 @@ def evaluate_set(
     snapshot_id: str | None = None,
 ) -> dict[str, Any]:
     """Scan the text weights on one planned QA set as its own stored run (embeds the queries)."""
-    result = _evaluate.evaluate_retrieval(
+    result = evaluate_retrieval(
         rt,
         corpus,
         run_id=qa_set_entry["run_id"],
@@ -272,7 +265,7 @@ def evaluate_set_citations(
     random baseline, attributed-answer scenarios), stored in the set's run."""
     if not rt.settings.citations.enabled:
         return {"name": qa_set_entry["name"], "skipped": "citations.enabled is false"}
-    from ragtrail.pipeline.citations import evaluate_citations
+    from ragtrail.pipeline.citations.step import evaluate_citations
 
     result = evaluate_citations(
         rt,
@@ -290,33 +283,12 @@ def announce_citations(
 ) -> dict[str, Any]:
     """Every set's headline citation F1 (model and random per mixture type) in one document,
     announced as the citation-metrics Asset; no event when no set was evaluated."""
-    from ragtrail.pipeline.citations import compact, load_citations
+    from ragtrail.pipeline.citations.views import compact, load_citations
 
     headlines = {e["name"]: load_citations(rt, e["run_id"]) for e in sets}
-    return _announce(rt, "citation_metrics", compact, headlines, corpus, run_id, snapshot_id)
-
-
-def _announce(
-    rt: Runtime,
-    document_name: str,
-    compact: Callable[[dict[str, Any]], dict[str, Any]],
-    summaries: Mapping[str, dict[str, Any] | None],
-    corpus: str,
-    run_id: str,
-    snapshot_id: str,
-) -> dict[str, Any]:
-    """The compact headline of every set that has a stored summary, in one document under the
-    night's run (``<document_name>.json``) and as the Asset event; no event without any."""
-    per_set = {name: compact(s) for name, s in summaries.items() if s is not None}
-    if not per_set:
-        return {"sets": {}, "event": None}
-    document = {"run_id": run_id, "corpus": corpus, "snapshot_id": snapshot_id, "sets": per_set}
-    file = f"{document_name}.json"
-    metrics_uri = rt.artifacts.put_bytes(
-        f"{_evaluate.run_prefix(run_id)}/{file}", jsonsafe.dumps(document, file, indent=1).encode()
+    return announce_headlines(
+        rt, "citation_metrics", compact, headlines, corpus, run_id, snapshot_id
     )
-    event = {**document, "metrics_uri": metrics_uri}
-    return {"sets": per_set, "metrics_uri": metrics_uri, "event": event}
 
 
 def evaluate_set_sufficiency(
@@ -336,7 +308,7 @@ def evaluate_set_sufficiency(
         return {"name": name, "skipped": "sufficiency.enabled is false"}
     if ss.qa_sets == "golden" and qa_set_entry["kind"] != GOLDEN:
         return {"name": name, "skipped": "sufficiency.qa_sets is 'golden'"}
-    from ragtrail.pipeline.sufficiency import evaluate_sufficiency
+    from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
 
     result = evaluate_sufficiency(
         rt,
@@ -354,10 +326,12 @@ def announce_sufficiency(
 ) -> dict[str, Any]:
     """Every rated set's headline (hallucination rate per setting, the policy's gain) in one
     document, announced as the sufficiency-metrics Asset; no event when no set was rated."""
-    from ragtrail.pipeline.sufficiency import compact, load_sufficiency
+    from ragtrail.pipeline.sufficiency.views import compact, load_sufficiency
 
     headlines = {e["name"]: load_sufficiency(rt, e["run_id"]) for e in sets}
-    return _announce(rt, "sufficiency_metrics", compact, headlines, corpus, run_id, snapshot_id)
+    return announce_headlines(
+        rt, "sufficiency_metrics", compact, headlines, corpus, run_id, snapshot_id
+    )
 
 
 def check_drift(
@@ -367,7 +341,8 @@ def check_drift(
     night's too, as ``no_baseline``). ``fired``: any set drifted."""
     if not rt.settings.drift.enabled:
         return {"run_id": run_id, "fired": False, "sets": {}, "skipped": "drift.enabled is false"}
-    from ragtrail.pipeline.drift import check_runs, compact
+    from ragtrail.pipeline.drift.step import check_runs
+    from ragtrail.pipeline.drift.views import compact
 
     decisions = check_runs(rt.engine, [e["run_id"] for e in sets], rt.settings.drift, corpus=corpus)
     per_set = {e["name"]: compact(d) for e, d in zip(sets, decisions, strict=True)}
@@ -414,83 +389,8 @@ def publish_report(
     rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
 ) -> dict[str, Any]:
     """GX on every set's metrics, one HTML report with each set's change since its previous run;
-    announces the metrics.
-
-    Everything the report shows is read back from the stores (the snapshot's corpus checks, the
-    generated version's summary and checks, the golden versions' checks), so a report published by
-    Airflow has the same sections as one from ``ragtrail nightly``.
-    """
-    from ragtrail.pipeline.citations import load_citations
-    from ragtrail.pipeline.drift import load_drift
-    from ragtrail.pipeline.evaluation_sets import GENERATED, GOLDEN, primary_set
-    from ragtrail.pipeline.golden import golden_quality_key
-    from ragtrail.pipeline.publish import SetToPublish, publish_sets
-    from ragtrail.pipeline.sufficiency import load_sufficiency
-
-    entries = []
-    for entry in sets:
-        kind, version = entry["kind"], entry["qa_set"].partition(":")[2]
-        generation, quality = None, None
-        if kind == GENERATED:
-            from ragtrail.pipeline.generate import load_generation_summary
-
-            generation = load_generation_summary(rt, corpus, version)
-            quality = _stored_json(rt, _testset_quality_key(corpus, version))
-        elif kind == GOLDEN:
-            quality = [_stored_json(rt, golden_quality_key(corpus, entry["name"], version))]
-        entries.append(
-            SetToPublish(
-                run_id=entry["run_id"],
-                name=entry["name"],
-                kind=kind,
-                extra_quality=tuple(q for q in quality or () if q),
-                generation=generation,
-                citations=load_citations(rt, entry["run_id"]),
-                sufficiency=load_sufficiency(rt, entry["run_id"]),
-                drift=load_drift(rt.engine, entry["run_id"]),
-            )
-        )
-    corpus_quality = _stored_json(rt, _corpus_quality_key(corpus, snapshot_id)) or []
-    report = publish_sets(rt, run_id, entries, shared_quality=corpus_quality)
-    primary = primary_set(sets)
-    night_metrics = f"{_evaluate.run_prefix(run_id)}/metrics.json"
-    metrics_uri = rt.artifacts.put_file(
-        night_metrics, _evaluate.report_dir(rt, run_id) / "metrics.json"
-    )
-    event = {
-        "run_id": run_id,
-        "corpus": corpus,
-        "snapshot_id": snapshot_id,
-        "qa_set": primary["qa_set"],
-        "qa_set_version": report["sets"][primary["name"]]["qa_set_version"],
-        "sets": {
-            name: {k: summary[k] for k in ("run_id", "qa_set", "qa_set_version")}
-            for name, summary in report["sets"].items()
-        },
-        "metrics_uri": metrics_uri,
-        "report_uri": report.get("report_uri"),
-        "report_path": report.get("report_path"),
-        "data_docs_path": report.get("data_docs_path"),
-    }
-    for name, page in (("report_url", "report.html"), ("data_docs_url", "data_docs/index.html")):
-        base = rt.settings.reports_url
-        if base:
-            event[name] = f"{base.rstrip('/')}/{_evaluate.run_prefix(run_id)}/report/{page}"
-        else:
-            jsonsafe.mark_undefined(event, name, "RAGTRAIL_REPORTS_URL is not set")
-    log.info("report: %s (uploaded to %s)", report.get("report_path"), report.get("report_uri"))
-    log.info("report link: %s", event["report_url"] or event["undefined"]["report_url"])
-    return {
-        **report,
-        "run_id": run_id,
-        "metrics_uri": metrics_uri,
-        "report_url": event["report_url"],
-        "event": event,
-    }
-
-
-def _stored_json(rt: Runtime, key: str) -> Any:
-    return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None
+    announces the metrics (:func:`ragtrail.pipeline.publish.publish_night`)."""
+    return publish_night(rt, corpus=corpus, run_id=run_id, sets=sets, snapshot_id=snapshot_id)
 
 
 # --------------------------------------------------------------------- retraining (RETRAIN flow)

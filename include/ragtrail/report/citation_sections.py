@@ -2,7 +2,7 @@
 recall per query, the attributed-answer scenarios, and a per-query drill-down.
 
 Input is the citation summary a set's run stores (``runs/<run id>/citations.json``, written by
-:mod:`ragtrail.pipeline.citations`; strict JSON, so the sections can be rebuilt from the artifact
+:mod:`ragtrail.pipeline.citations.step`; strict JSON, so the sections can be rebuilt from the artifact
 alone). Every figure shows its 95% bootstrap interval and n; undefined figures show "–" with the
 reason in the note, never "nan".
 """

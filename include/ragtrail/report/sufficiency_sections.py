@@ -1,7 +1,7 @@
 """Report sections for sufficient context, Correct / Abstain / Hallucinate and selective generation.
 
 Input is the summary a set's run stores (``runs/<run id>/sufficiency.json``, written by
-:mod:`ragtrail.pipeline.sufficiency`; strict JSON, so the sections can be rebuilt from the artifact
+:mod:`ragtrail.pipeline.sufficiency.step`; strict JSON, so the sections can be rebuilt from the artifact
 alone). Every rate shows its 95% interval and n; undefined figures show "–" with the reason in the
 note, never "nan".
 """

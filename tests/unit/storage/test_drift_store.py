@@ -9,14 +9,14 @@ from ragtrail import jsonsafe
 from ragtrail.config import DriftSettings
 from ragtrail.evaluate.comparison.drift_decision import PrimaryMetric
 from ragtrail.evaluation_records import QueryValue
-from ragtrail.pipeline.drift import (
+from ragtrail.pipeline.drift.step import (
     INCOMPARABLE,
     DriftCheckError,
     check_run,
-    drift_history,
     registered_primary_metrics,
     runs_to_check,
 )
+from ragtrail.pipeline.drift.views import drift_history
 from ragtrail.records import QAItem
 from ragtrail.storage.corpus_store import CorpusStore
 from ragtrail.storage.db import upgrade

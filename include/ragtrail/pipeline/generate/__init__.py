@@ -37,7 +37,6 @@ from ragtrail.pipeline.generate.plan import (
     GenerationRequest,
     interleave,
     load_plan,
-    plan_key,
 )
 from ragtrail.pipeline.generate.quality import check_testset_quality
 from ragtrail.pipeline.generate.report_data import funnel
@@ -54,5 +53,4 @@ __all__ = [
     "load_generation_summary",
     "load_plan",
     "plan_generation",
-    "plan_key",
 ]

@@ -6,6 +6,7 @@ import io
 import json
 from typing import Any
 
+from ragtrail.artifact_keys import generation_summary_key, testset_prefix
 from ragtrail.runtime import Runtime
 from ragtrail.testset.export import to_frame, write_jsonl
 from ragtrail.testset.store import TestSetStore
@@ -17,7 +18,7 @@ def write_artifacts(
     """Write ``items.parquet``, ``items.jsonl`` and ``generation.json``; return the Parquet URI."""
     items = testsets.version_items(version)
     qids = testsets.version_qids(version)
-    prefix = f"testsets/{summary['corpus']}/{version}"
+    prefix = testset_prefix(summary["corpus"], version)
     frame = to_frame(items, qids=qids)
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)
@@ -26,11 +27,12 @@ def write_artifacts(
     write_jsonl(items, jsonl, qids=qids)
     rt.artifacts.put_file(f"{prefix}/items.jsonl", jsonl)
     rt.artifacts.put_bytes(
-        f"{prefix}/generation.json", json.dumps(summary, indent=1, default=str).encode()
+        generation_summary_key(summary["corpus"], version),
+        json.dumps(summary, indent=1, default=str).encode(),
     )
     testsets.set_artifact_uri(version, uri)
     return uri
 
 
 def load_generation_summary(rt: Runtime, corpus: str, version: str) -> dict[str, Any]:
-    return json.loads(rt.artifacts.get_bytes(f"testsets/{corpus}/{version}/generation.json"))
+    return json.loads(rt.artifacts.get_bytes(generation_summary_key(corpus, version)))

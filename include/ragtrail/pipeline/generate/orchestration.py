@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from ragtrail.artifact_keys import generation_plan_key
 from ragtrail.config import ModelRole
 from ragtrail.pipeline.generate.artifacts import write_artifacts
 from ragtrail.pipeline.generate.candidates import baseline, pending, statement_candidates
@@ -19,7 +20,6 @@ from ragtrail.pipeline.generate.plan import (
     contexts_of_documents,
     interleave,
     load_plan,
-    plan_key,
 )
 from ragtrail.pipeline.generate.report_data import generation_summary
 from ragtrail.pipeline.generate.rounds import initial_deficit, run_rounds, settle, undo_finalize
@@ -41,7 +41,7 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
     """
     gen = rt.settings.generation
     corpus = request.corpus
-    if rt.artifacts.exists(plan_key(corpus, request.run_id)):
+    if rt.artifacts.exists(generation_plan_key(corpus, request.run_id)):
         return load_plan(rt, corpus, request.run_id)
     snapshot = (
         rt.store.get_snapshot(request.snapshot_id)

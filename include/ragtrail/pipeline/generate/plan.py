@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragtrail.artifact_keys import generation_plan_key
 from ragtrail.records import Context
 from ragtrail.runtime import Runtime
 
@@ -55,15 +56,11 @@ class GenerationPlan:
         return self.judges.get(judge, {}).get("mode") == "gate"
 
     def key(self) -> str:
-        return plan_key(self.corpus, self.run_id)
-
-
-def plan_key(corpus: str, run_id: str) -> str:
-    return f"testsets/{corpus}/runs/{run_id}/plan.json"
+        return generation_plan_key(self.corpus, self.run_id)
 
 
 def load_plan(rt: Runtime, corpus: str, run_id: str) -> GenerationPlan:
-    return GenerationPlan(**json.loads(rt.artifacts.get_bytes(plan_key(corpus, run_id))))
+    return GenerationPlan(**json.loads(rt.artifacts.get_bytes(generation_plan_key(corpus, run_id))))
 
 
 def contexts_of_documents(

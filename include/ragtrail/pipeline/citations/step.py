@@ -19,80 +19,28 @@ gives the same numbers. Rerunning the step replaces the run's citation rows inst
 
 from __future__ import annotations
 
-import json
 import logging
-import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from ragtrail import jsonsafe
+from ragtrail.artifact_keys import citation_queries_key, citations_key
 from ragtrail.config import ModelRole
 from ragtrail.evaluate.attribution.scenarios import run_scenarios
 from ragtrail.evaluate.attribution.scoring import score_answers
-from ragtrail.evaluate.citations.evaluator import (
-    ANSWERABLE,
-    CitationEvalConfig,
-    MixtureEvaluation,
-    evaluate_mixtures,
-)
+from ragtrail.evaluate.citations.evaluator import CitationEvalConfig, evaluate_mixtures
 from ragtrail.evaluate.citations.mixture_answers import DEFAULT_ANSWER_PARAMS
 from ragtrail.llm.client import GenerationParams
-from ragtrail.pipeline.evaluate import (
-    load_run_summary,
-    open_set_run,
-    put_parquet,
-    run_prefix,
-)
+from ragtrail.pipeline.citations.views import citation_queries_frame, compact, mixture_view
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
-from ragtrail.pipeline.mixtures import corpus_from_runtime
-from ragtrail.pipeline.scenarios import scenario_corpus
-from ragtrail.records import INCLUSIVE, QAItem, QuestionLabel
+from ragtrail.pipeline.passage_sources import corpus_from_runtime, scenario_corpus
+from ragtrail.pipeline.run_io import best_text_weight, open_set_run, put_parquet, sample_items
+from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
 
 log = logging.getLogger(__name__)
-
-DEFAULT_TEXT_WEIGHT = 0.5
-"""Hybrid weight when the set has no retrieval run to take the best weight from."""
-
-
-def citations_key(run_id: str) -> str:
-    return f"{run_prefix(run_id)}/citations.json"
-
-
-def sample_items(items: Sequence[QAItem], n: int, seed: int) -> list[QAItem]:
-    """``n`` items spread over the labels (round robin over seeded shuffles; 0 = all items)."""
-    if n <= 0 or n >= len(items):
-        return list(items)
-    rng = random.Random(seed)
-    pools = []
-    for label in QuestionLabel:
-        pool = sorted((i for i in items if i.label == label), key=lambda i: i.qid)
-        rng.shuffle(pool)
-        if pool:
-            pools.append(pool)
-    picked: list[QAItem] = []
-    while len(picked) < n:
-        for pool in pools:
-            if pool and len(picked) < n:
-                picked.append(pool.pop())
-    return picked
-
-
-def best_text_weight(rt: Runtime, run_id: str) -> tuple[float, str]:
-    """The best text weight of the set's latest retrieval run (its inclusive row), and where the
-    choice came from; the default weight when the run has no retrieval summary."""
-    key = f"{run_prefix(run_id)}/metrics.json"
-    if not rt.artifacts.exists(key):
-        return DEFAULT_TEXT_WEIGHT, f"default {DEFAULT_TEXT_WEIGHT} (no retrieval run {run_id})"
-    best = {row["label"]: row for row in load_run_summary(rt, run_id).get("best", [])}
-    row = best.get(INCLUSIVE)
-    if not row or row.get("best_weight") is None:
-        return DEFAULT_TEXT_WEIGHT, f"default {DEFAULT_TEXT_WEIGHT} (no inclusive best weight)"
-    return float(row["best_weight"]), f"best inclusive Recall@5 weight of run {run_id}"
 
 
 def evaluate_citations(
@@ -175,7 +123,7 @@ def evaluate_citations(
     uri = rt.artifacts.put_bytes(
         citations_key(run_id), jsonsafe.dumps(summary, "citations.json", indent=1).encode()
     )
-    put_parquet(rt, f"{run_prefix(run_id)}/citation_queries.parquet", citation_queries_frame(mix))
+    put_parquet(rt, citation_queries_key(run_id), citation_queries_frame(mix))
     return {**compact(summary), "citations_uri": uri}
 
 
@@ -250,120 +198,3 @@ def _scenarios(
         "failed_verdicts": score.failed_verdicts,
         "details": details,
     }
-
-
-def mixture_view(mix: MixtureEvaluation) -> dict[str, Any]:
-    """What the report reads of a mixture evaluation: the spec, aggregates, the unanswerable
-    table, failure counts and the drill-down rows (numbered passages, answer, cited vs relevant)."""
-    summary = mix.as_json()
-    config = summary["config"]
-    queries = []
-    for q in summary["queries"]:
-        answer = q["answer"]
-        model = q["scores"]["model"]
-        cited = [k for k in answer.get("cited", []) if 1 <= k <= len(q["passages"])]
-        queries.append(
-            {
-                "qid": q["qid"],
-                "label": q["label"],
-                "mixture": q["mixture"],
-                "question": q["question"],
-                "relevant_source": q["relevant_source"],
-                "passages": [
-                    {
-                        "kind": p["kind"],
-                        "doc_id": p["doc_id"],
-                        "chunk_id": p["chunk_id"],
-                        "text": p["text"],
-                    }
-                    for p in q["passages"]
-                ],
-                "answer": answer.get("text", ""),
-                "cited": cited,
-                "invalid": [k for k in answer.get("cited", []) if not 1 <= k <= len(q["passages"])],
-                "relevant": q["relevant"],
-                "precision": model.get("citation_precision"),
-                "recall": model.get("citation_recall"),
-                "f1": model.get("citation_f1"),
-                "error": answer.get("error"),
-                "raw": "\n---\n".join(answer.get("raw_texts", [])),
-            }
-        )
-    aggregates = summary["aggregates"]
-    unanswerable = []
-    for mixture_type in config["mixture_types"]:
-        for system in ("model", "random"):
-            rows = {
-                a["metric"]: a
-                for a in aggregates
-                if a.get("label") == QuestionLabel.UNANSWERABLE.value
-                and a.get("mixture") == mixture_type
-                and a.get("system") == system
-            }
-            if rows:
-                unanswerable.append(
-                    {
-                        "mixture": mixture_type,
-                        "system": system,
-                        "cited_any": rows.get("cited_any"),
-                        "abstained": rows.get("abstained"),
-                    }
-                )
-    return {
-        "spec": config["mixture_spec"],
-        "types": list(config["mixture_types"]),
-        "seed": config["seed"],
-        "baseline_repeats": config["baseline_repeats"],
-        "counts": summary["counts"],
-        "failed": summary["counts"]["answers_failed"],
-        "skipped": summary["skipped"],
-        "random_expected": summary["random_expected"],
-        "aggregates": aggregates,
-        "unanswerable": unanswerable,
-        "queries": queries,
-    }
-
-
-def citation_queries_frame(mix: MixtureEvaluation) -> pd.DataFrame:
-    """One row per (question, mixture type, system) with precision, recall and F1 (GX input)."""
-    frame = mix.per_query
-    if frame.empty:  # every item was skipped: an empty table the checks still read
-        return pd.DataFrame(
-            columns=["qid", "label", "mixture", "system", "precision", "recall", "f1"]
-        )
-    out = pd.DataFrame(
-        {
-            "qid": frame["qid"],
-            "label": frame["label"],
-            "mixture": frame["mixture"],
-            "system": frame["system"],
-            "precision": frame["citation_precision"],
-            "recall": frame["citation_recall"],
-            "f1": frame["citation_f1"],
-        }
-    )
-    return out
-
-
-def compact(summary: dict[str, Any]) -> dict[str, Any]:
-    """The step's result: where the summary is, and the headline F1 model vs random per type."""
-    headline = {}
-    for agg in summary["mixture"]["aggregates"]:
-        if agg["metric"] == "citation_f1" and agg.get("label") == ANSWERABLE:
-            headline.setdefault(agg["mixture"], {})[agg["system"]] = {
-                k: agg.get(k) for k in ("value", "ci_low", "ci_high", "n")
-            }
-    return jsonsafe.check_finite(
-        {
-            "run_id": summary["run_id"],
-            "answerer": summary["answerer"],
-            "f1": headline,
-        },
-        "citation result",
-    )
-
-
-def load_citations(rt: Runtime, run_id: str) -> dict[str, Any] | None:
-    """The stored citation summary of a set's run (None when citations were not evaluated)."""
-    key = citations_key(run_id)
-    return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None

@@ -30,11 +30,7 @@ from ragtrail.evaluate.comparison.drift_decision import (
     DriftPolicy,
     PrimaryMetric,
     assess_drift,
-    worsening,
 )
-from ragtrail.evaluate.comparison.run_compare import query_cells
-from ragtrail.evaluate.contract import facet_key
-from ragtrail.evaluate.metrics import bootstrap_ci
 from ragtrail.pipeline.compare import RunComparisonError, compare_stored_runs
 from ragtrail.records import CandidateStatus
 from ragtrail.storage.db import utcnow
@@ -281,96 +277,3 @@ def check_runs(
         check_run(engine, run_id, settings, corpus=corpus, primaries=primaries)
         for run_id in run_ids
     ]
-
-
-def compact(decision: DecisionRecord) -> dict[str, Any]:
-    """A decision's headline (what the nightly result, the event and the CLI line carry)."""
-    evidence = decision.evidence
-    return {
-        "decision_id": decision.decision_id,
-        "run_id": decision.run_id,
-        "qa_set_version": decision.qa_set_version,
-        "baseline_run": decision.baseline_run_id,
-        "baseline_kind": decision.baseline_kind,
-        "status": decision.status,
-        "fired": decision.fired,
-        "n_tested": evidence.get("n_tested", 0),
-        "drifted": [
-            {
-                k: row[k]
-                for k in (
-                    "evaluation",
-                    "metric",
-                    "facets",
-                    "baseline",
-                    "current",
-                    "diff",
-                    "ci_low",
-                    "ci_high",
-                    "p_holm",
-                    "threshold",
-                )
-            }
-            for row in evidence.get("rows", [])
-            if row["drifted"]
-        ],
-    }
-
-
-HISTORY_RUNS = 60
-"""At most this many of the corpus's newest runs are read for a history plot."""
-
-
-def drift_history(engine: Engine, decision: DecisionRecord) -> dict[str, list[dict[str, Any]]]:
-    """Per watched (evaluation, metric) of ``decision``, the history of one facet cell on the
-    run's QA-set version, oldest first: the most-worsened drifted cell, else the tested cell with
-    the most paired questions. Keyed ``evaluation:metric [facets]``.
-
-    Each point is the mean of the cell's per-question values in one run with a bootstrap 95% CI:
-    the cells the check pairs (:func:`~ragtrail.evaluate.comparison.run_compare.query_cells`), including the
-    pooled ``label=inclusive`` cell, which evaluators' stored aggregates may pool and name
-    differently (``all``, ``answerable``)."""
-    chosen: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in decision.evidence.get("rows", []):
-        key = (row["evaluation"], row["metric"])
-        if key not in chosen or _plot_rank(row) > _plot_rank(chosen[key]):
-            chosen[key] = row
-    if not chosen:
-        return {}
-    store = RunStore(engine)
-    listed = store.list_runs(decision.corpus, limit=HISTORY_RUNS)
-    runs = [
-        item.run for item in reversed(listed) if item.run.qa_set_version == decision.qa_set_version
-    ]
-    cells = {run.run_id: query_cells(store.query_results(run.run_id)) for run in runs}
-    out: dict[str, list[dict[str, Any]]] = {}
-    for (evaluation, metric), row in sorted(chosen.items()):
-        cell = (evaluation, metric, facet_key(row["facets"]))
-        points = []
-        for run in runs:
-            values = list(cells[run.run_id].get(cell, {}).values())
-            if values:
-                low, high = bootstrap_ci(values)
-                mean = sum(values) / len(values)
-                points.append({"run_id": run.run_id, "value": mean, "ci_low": low, "ci_high": high})
-        facets = ", ".join(f"{k}={v}" for k, v in row["facets"].items())
-        out[f"{evaluation}:{metric} [{facets}]"] = points
-    return out
-
-
-def _plot_rank(row: dict[str, Any]) -> tuple[bool, bool, int, float]:
-    return (
-        row["drifted"],
-        row["tested"],
-        row["n"],
-        worsening(row["diff"] or 0.0, row["greater_is_better"]),
-    )
-
-
-def load_drift(engine: Engine, run_id: str) -> dict[str, Any] | None:
-    """The newest stored decision of ``run_id`` with its history (what the report shows), or
-    None when the run was never checked."""
-    decisions = DriftStore(engine).decisions(run_id=run_id, limit=1)
-    if not decisions:
-        return None
-    return {"decision": decisions[0].as_dict(), "history": drift_history(engine, decisions[0])}

@@ -22,20 +22,17 @@ calls go through the cached clients: a rerun makes none and gives identical numb
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from ragtrail import jsonsafe
+from ragtrail.artifact_keys import selective_policy_key, sufficiency_key, sufficiency_queries_key
 from ragtrail.config import ModelRole
-from ragtrail.evaluate.sufficiency.cah import ALL, CAHEvaluation, CAHRecord, Outcome, evaluate_cah
 from ragtrail.evaluate.sufficiency.cah import AnswerCase as CAHCase
+from ragtrail.evaluate.sufficiency.cah import CAHRecord, Outcome, evaluate_cah
 from ragtrail.evaluate.sufficiency.confidence import (
     ConfidenceRow,
     ConfidenceScore,
@@ -50,45 +47,35 @@ from ragtrail.evaluate.sufficiency.selective import (
     SelectiveRow,
     SelectiveRun,
 )
-from ragtrail.evaluate.sufficiency.selective_policy import P_CORRECT, P_TRUE, SelectivePolicy
+from ragtrail.evaluate.sufficiency.selective_policy import P_CORRECT, P_TRUE
 from ragtrail.evaluate.sufficiency.selective_policy import SUFFICIENT as SUFFICIENT_FEATURE
 from ragtrail.evaluate.sufficiency.short_answers import (
-    ShortAnswer,
     ShortAnswerInput,
     answer_questions,
     short_answer_params,
 )
-from ragtrail.judges.calibration import proportion
-from ragtrail.judges.contract import Judge, JudgeInput, Verdict
+from ragtrail.judges.contract import Judge, JudgeInput
 from ragtrail.judges.sufficiency_raters import SUFFICIENT
-from ragtrail.pipeline.citations import best_text_weight, sample_items
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
-from ragtrail.pipeline.evaluate import (
-    open_set_run,
-    put_parquet,
-    run_prefix,
-)
 from ragtrail.pipeline.judges import golden_items, ground_context
-from ragtrail.pipeline.scenarios import scenario_corpus
-from ragtrail.pipeline.sufficiency_judges import calibrate_sufficiency_raters, sufficiency_raters
-from ragtrail.quality.suites import SUFFICIENCY_QUERY_COLUMNS
-from ragtrail.records import QAItem, QuestionLabel
+from ragtrail.pipeline.passage_sources import scenario_corpus
+from ragtrail.pipeline.run_io import best_text_weight, open_set_run, put_parquet, sample_items
+from ragtrail.pipeline.sufficiency.raters import calibrate_sufficiency_raters, sufficiency_raters
+from ragtrail.pipeline.sufficiency.views import (
+    RATED_SETTINGS,
+    cah_view,
+    compact,
+    gold_answer,
+    queries_frame,
+    query_rows,
+    rater_view,
+    sufficiency_feature,
+)
+from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
 
 log = logging.getLogger(__name__)
-
-RATED_SETTINGS = ("retrieved", "gold")
-"""The settings whose context is rated; ``none`` has no context (its answers stay unrated)."""
-OUTCOMES = tuple(str(o) for o in Outcome)
-
-
-def sufficiency_key(run_id: str) -> str:
-    return f"{run_prefix(run_id)}/sufficiency.json"
-
-
-def policy_key(run_id: str) -> str:
-    return f"{run_prefix(run_id)}/selective_policy.json"
 
 
 # ------------------------------------------------------------------------------ contexts
@@ -118,11 +105,6 @@ def item_contexts(
     return out
 
 
-def gold_answer(item: QAItem) -> str:
-    """The gold answer raters and the matcher look for ("" for unanswerable items: none)."""
-    return "" if item.label == QuestionLabel.UNANSWERABLE else item.answer.strip()
-
-
 # ------------------------------------------------------------------------------- raters
 
 
@@ -147,44 +129,6 @@ def choose_primary(
     else:
         reason = "no rater has a calibration; the first configured one only advises"
     return {"name": best, "gates": bool(gating), "reason": reason}
-
-
-def _rater_view(
-    raters: Sequence[Judge],
-    calibrations: Mapping[str, Mapping[str, Any]],
-    rated: Sequence[tuple[QAItem, str, list[str]]],
-    verdicts: Mapping[str, Sequence[Verdict]],
-) -> list[dict[str, Any]]:
-    """Per rater: identity, calibration and gate, and per rated setting the share of contexts
-    it called sufficient (Wilson CI), its failures and truncations."""
-    out = []
-    for rater in raters:
-        spec, calibration = rater.spec, dict(calibrations.get(rater.spec.name, {}))
-        per_setting = {}
-        for setting in dict.fromkeys(s for _, s, _ in rated):
-            mine = [
-                v for (_, s, _), v in zip(rated, verdicts[spec.name], strict=True) if s == setting
-            ]
-            ok = [v for v in mine if v.ok]
-            share = proportion(sum(v.value == SUFFICIENT for v in ok), len(ok), what="verdicts")
-            per_setting[setting] = {
-                "n": len(mine),
-                "failed": len(mine) - len(ok),
-                "truncated": sum("truncated" in v.reason for v in mine),
-                "share": share.as_dict(),
-            }
-        out.append(
-            {
-                "name": spec.name,
-                "judge": spec.ref,
-                "approximate": spec.approximate,
-                "description": spec.description,
-                "calibration": {k: v for k, v in calibration.items() if k != "gate"},
-                "gate": calibration.get("gate"),
-                "per_setting": per_setting,
-            }
-        )
-    return out
 
 
 # ----------------------------------------------------------------------------- the step
@@ -300,9 +244,9 @@ def evaluate_sufficiency(
         "items": len(sample),
         "settings": list(ss.settings),
         "retrieval_k": ss.retrieval_k,
-        "raters": _rater_view(judges, calibrations, rated, verdicts),
+        "raters": rater_view(judges, calibrations, rated, verdicts),
         "primary_rater": primary,
-        "cah": _cah_view(cah, correctness),
+        "cah": cah_view(cah, correctness),
     }
 
     confidence: dict[int, dict[str, ConfidenceScore]] = {}
@@ -321,12 +265,12 @@ def evaluate_sufficiency(
         (item.qid, setting): {name: vs[i].value for name, vs in verdicts.items()}
         for i, (item, setting, _) in enumerate(rated)
     }
-    summary["queries"] = _query_rows(answered, cah.records, ratings, confidence, policy)
+    summary["queries"] = query_rows(answered, cah.records, ratings, confidence, policy)
     summary["seconds"], summary["model_calls"] = clock.seconds, clock.calls
     uri = rt.artifacts.put_bytes(
         sufficiency_key(run_id), jsonsafe.dumps(summary, "sufficiency.json", indent=1).encode()
     )
-    put_parquet(rt, f"{run_prefix(run_id)}/sufficiency_queries.parquet", queries_frame(summary))
+    put_parquet(rt, sufficiency_queries_key(run_id), queries_frame(summary))
     return {**compact(summary), "sufficiency_uri": uri}
 
 
@@ -350,39 +294,7 @@ class _Clock:
 # ------------------------------------------------------------------------------- C/A/H
 
 
-def _cah_view(cah: CAHEvaluation, correctness: Mapping[str, Any]) -> dict[str, Any]:
-    """The C/A/H table with each rate beside its facets, the counts and the judge."""
-    table = []
-    for row in cah.table:
-        data = row.as_dict()
-        rates = data.pop("rates")
-        table.append({**data, **{o: rates[o] for o in OUTCOMES}})
-    overall = next(r for r in cah.table if set(r.facets.values()) == {ALL})  # every answer
-    decided = Counter(
-        "judge" if "@" in r.decided_by else r.decided_by for r in cah.records if r.decided_by
-    )
-    return {
-        "correctness": dict(correctness),
-        "table": table,
-        "aggregates": [a.as_dict() for a in cah.result.aggregates],
-        "counts": {
-            "answers": overall.n,
-            "scored": overall.n_scored,
-            "unscored": dict(overall.unscored_reasons),
-            "decided_by": dict(decided),
-        },
-    }
-
-
 # --------------------------------------------------------------------- selective generation
-
-
-def sufficiency_feature(setting: str, sufficient: bool | None) -> float | None:
-    """The policy's binary sufficiency feature: 1/0 from the primary rater, 0 without context
-    (an empty context answers nothing), None when the rater failed."""
-    if setting == "none":
-        return 0.0
-    return None if sufficient is None else float(sufficient)
 
 
 def _selective_config(rt: Runtime, seed: int) -> SelectiveEvalConfig:
@@ -469,7 +381,8 @@ def _selective_view(
         "metrics": list(aggregates.values()),
     }
     uri = rt.artifacts.put_bytes(
-        policy_key(run_id), jsonsafe.dumps(document, "selective_policy.json", indent=1).encode()
+        selective_policy_key(run_id),
+        jsonsafe.dumps(document, "selective_policy.json", indent=1).encode(),
     )
     curves, threshold = {}, None
     for key, summary in (
@@ -517,124 +430,4 @@ def _selective_view(
 # ------------------------------------------------------------------------ per-query rows
 
 
-def _query_rows(
-    answered: Sequence[tuple[QAItem, str, list[str]]],
-    records: Sequence[CAHRecord],
-    ratings: Mapping[tuple[str, str], Mapping[str, Any]],
-    confidence: Mapping[int, Mapping[str, ConfidenceScore]],
-    policy: SelectivePolicy | None,
-) -> list[dict[str, Any]]:
-    rows = []
-    for i, ((item, setting, passages), record) in enumerate(zip(answered, records, strict=True)):
-        answer: ShortAnswer = record.case.answer
-        scores = confidence.get(i, {})
-        features = {k: v.value for k, v in scores.items()}
-        features[SUFFICIENT_FEATURE] = sufficiency_feature(setting, record.case.sufficient)
-        policy_score = None
-        row = SelectiveRow(f"{item.qid}/{setting}", item.qid, features, False, False)
-        if policy is not None and policy.can_score(row):
-            policy_score = policy.score(row)
-        rows.append(
-            {
-                "qid": item.qid,
-                "label": item.label,
-                "setting": setting,
-                "question": item.question,
-                "passages": list(passages),
-                "sufficiency": record.case.sufficiency,
-                "ratings": dict(ratings.get((item.qid, setting), {})),
-                "gold": gold_answer(item),
-                "answer": answer.text,
-                "abstained": answer.abstained,
-                "error": answer.error,
-                "raw": "\n---\n".join(answer.raw),
-                "outcome": None if record.outcome is None else str(record.outcome),
-                "decided_by": record.decided_by,
-                "unscored_reason": record.unscored_reason,
-                "p_true": features.get(P_TRUE),
-                "p_correct": features.get(P_CORRECT),
-                "policy_score": policy_score,
-            }
-        )
-    return rows
-
-
-def queries_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per (question, setting): stratum, outcome (``unscored`` with its reason) and
-    confidences — the GX input."""
-    columns = list(SUFFICIENCY_QUERY_COLUMNS)
-    rows = [
-        {
-            **{c: q.get(c) for c in columns},
-            "outcome": q.get("outcome") or "unscored",
-        }
-        for q in summary["queries"]
-    ]
-    frame = pd.DataFrame(rows, columns=columns)
-    for col in ("p_true", "p_correct"):
-        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
-    return frame
-
-
-def metrics_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
-    """Every figure of a sufficiency summary as (evaluation, metric, value, ci_low, ci_high, n)."""
-    rows: list[dict[str, Any]] = [
-        {"evaluation": "cah", **a} for a in summary["cah"].get("aggregates", [])
-    ]
-    for rater in summary["raters"]:
-        cal = rater.get("calibration") or {}
-        if cal.get("metric"):
-            rows.append(
-                {
-                    "evaluation": f"calibration.{rater['name']}",
-                    **{k: cal.get(k) for k in ("metric", "value", "ci_low", "ci_high")},
-                    "n": cal.get("n") or 0,
-                }
-            )
-        for setting, per in rater.get("per_setting", {}).items():
-            rows.append(
-                {
-                    "evaluation": f"rater.{rater['name']}.{setting}",
-                    "metric": "sufficient_share",
-                    **per["share"],
-                }
-            )
-    for agg in ((summary.get("selective") or {}).get("auc") or {}).values():
-        if agg:
-            rows.append({"evaluation": "selective", **agg})
-    columns = ["evaluation", "metric", "value", "ci_low", "ci_high", "n"]
-    frame = pd.DataFrame(rows, columns=None if rows else columns)
-    return frame.drop(columns=["facets", "undefined"], errors="ignore")
-
-
 # ------------------------------------------------------------------------------ reading
-
-
-def compact(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The step's result: hallucination rate per setting (all labels, all strata), the primary
-    rater and the selective policy's AUC gain."""
-    hallucination = {
-        row["setting"]: {k: row["hallucinate"].get(k) for k in ("value", "ci_low", "ci_high", "n")}
-        for row in summary["cah"]["table"]
-        if row["setting"] != ALL and row["sufficiency"] == ALL and row["label"] == ALL
-    }
-    selective = summary.get("selective") or {}
-    gain = (selective.get("auc") or {}).get("gain")
-    return jsonsafe.check_finite(
-        {
-            "run_id": summary["run_id"],
-            "answerer": summary["answerer"],
-            "primary_rater": summary["primary_rater"]["name"],
-            "hallucination": hallucination,
-            "auc_gain": {k: gain.get(k) for k in ("value", "ci_low", "ci_high", "n")}
-            if gain
-            else None,
-        },
-        "sufficiency result",
-    )
-
-
-def load_sufficiency(rt: Runtime, run_id: str) -> dict[str, Any] | None:
-    """The stored sufficiency summary of a set's run (None when it was not rated)."""
-    key = sufficiency_key(run_id)
-    return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None

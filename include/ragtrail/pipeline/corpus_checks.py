@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from ragtrail import jsonsafe
+from ragtrail.artifact_keys import corpus_quality_prefix
 from ragtrail.runtime import Runtime
 
 
@@ -90,7 +91,7 @@ def check_corpus_quality(
     validations = [r.as_dict() for r in results]
     # Kept with the snapshot so a report published later (another task, another worker) shows it.
     (out / "validations.json").write_text(jsonsafe.dumps(validations, "corpus validations"))
-    uri = rt.artifacts.put_tree(f"corpora/{corpus}/snapshots/{snapshot_id}/quality", out)
+    uri = rt.artifacts.put_tree(corpus_quality_prefix(corpus, snapshot_id), out)
     summary = {
         "success": all(r.success for r in results),
         "data_docs_path": str(docs_index),

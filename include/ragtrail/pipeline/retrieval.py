@@ -1,0 +1,112 @@
+"""Retrieval evaluation as a pipeline step: the text-weight scan on one QA set, persisted.
+
+``evaluate_retrieval`` writes the run's metrics (artifact store, the metrics-history table and the
+per-query values that ``ragtrail runs compare`` pairs); :mod:`ragtrail.pipeline.publish` turns them
+into GX validations, Data Docs and the HTML report. Idempotent for a given run id: a retry
+replaces the run's rows and files instead of adding to them. Undefined numbers (a gap when every
+label scores 0, dense/lexical when the scan skips weight 0/1, intervals without bootstrap) leave as
+null with a reason (:mod:`ragtrail.jsonsafe`), never as NaN.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ragtrail import jsonsafe
+from ragtrail.artifact_keys import retrieval_table_key, run_summary_key
+from ragtrail.evaluate.retrieval.evaluator import (
+    PRIMARY_METRIC,
+    RetrievalEvaluator,
+    RetrievalInputs,
+    ScanConfig,
+    collect_candidates,
+)
+from ragtrail.pipeline.run_io import evaluated_snapshot, load_items, producing_models, put_parquet
+from ragtrail.records import LABELS
+from ragtrail.runtime import Runtime
+from ragtrail.storage.runs_store import RunStore
+
+
+def evaluate_retrieval(
+    rt: Runtime,
+    corpus: str,
+    *,
+    run_id: str,
+    qa_set: str | Path | None = None,
+    text_weights: list[float] | None = None,
+    snapshot_id: str | None = None,
+    set_name: str | None = None,
+) -> dict[str, Any]:
+    """Evaluate the corpus index on a labelled QA set across the text-weight scan.
+
+    ``set_name`` is the set's name in the night (recorded with the run; None for a lone run).
+    """
+    settings = rt.settings
+    snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
+    items, qa_version, qa_source = load_items(rt, qa_set)
+    weights = tuple(sorted(set(text_weights))) if text_weights else settings.retrieval.text_weights
+    if any(not 0.0 <= w <= 1.0 for w in weights):
+        raise ValueError(f"text weights must lie in [0, 1]: {weights}")
+    config = ScanConfig(
+        text_weights=weights,
+        candidates_per_modality=settings.retrieval.candidates_per_modality,
+        bootstrap_samples=settings.retrieval.bootstrap_samples,
+        seed=settings.seed,
+    )
+    params = {
+        "corpus": corpus,
+        "snapshot_id": snapshot.snapshot_id,
+        "qa_set": qa_source,
+        "qa_set_version": qa_version,
+        "qa_set_name": set_name,
+        "text_weights": list(weights),
+    }
+    runs = RunStore(rt.engine)
+    runs.start_run(run_id, "evaluate_retrieval", params)
+
+    candidates = collect_candidates(
+        rt.index(corpus), rt.embedder.encode, items, config.candidates_per_modality, rt.report
+    )
+    evaluator = RetrievalEvaluator(config)
+    result = evaluator.scan(RetrievalInputs(items=items, candidates=candidates))
+    evaluation = evaluator.result_of(result)
+
+    backends = rt.backends()
+    runs.record_evaluation(
+        run_id,
+        evaluation,
+        corpus=corpus,
+        corpus_snapshot=snapshot.snapshot_id,
+        qa_set_version=qa_version,
+        models=producing_models(settings.index_backend, settings.embedding_model, backends),
+        judges={},
+    )
+
+    put_parquet(rt, retrieval_table_key(run_id, "metrics"), result.metrics)
+    put_parquet(rt, retrieval_table_key(run_id, "best"), result.best)
+    put_parquet(rt, retrieval_table_key(run_id, "per_query"), result.per_query)
+    summary = {
+        **params,
+        "run_id": run_id,
+        "relevance_level": result.level,
+        "n_questions": len(items),
+        "questions_per_label": {
+            label: int(sum(1 for it in items if it.label == label)) for label in LABELS
+        },
+        "backends": backends,
+        "primary_metric": PRIMARY_METRIC,
+        "evaluation": {
+            "evaluator": evaluation.evaluator,
+            "config": evaluation.config,
+            "primary_metric": evaluation.primary_metric,
+            "greater_is_better": evaluation.greater_is_better,
+        },
+        "best": result.best_records(),
+        "metrics": result.metric_records(),
+    }
+    summary["metrics_uri"] = rt.artifacts.put_bytes(
+        run_summary_key(run_id), jsonsafe.dumps(summary, "metrics.json", indent=1).encode()
+    )
+    keys = ("run_id", "metrics_uri", "snapshot_id", "qa_set_version", "n_questions", "best")
+    return {k: summary[k] for k in keys}

@@ -1,0 +1,207 @@
+"""Run I/O that every evaluation step shares: QA sets in, run records and artifacts out.
+
+Below every feature step of the pipeline (retrieval, citations, sufficiency, drift, retraining)
+and above nothing of it: the steps import from here, never from each other, so that the
+pipeline's import graph has no cycle. Artifact keys live in :mod:`ragtrail.artifact_keys`.
+
+- :func:`load_items` reads a QA set by reference (a file, ``testset:<version>``,
+  ``golden:<version>`` or the sample set); :func:`sample_items` spreads a seeded sample over
+  the labels;
+- :func:`open_set_run` starts (or reopens) the stored run of one QA set of the night;
+- :func:`put_parquet` / :func:`get_parquet` / :func:`stored_json` / :func:`load_run_summary`
+  read and write a run's artifacts; :func:`report_dir` is where its report is rendered;
+- :func:`best_text_weight` is the hybrid weight the answer-side steps retrieve with.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ragtrail.artifact_keys import run_summary_key
+from ragtrail.paths import sample_qa_set
+from ragtrail.records import INCLUSIVE, QAItem, QuestionLabel
+from ragtrail.runtime import Runtime
+from ragtrail.storage.corpus_store import SnapshotRecord
+from ragtrail.storage.runs_store import RunStore
+from ragtrail.testset.qaset import load_qa_set
+
+
+def put_parquet(rt: Runtime, key: str, frame: pd.DataFrame) -> str:
+    """Store ``frame`` as Parquet under ``key``; returns its URI."""
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    return rt.artifacts.put_bytes(key, buf.getvalue())
+
+
+def get_parquet(rt: Runtime, key: str) -> pd.DataFrame:
+    """The frame :func:`put_parquet` stored under ``key``."""
+    return pd.read_parquet(io.BytesIO(rt.artifacts.get_bytes(key)))
+
+
+def evaluated_snapshot(rt: Runtime, corpus: str, snapshot_id: str | None) -> SnapshotRecord:
+    """The given snapshot, else the corpus's latest completed one; an error when there is none."""
+    snapshot = (
+        rt.store.get_snapshot(snapshot_id) if snapshot_id else rt.store.latest_snapshot(corpus)
+    )
+    if snapshot is None:
+        raise ValueError(f"corpus {corpus!r} has no completed snapshot: ingest it first")
+    return snapshot
+
+
+def producing_models(
+    index_backend: str, embedding_model: str, backends: Mapping[str, str]
+) -> dict[str, str]:
+    """What produced a retrieval metric, stored with every point (``metrics_history.models``)."""
+    return {**backends, "index_backend": index_backend, "embedding_model": embedding_model}
+
+
+@dataclass(frozen=True)
+class SetRun:
+    """One QA set opened for an answer-side evaluation under a set's run id: its items, the
+    snapshot they are evaluated on and the run's parameters."""
+
+    run_id: str
+    corpus: str
+    snapshot_id: str
+    items: list[QAItem]
+    qa_version: str
+    params: dict[str, Any]
+
+    def record(self, rt: Runtime, **models: Any) -> dict[str, Any]:
+        """The keyword arguments of ``RunStore.record_evaluation`` (the producing models plus
+        ``models``, e.g. the answerer)."""
+        produced = producing_models(
+            rt.settings.index_backend, rt.settings.embedding_model, rt.backends()
+        )
+        return {
+            "corpus": self.corpus,
+            "corpus_snapshot": self.snapshot_id,
+            "qa_set_version": self.qa_version,
+            "models": {**produced, **models},
+        }
+
+
+def open_set_run(
+    rt: Runtime,
+    corpus: str,
+    run_id: str,
+    task: str,
+    *,
+    qa_set: str | Path | None,
+    set_name: str | None,
+    snapshot_id: str | None,
+) -> SetRun:
+    """Load the QA set, fix the snapshot and start the run ``run_id`` (as ``task``) unless the
+    set's retrieval step already did."""
+    snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
+    items, qa_version, qa_source = load_items(rt, qa_set)
+    params = {
+        "corpus": corpus,
+        "snapshot_id": snapshot.snapshot_id,
+        "qa_set": qa_source,
+        "qa_set_version": qa_version,
+        "qa_set_name": set_name,
+    }
+    runs = RunStore(rt.engine)
+    if runs.get_run(run_id) is None:
+        runs.start_run(run_id, task, params)
+    return SetRun(run_id, corpus, snapshot.snapshot_id, items, qa_version, params)
+
+
+TESTSET_PREFIX = "testset:"
+
+
+GOLDEN_PREFIX = "golden:"
+
+
+def load_items(rt: Runtime, qa_set: str | Path | None) -> tuple[list[QAItem], str, str]:
+    """Items, version and source of a QA set: a file, ``testset:<version>``,
+    ``golden:<version>`` or (None) the sample set."""
+    if isinstance(qa_set, str) and qa_set.startswith(GOLDEN_PREFIX):
+        from ragtrail.testset.golden import GoldenSetStore
+
+        version = qa_set.removeprefix(GOLDEN_PREFIX)
+        try:
+            return GoldenSetStore(rt.engine).items(version), version, qa_set
+        except KeyError:
+            raise ValueError(f"unknown golden set version {version!r}") from None
+    if isinstance(qa_set, str) and qa_set.startswith(TESTSET_PREFIX):
+        from ragtrail.testset.store import TestSetStore
+
+        version = qa_set.removeprefix(TESTSET_PREFIX)
+        store = TestSetStore(rt.engine)
+        if store.get_version(version) is None:
+            raise ValueError(f"unknown test-set version {version!r}")
+        qids = store.version_qids(version)
+        items = [
+            QAItem(
+                qid=qids[c.candidate_id],
+                question=c.question,
+                label=c.effective_label,
+                answer=c.answer,
+                ground_doc_ids=(c.context.doc_id,),
+                ground_chunk_ids=(c.context.chunk_id,),
+            )
+            for c in store.version_items(version)
+        ]
+        return items, version, qa_set
+    path = Path(qa_set) if qa_set else sample_qa_set()
+    items, version = load_qa_set(path)
+    return items, version, str(path)
+
+
+def load_run_summary(rt: Runtime, run_id: str) -> dict[str, Any]:
+    return json.loads(rt.artifacts.get_bytes(run_summary_key(run_id)))
+
+
+def report_dir(rt: Runtime, run_id: str) -> Path:
+    return rt.settings.home / "reports" / run_id
+
+
+DEFAULT_TEXT_WEIGHT = 0.5
+"""Hybrid weight when the set has no retrieval run to take the best weight from."""
+
+
+def sample_items(items: Sequence[QAItem], n: int, seed: int) -> list[QAItem]:
+    """``n`` items spread over the labels (round robin over seeded shuffles; 0 = all items)."""
+    if n <= 0 or n >= len(items):
+        return list(items)
+    rng = random.Random(seed)
+    pools = []
+    for label in QuestionLabel:
+        pool = sorted((i for i in items if i.label == label), key=lambda i: i.qid)
+        rng.shuffle(pool)
+        if pool:
+            pools.append(pool)
+    picked: list[QAItem] = []
+    while len(picked) < n:
+        for pool in pools:
+            if pool and len(picked) < n:
+                picked.append(pool.pop())
+    return picked
+
+
+def best_text_weight(rt: Runtime, run_id: str) -> tuple[float, str]:
+    """The best text weight of the set's latest retrieval run (its inclusive row), and where the
+    choice came from; the default weight when the run has no retrieval summary."""
+    key = run_summary_key(run_id)
+    if not rt.artifacts.exists(key):
+        return DEFAULT_TEXT_WEIGHT, f"default {DEFAULT_TEXT_WEIGHT} (no retrieval run {run_id})"
+    best = {row["label"]: row for row in load_run_summary(rt, run_id).get("best", [])}
+    row = best.get(INCLUSIVE)
+    if not row or row.get("best_weight") is None:
+        return DEFAULT_TEXT_WEIGHT, f"default {DEFAULT_TEXT_WEIGHT} (no inclusive best weight)"
+    return float(row["best_weight"]), f"best inclusive Recall@5 weight of run {run_id}"
+
+
+def stored_json(rt: Runtime, key: str) -> Any:
+    """The JSON document stored under ``key``, or None when there is none."""
+    return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None

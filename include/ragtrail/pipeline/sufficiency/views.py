@@ -1,0 +1,229 @@
+"""What the report and the CLI read of a set's sufficiency evaluation: the raters' view, the C/A/H
+table, the per-(question, setting) rows, the figures the GX suite checks, the compact headline and
+the stored summary."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from ragtrail import jsonsafe
+from ragtrail.artifact_keys import sufficiency_key
+from ragtrail.evaluate.sufficiency.cah import ALL, CAHEvaluation, CAHRecord, Outcome
+from ragtrail.evaluate.sufficiency.confidence import ConfidenceScore
+from ragtrail.evaluate.sufficiency.selective import SelectiveRow
+from ragtrail.evaluate.sufficiency.selective_policy import P_CORRECT, P_TRUE, SelectivePolicy
+from ragtrail.evaluate.sufficiency.selective_policy import SUFFICIENT as SUFFICIENT_FEATURE
+from ragtrail.evaluate.sufficiency.short_answers import ShortAnswer
+from ragtrail.judges.calibration import proportion
+from ragtrail.judges.contract import Judge, Verdict
+from ragtrail.judges.sufficiency_raters import SUFFICIENT
+from ragtrail.quality.suites import SUFFICIENCY_QUERY_COLUMNS
+from ragtrail.records import QAItem, QuestionLabel
+from ragtrail.runtime import Runtime
+
+
+def rater_view(
+    raters: Sequence[Judge],
+    calibrations: Mapping[str, Mapping[str, Any]],
+    rated: Sequence[tuple[QAItem, str, list[str]]],
+    verdicts: Mapping[str, Sequence[Verdict]],
+) -> list[dict[str, Any]]:
+    """Per rater: identity, calibration and gate, and per rated setting the share of contexts
+    it called sufficient (Wilson CI), its failures and truncations."""
+    out = []
+    for rater in raters:
+        spec, calibration = rater.spec, dict(calibrations.get(rater.spec.name, {}))
+        per_setting = {}
+        for setting in dict.fromkeys(s for _, s, _ in rated):
+            mine = [
+                v for (_, s, _), v in zip(rated, verdicts[spec.name], strict=True) if s == setting
+            ]
+            ok = [v for v in mine if v.ok]
+            share = proportion(sum(v.value == SUFFICIENT for v in ok), len(ok), what="verdicts")
+            per_setting[setting] = {
+                "n": len(mine),
+                "failed": len(mine) - len(ok),
+                "truncated": sum("truncated" in v.reason for v in mine),
+                "share": share.as_dict(),
+            }
+        out.append(
+            {
+                "name": spec.name,
+                "judge": spec.ref,
+                "approximate": spec.approximate,
+                "description": spec.description,
+                "calibration": {k: v for k, v in calibration.items() if k != "gate"},
+                "gate": calibration.get("gate"),
+                "per_setting": per_setting,
+            }
+        )
+    return out
+
+
+def cah_view(cah: CAHEvaluation, correctness: Mapping[str, Any]) -> dict[str, Any]:
+    """The C/A/H table with each rate beside its facets, the counts and the judge."""
+    table = []
+    for row in cah.table:
+        data = row.as_dict()
+        rates = data.pop("rates")
+        table.append({**data, **{o: rates[o] for o in OUTCOMES}})
+    overall = next(r for r in cah.table if set(r.facets.values()) == {ALL})  # every answer
+    decided = Counter(
+        "judge" if "@" in r.decided_by else r.decided_by for r in cah.records if r.decided_by
+    )
+    return {
+        "correctness": dict(correctness),
+        "table": table,
+        "aggregates": [a.as_dict() for a in cah.result.aggregates],
+        "counts": {
+            "answers": overall.n,
+            "scored": overall.n_scored,
+            "unscored": dict(overall.unscored_reasons),
+            "decided_by": dict(decided),
+        },
+    }
+
+
+def query_rows(
+    answered: Sequence[tuple[QAItem, str, list[str]]],
+    records: Sequence[CAHRecord],
+    ratings: Mapping[tuple[str, str], Mapping[str, Any]],
+    confidence: Mapping[int, Mapping[str, ConfidenceScore]],
+    policy: SelectivePolicy | None,
+) -> list[dict[str, Any]]:
+    rows = []
+    for i, ((item, setting, passages), record) in enumerate(zip(answered, records, strict=True)):
+        answer: ShortAnswer = record.case.answer
+        scores = confidence.get(i, {})
+        features = {k: v.value for k, v in scores.items()}
+        features[SUFFICIENT_FEATURE] = sufficiency_feature(setting, record.case.sufficient)
+        policy_score = None
+        row = SelectiveRow(f"{item.qid}/{setting}", item.qid, features, False, False)
+        if policy is not None and policy.can_score(row):
+            policy_score = policy.score(row)
+        rows.append(
+            {
+                "qid": item.qid,
+                "label": item.label,
+                "setting": setting,
+                "question": item.question,
+                "passages": list(passages),
+                "sufficiency": record.case.sufficiency,
+                "ratings": dict(ratings.get((item.qid, setting), {})),
+                "gold": gold_answer(item),
+                "answer": answer.text,
+                "abstained": answer.abstained,
+                "error": answer.error,
+                "raw": "\n---\n".join(answer.raw),
+                "outcome": None if record.outcome is None else str(record.outcome),
+                "decided_by": record.decided_by,
+                "unscored_reason": record.unscored_reason,
+                "p_true": features.get(P_TRUE),
+                "p_correct": features.get(P_CORRECT),
+                "policy_score": policy_score,
+            }
+        )
+    return rows
+
+
+def queries_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per (question, setting): stratum, outcome (``unscored`` with its reason) and
+    confidences — the GX input."""
+    columns = list(SUFFICIENCY_QUERY_COLUMNS)
+    rows = [
+        {
+            **{c: q.get(c) for c in columns},
+            "outcome": q.get("outcome") or "unscored",
+        }
+        for q in summary["queries"]
+    ]
+    frame = pd.DataFrame(rows, columns=columns)
+    for col in ("p_true", "p_correct"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+    return frame
+
+
+def metrics_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
+    """Every figure of a sufficiency summary as (evaluation, metric, value, ci_low, ci_high, n)."""
+    rows: list[dict[str, Any]] = [
+        {"evaluation": "cah", **a} for a in summary["cah"].get("aggregates", [])
+    ]
+    for rater in summary["raters"]:
+        cal = rater.get("calibration") or {}
+        if cal.get("metric"):
+            rows.append(
+                {
+                    "evaluation": f"calibration.{rater['name']}",
+                    **{k: cal.get(k) for k in ("metric", "value", "ci_low", "ci_high")},
+                    "n": cal.get("n") or 0,
+                }
+            )
+        for setting, per in rater.get("per_setting", {}).items():
+            rows.append(
+                {
+                    "evaluation": f"rater.{rater['name']}.{setting}",
+                    "metric": "sufficient_share",
+                    **per["share"],
+                }
+            )
+    for agg in ((summary.get("selective") or {}).get("auc") or {}).values():
+        if agg:
+            rows.append({"evaluation": "selective", **agg})
+    columns = ["evaluation", "metric", "value", "ci_low", "ci_high", "n"]
+    frame = pd.DataFrame(rows, columns=None if rows else columns)
+    return frame.drop(columns=["facets", "undefined"], errors="ignore")
+
+
+def compact(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The step's result: hallucination rate per setting (all labels, all strata), the primary
+    rater and the selective policy's AUC gain."""
+    hallucination = {
+        row["setting"]: {k: row["hallucinate"].get(k) for k in ("value", "ci_low", "ci_high", "n")}
+        for row in summary["cah"]["table"]
+        if row["setting"] != ALL and row["sufficiency"] == ALL and row["label"] == ALL
+    }
+    selective = summary.get("selective") or {}
+    gain = (selective.get("auc") or {}).get("gain")
+    return jsonsafe.check_finite(
+        {
+            "run_id": summary["run_id"],
+            "answerer": summary["answerer"],
+            "primary_rater": summary["primary_rater"]["name"],
+            "hallucination": hallucination,
+            "auc_gain": {k: gain.get(k) for k in ("value", "ci_low", "ci_high", "n")}
+            if gain
+            else None,
+        },
+        "sufficiency result",
+    )
+
+
+def load_sufficiency(rt: Runtime, run_id: str) -> dict[str, Any] | None:
+    """The stored sufficiency summary of a set's run (None when it was not rated)."""
+    key = sufficiency_key(run_id)
+    return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None
+
+
+RATED_SETTINGS = ("retrieved", "gold")
+"""The settings whose context is rated; ``none`` has no context (its answers stay unrated)."""
+
+
+OUTCOMES = tuple(str(o) for o in Outcome)
+
+
+def gold_answer(item: QAItem) -> str:
+    """The gold answer raters and the matcher look for ("" for unanswerable items: none)."""
+    return "" if item.label == QuestionLabel.UNANSWERABLE else item.answer.strip()
+
+
+def sufficiency_feature(setting: str, sufficient: bool | None) -> float | None:
+    """The policy's binary sufficiency feature: 1/0 from the primary rater, 0 without context
+    (an empty context answers nothing), None when the rater failed."""
+    if setting == "none":
+        return 0.0
+    return None if sufficient is None else float(sufficient)

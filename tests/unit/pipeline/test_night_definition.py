@@ -1,0 +1,43 @@
+"""The night is bound to its task functions by name: every name must resolve, and every function
+must take exactly what its step hands it (the flow's state, the mapped element)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from ragtrail.pipeline.night import NIGHT, Flow, Step
+
+STEPS = [(f, s) for f in NIGHT for s in f.steps]
+
+
+def _ids() -> list[str]:
+    return [f"{f.dag_id}.{s.name}" for f, s in STEPS]
+
+
+@pytest.mark.parametrize(("flow_", "step"), STEPS, ids=_ids())
+def test_step_function_takes_what_the_step_gives(flow_: Flow, step: Step) -> None:
+    function = step.function()
+    assert callable(function), f"{step.task} is not a function of the tasks module"
+    params = inspect.signature(function).parameters
+    names = list(params)
+    assert names[0] == "rt", f"{step.task} must take the Runtime first"
+    given = set(step.inputs) | ({step.map_as} if step.map_as else set())
+    keywords = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert given <= keywords, f"{step.task} does not accept {sorted(given - keywords)}"
+    required = {n for n in keywords if params[n].default is inspect.Parameter.empty}
+    assert required <= given, f"{step.task} needs {sorted(required - given)}, never given"
+
+
+@pytest.mark.parametrize("flow_", NIGHT, ids=[f.dag_id for f in NIGHT])
+def test_every_input_is_provided_before_its_step(flow_: Flow) -> None:
+    """Resolved state plus the outputs of earlier unmapped steps cover each step's inputs."""
+    available = set(flow_.resolve({}, [], flow_.run_id("manual__test")))
+    for step in flow_.steps:
+        missing = set(step.inputs) - available
+        assert not missing, f"{flow_.dag_id}.{step.name} reads {sorted(missing)} nobody provides"
+        if step.map_over:
+            assert step.map_over in available and step.map_as
+        else:
+            available |= set(step.outputs) | ({step.output_as} if step.output_as else set())
