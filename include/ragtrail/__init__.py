@@ -9,7 +9,7 @@ function-local import::
     cli                      the command line, one module per command group
     pipeline                 one definition of the night (night.py), its steps and tasks; inside
                              it its own layers: tasks | nightly, publish, retrain, the feature
-                             steps, the judges they share, run I/O | night
+                             steps, the judges they share, run I/O | night, the Asset events
     runtime                  composition root: builds the configured backends lazily, and
                              imports what registers itself (train -> the generator: LLM kind)
     report                   HTML evaluation and test-set reports
@@ -23,7 +23,9 @@ function-local import::
                              backends and client, GX suites as code
     models                   the one local model cache and S3 mirror (every model kind)
     storage                  metadata DB, artifact store, the s3:// URI parser
-    artifact_keys            every key of the artifact store
+    artifact_keys | summaries
+                             every key of the artifact store; the typed summaries each step hands
+                             on and the report and CLI read
     config | paths | evaluation_records
                              settings, shipped paths, evaluation results as data
     records | jsonsafe | text | progress

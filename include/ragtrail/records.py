@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 
 class QuestionLabel(StrEnum):
@@ -47,6 +47,60 @@ def sha256_json(value: Any) -> str:
     return sha256_text(
         json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     )
+
+
+class SetKind(StrEnum):
+    """Where a QA set comes from: registered by people (golden), generated from the corpus, or a
+    file given by hand."""
+
+    GOLDEN = "golden"
+    GENERATED = "generated"
+    FILE = "file"
+
+
+@dataclass(frozen=True)
+class QASetRef:
+    """A typed reference to a QA set: a golden-set version, a generated test-set version, or a
+    file. Its string form (``golden:<version>``, ``testset:<version>`` or the path) is what
+    travels in Params, XCom and stored run parameters; :meth:`parse` reads it back."""
+
+    kind: SetKind
+    value: str
+    """The version (golden, generated) or the file path."""
+
+    PREFIXES: ClassVar[dict[SetKind, str]] = {
+        SetKind.GOLDEN: "golden:",
+        SetKind.GENERATED: "testset:",
+    }
+
+    @classmethod
+    def parse(cls, text: str) -> QASetRef:
+        """``golden:<version>``, ``testset:<version>``, else a file path."""
+        for kind, prefix in cls.PREFIXES.items():
+            if text.startswith(prefix):
+                version = text.removeprefix(prefix)
+                if not version:
+                    raise ValueError(f"QA-set reference {text!r} names no version")
+                return cls(kind, version)
+        if not text:
+            raise ValueError("an empty QA-set reference")
+        return cls(SetKind.FILE, text)
+
+    @classmethod
+    def golden(cls, version: str) -> QASetRef:
+        return cls(SetKind.GOLDEN, version)
+
+    @classmethod
+    def generated(cls, version: str) -> QASetRef:
+        return cls(SetKind.GENERATED, version)
+
+    @property
+    def version(self) -> str | None:
+        """The version of a golden or generated set (None for a file: its content decides)."""
+        return None if self.kind is SetKind.FILE else self.value
+
+    def __str__(self) -> str:
+        return self.PREFIXES.get(self.kind, "") + self.value
 
 
 class DocFormat(StrEnum):

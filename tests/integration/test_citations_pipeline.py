@@ -99,11 +99,15 @@ def test_citations_of_one_set_are_stored_and_a_rerun_makes_no_model_call(rt) -> 
         rt,
         corpus=CORPUS,
         run_id="night-1",
-        sets=[{"name": "sample", "run_id": "night-1.sample"}, {"name": "x", "run_id": "none"}],
+        sets=[_planned("sample", "night-1.sample"), _planned("x", "none")],
         snapshot_id="s",
     )
     assert list(announced["event"]["sets"]) == ["sample"]
     assert announced["event"]["sets"]["sample"]["f1"] == result["f1"]
+
+
+def _planned(name: str, run_id: str) -> dict[str, str]:
+    return {"name": name, "kind": "file", "qa_set": "qa.jsonl", "run_id": run_id}
 
 
 def test_eval_citations_cli(rt, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

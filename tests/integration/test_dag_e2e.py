@@ -163,7 +163,7 @@ def test_the_night_end_to_end_with_real_task_code(
     from assets import CORPUS_ASSET, TESTSET_ASSET
 
     from ragtrail.paths import sample_corpus_dir
-    from ragtrail.pipeline.night import ASSET_EXTRAS
+    from ragtrail.pipeline.events import CorpusEvent, RetrievalMetricsEvent, TestsetEvent
 
     n_files = sum(1 for p in sample_corpus_dir().rglob("*") if p.is_file())
     conf = {"source": str(sample_corpus_dir()), "corpus": "handbook", "shard_size": 8}
@@ -180,7 +180,8 @@ def test_the_night_end_to_end_with_real_task_code(
     assert embedded > 0 and summary["embedded"] == embedded  # summed over the shards
     corpus_event = _asset_event(first, "ragtrail_corpus")
     extra = dict(corpus_event.extra)
-    assert set(extra) == set(ASSET_EXTRAS["corpus"])
+    assert CorpusEvent.from_extra(extra).snapshot_id == extra["snapshot_id"]
+    assert set(extra) == set(CorpusEvent.field_names())
     assert extra["snapshot_id"] == _xcom(first, "plan")["snapshot_id"]
     assert (extra["embedded"], extra["chunks"]) == (embedded, summary["chunks"])
     assert _xcom(first, "quality")["success"] is True
@@ -196,7 +197,7 @@ def test_the_night_end_to_end_with_real_task_code(
     assert finalized["version"] and sum(finalized["accepted"].values()) >= 4
     assert finalized["regenerated"] is True
     testset_event = _asset_event(generation, "ragtrail_testset")
-    assert set(testset_event.extra) == set(ASSET_EXTRAS["testset"])
+    assert set(testset_event.extra) == set(TestsetEvent.field_names())
     assert testset_event.extra["qa_set"] == f"testset:{finalized['version']}"
 
     # ---- a golden set of the corpus, registered as `ragtrail qaset add` does
@@ -239,7 +240,7 @@ def test_the_night_end_to_end_with_real_task_code(
     metrics_event = _asset_event(evaluation, "ragtrail_retrieval_metrics")
     assert metrics_event.extra["qa_set"] == testset_event.extra["qa_set"]  # the generated set
     assert set(metrics_event.extra["sets"]) == {"team-qa", "generated"}
-    assert set(metrics_event.extra) - {"undefined"} == set(ASSET_EXTRAS["retrieval_metrics"])
+    assert set(metrics_event.extra) - {"undefined"} == set(RetrievalMetricsEvent.field_names())
     # No RAGTRAIL_REPORTS_URL here: the link is null and the event says why.
     assert metrics_event.extra["report_url"] is None
     assert "RAGTRAIL_REPORTS_URL" in metrics_event.extra["undefined"]["report_url"]

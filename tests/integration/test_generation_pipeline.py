@@ -114,7 +114,7 @@ def test_balanced_versioned_set_with_lineage(rt, tmp_path):
     assert len(loaded) == 8 and all(it.ground_chunk_ids for it in loaded)
 
     result = evaluate_retrieval(rt, "hb", run_id="eval-1", qa_set=f"testset:{summary['version']}")
-    assert result["qa_set_version"] == summary["version"] and result["n_questions"] == 8
+    assert result.qa_set_version == summary["version"] and result.n_questions == 8
 
 
 def test_rerun_makes_zero_model_calls_and_the_same_version(rt):

@@ -61,23 +61,23 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
         ("team-qa", 12, True),
     ]
     assert any("golden set team-qa" in line for line in log)
-    sets = first.evaluation["sets"]
+    sets = first.sets
     assert list(sets) == SETS
-    assert sets["generated"]["qa_set_version"] == first.generation["version"]
-    assert sets["handbook-sample"]["qa_set_version"] == first.golden[0]["version"]
-    assert sets["team-qa"]["n_questions"] == 12
+    assert sets["generated"].qa_set_version == first.generation["version"]
+    assert sets["handbook-sample"].qa_set_version == first.golden[0]["version"]
+    assert sets["team-qa"].n_questions == 12
     runs = RunStore(rt.engine)
     for name, summary in sets.items():
-        assert summary["run_id"] == f"night-1.{name}"
-        stored = runs.get_run(summary["run_id"])
+        assert summary.run_id == f"night-1.{name}"
+        stored = runs.get_run(summary.run_id)
         assert stored is not None and stored.status == "success"
-        assert stored.qa_set_version == summary["qa_set_version"]
+        assert stored.qa_set_version == summary.qa_set_version
         assert stored.params["qa_set_name"] == name
-        assert summary["change"]["previous_run"] is None
-        assert summary["change"]["undefined"]["previous_run"] == "no previous run on this version"
-    assert sets["handbook-sample"]["kind"] == "golden" and sets["generated"]["kind"] == "generated"
+        assert summary.change is not None and summary.change.previous_run is None
+        assert summary.change.reason("previous_run") == "no previous run on this version"
+    assert sets["handbook-sample"].kind == "golden" and sets["generated"].kind == "generated"
 
-    report = Path(first.report["report_path"])
+    report = Path(first.report.report_path)
     html = report.read_text()
     assert [m for m in re.findall(r"QA set: ([\w.-]+)", html)] == SETS
     assert html.count("No previous run on this version.") == 3
@@ -87,7 +87,8 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
     cited = json.loads(rt.artifacts.get_bytes("runs/night-1/citation_metrics.json"))
     assert list(cited["sets"]) == SETS
     for name, summary in sets.items():  # the night's result carries each set's headline
-        assert summary["citations"] == cited["sets"][name]
+        assert summary.citations is not None
+        assert summary.citations.to_json() == cited["sets"][name]
     for name in SETS:  # every set's citation checks ran and passed
         assert f"citation_queries.{name}" in html and f"citation_metrics.{name}" in html
     assert not re.search(r"\bnan\b", html, re.IGNORECASE)
@@ -109,38 +110,38 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
     second, _ = night(rt, "night-2", team_file)
     assert [g["created"] for g in second.golden] == [False, False]
     assert second.generation["regenerated"] is False  # unchanged corpus: the version is reused
-    for name, summary in second.evaluation["sets"].items():
-        change = summary["change"]
-        assert change["previous_run"] == f"night-1.{name}"
-        best = {row["label"]: row for row in summary["best"]}
-        per_label = summary["questions_per_label"] | {"inclusive": summary["n_questions"]}
-        assert [row["label"] for row in change["rows"]] == list(best)
-        for row in change["rows"]:
-            label = row["label"]
-            if best[label]["best_recall"] is None:  # a label the set lacks
-                assert row["diff"] is None and row["undefined"]["diff"]
+    for name, summary in second.sets.items():
+        change = summary.change
+        assert change is not None and change.previous_run == f"night-1.{name}"
+        best = {row.label: row for row in summary.best}
+        per_label = summary.questions_per_label | {"inclusive": summary.n_questions}
+        assert change.rows is not None and [row.label for row in change.rows] == list(best)
+        for row in change.rows:
+            label = row.label
+            if best[label].best_recall is None:  # a label the set lacks
+                assert row.diff is None and row.undefined["diff"]
                 continue
-            assert row["n"] == per_label[label]
-            assert row["mean_a"] == row["mean_b"] == best[label]["best_recall"]
-            assert (row["diff"], row["ci_low"], row["ci_high"]) == (0.0, 0.0, 0.0)
+            assert row.n == per_label[label]
+            assert row.mean_a == row.mean_b == best[label].best_recall
+            assert (row.diff, row.ci_low, row.ci_high) == (0.0, 0.0, 0.0)
     # Nothing changed: each set is checked against night 1 (its first run) and nothing drifts.
     for name, decision in second.drift["sets"].items():
         assert (decision["baseline_run"], decision["baseline_kind"]) == (f"night-1.{name}", "first")
         assert decision["status"] == "checked" and decision["n_tested"] > 0
         assert not decision["fired"] and decision["drifted"] == []
-    html = Path(second.report["report_path"]).read_text()
+    html = Path(second.report.report_path).read_text()
     assert html.count("No drift. Run night-2.") == 3 and "DRIFT:" not in html
-    assert (Path(second.report["report_path"]).parent / "drift_history.team-qa.png").is_file()
+    assert (Path(second.report.report_path).parent / "drift_history.team-qa.png").is_file()
     assert "No previous run on this version." not in html
     assert "ragtrail runs compare night-1.team-qa night-2.team-qa" in html
 
     # What the planner makes of other inputs, on the same stores.
-    assert [s["name"] for s in plan_sets(rt, "handbook", "r", None)] == SETS[:2]
+    assert [s.name for s in plan_sets(rt, "handbook", "r", None)] == SETS[:2]
     clash = plan_sets(rt, "handbook", "r", "/data/handbook-sample.jsonl")[-1]
-    assert (clash["name"], clash["kind"], clash["run_id"]) == (
+    assert (clash.name, clash.kind, clash.run_id) == (
         "handbook-sample-file",
         "file",
         "r.handbook-sample-file",
     )
     (fallback,) = plan_sets(rt, "other", "r", None)
-    assert (fallback["name"], fallback["qa_set"]) == ("handbook_qa", str(sample_qa_set()))
+    assert (fallback.name, str(fallback.qa_set)) == ("handbook_qa", str(sample_qa_set()))

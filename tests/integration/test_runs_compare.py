@@ -51,22 +51,22 @@ def _cli(home: Path, *args: str):
 def test_two_runs_on_the_same_qa_set_compare_as_identical(rt, home, tmp_path):
     first = evaluate_retrieval(rt, CORPUS, run_id="night-1")
     second = evaluate_retrieval(rt, CORPUS, run_id="night-2")
-    assert first["qa_set_version"] == second["qa_set_version"]
+    assert first.qa_set_version == second.qa_set_version
 
     store = RunStore(rt.engine)
     values = store.query_results("night-1")
-    n_questions = first["n_questions"]
+    n_questions = first.n_questions
     n_weights = len(rt.settings.retrieval.text_weights)
     assert len(values) == n_questions * n_weights * 6  # qid x text_weight x metric
     assert {v.facets["text_weight"] for v in values} == set(rt.settings.retrieval.text_weights)
     run = store.get_run("night-1")
-    assert (run.corpus, run.qa_set_version) == (CORPUS, first["qa_set_version"])
+    assert (run.corpus, run.qa_set_version) == (CORPUS, first.qa_set_version)
 
     listed = _cli(home, "runs", "list", "--corpus", CORPUS, "--json")
     assert listed.exit_code == 0, listed.output
     runs = _strict(listed.stdout)
     assert [r["run_id"] for r in runs] == ["night-2", "night-1"]
-    assert all(r["n_metrics"] > 0 and r["qa_set_version"] == first["qa_set_version"] for r in runs)
+    assert all(r["n_metrics"] > 0 and r["qa_set_version"] == first.qa_set_version for r in runs)
 
     result = _cli(home, "runs", "compare", "night-1", "night-2", "--json", "--resamples", "500")
     assert result.exit_code == 0, result.output
@@ -109,12 +109,12 @@ def test_undefined_values_leave_as_null_with_reasons(make_runtime, tmp_path, sam
     rt = make_runtime(home=tmp_path / "undef", retrieval={"bootstrap_samples": 0})
     ingest(rt, str(sample_corpus), CORPUS)
     out = evaluate_retrieval(rt, CORPUS, run_id="no-ends", text_weights=[0.2, 0.5])
-    for row in out["best"]:
-        assert row["dense"] is None and row["lexical"] is None
-        assert row["ci_low"] is None and row["ci_high"] is None
-        assert row["undefined"]["dense"] == UNDEFINED_REASONS["dense"]
-        assert row["undefined"]["lexical"] == UNDEFINED_REASONS["lexical"]
-        assert row["undefined"]["ci_low"] == NO_BOOTSTRAP
+    for row in out.best:
+        assert row.dense is None and row.lexical is None
+        assert row.ci_low is None and row.ci_high is None
+        assert row.undefined["dense"] == UNDEFINED_REASONS["dense"]
+        assert row.undefined["lexical"] == UNDEFINED_REASONS["lexical"]
+        assert row.undefined["ci_low"] == NO_BOOTSTRAP
 
     raw = rt.artifacts.get_bytes("runs/no-ends/metrics.json").decode()
     summary = _strict(raw)
@@ -122,7 +122,7 @@ def test_undefined_values_leave_as_null_with_reasons(make_runtime, tmp_path, sam
         m["ci_low"] is None and m["undefined"]["ci_high"] == NO_BOOTSTRAP
         for m in summary["metrics"]
     )
-    assert summary == load_run_summary(rt, "no-ends")
+    assert summary == load_run_summary(rt, "no-ends").to_json()
 
     with rt.engine.connect() as conn:
         rows = conn.execute(
@@ -134,9 +134,9 @@ def test_undefined_values_leave_as_null_with_reasons(make_runtime, tmp_path, sam
     )
 
     report = publish_retrieval_report(rt, "no-ends")
-    html = Path(report["report_path"]).read_text()
+    html = Path(report.report_path).read_text()
     assert "nan%" not in html and ">nan<" not in html
     assert f"undefined ({UNDEFINED_REASONS['dense']})" in html
     assert "undefined (no bootstrap interval: bootstrap_samples is 0)" in html
-    local = _strict((Path(report["report_path"]).parent / "metrics.json").read_text())
+    local = _strict((Path(report.report_path).parent / "metrics.json").read_text())
     assert local["best"][0]["undefined"]["lexical"] == UNDEFINED_REASONS["lexical"]

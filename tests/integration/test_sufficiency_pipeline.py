@@ -151,7 +151,10 @@ def test_one_set_rated_answered_and_scored_then_a_rerun_makes_no_model_call(rt) 
         rt,
         corpus=CORPUS,
         run_id="n1",
-        sets=[{"name": "handbook", "run_id": "n1.handbook"}, {"name": "x", "run_id": "none"}],
+        sets=[
+            {"name": "handbook", "kind": "golden", "qa_set": "golden:g", "run_id": "n1.handbook"},
+            {"name": "x", "kind": "file", "qa_set": "qa.jsonl", "run_id": "none"},
+        ],
         snapshot_id="s",
     )
     assert list(announced["event"]["sets"]) == ["handbook"]

@@ -7,28 +7,26 @@ name>``, so ``ragtrail runs list`` / ``runs compare`` work per set, and each set
 the most recent earlier run on the same QA-set version (:meth:`RunStore.previous_run`) through
 the paired comparison of ``ragtrail runs compare``.
 
-The set entries are plain dicts because they travel as XCom: ``name``, ``kind`` (golden /
-generated / file), ``qa_set`` (the reference :func:`ragtrail.pipeline.run_io.load_items` reads)
-and ``run_id``.
+Each set is a :class:`~ragtrail.summaries.qa_sets.PlannedSet` (name, kind, typed QA-set
+reference, run id); it travels as XCom in its JSON form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from ragtrail import jsonsafe
 from ragtrail.evaluate.comparison.paired import DEFAULT_RESAMPLES
 from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.compare import RunComparisonError, compare_stored_runs
 from ragtrail.pipeline.golden import golden_name_for
-from ragtrail.pipeline.run_io import GOLDEN_PREFIX, TESTSET_PREFIX
+from ragtrail.records import QASetRef, SetKind
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
+from ragtrail.summaries.qa_sets import PlannedSet
+from ragtrail.summaries.retrieval_summary import BestRow, Change, ChangeRow
 from ragtrail.testset.golden import GoldenSetStore
 
-GOLDEN, GENERATED, FILE = "golden", "generated", "file"
 GENERATED_SET = "generated"
 """The name of the generated test set among a night's sets (reserved for golden sets)."""
 NO_PREVIOUS_RUN = "no previous run on this version"
@@ -39,90 +37,93 @@ def set_run_id(run_id: str, name: str) -> str:
     return f"{run_id}.{name}"
 
 
-def plan_sets(rt: Runtime, corpus: str, run_id: str, qa_set: str | None) -> list[dict[str, str]]:
+def plan_sets(rt: Runtime, corpus: str, run_id: str, qa_set: str | None) -> list[PlannedSet]:
     """The sets the night ``run_id`` evaluates: golden sets by name, then the generated or given set.
 
     ``qa_set`` is ``testset:<version>`` (the generated set), a QA set file, or None: then only the
     golden sets, or the shipped sample file when the corpus has none.
     """
     sets = [
-        _entry(v.name, GOLDEN, f"{GOLDEN_PREFIX}{v.version}", run_id)
+        _planned(v.name, QASetRef.golden(v.version), run_id)
         for v in GoldenSetStore(rt.engine).latest(corpus)
     ]
-    if qa_set and qa_set.startswith(TESTSET_PREFIX):
-        sets.append(_entry(GENERATED_SET, GENERATED, qa_set, run_id))
-    elif qa_set or not sets:
-        path = Path(qa_set) if qa_set else sample_qa_set()
+    ref = QASetRef.parse(qa_set) if qa_set else None
+    if ref is not None and ref.kind is SetKind.GENERATED:
+        sets.append(_planned(GENERATED_SET, ref, run_id))
+    elif ref is not None or not sets:
+        path = Path(ref.value) if ref is not None else sample_qa_set()
         name = golden_name_for(path)
-        if name in {s["name"] for s in sets} | {GENERATED_SET}:
+        if name in {s.name for s in sets} | {GENERATED_SET}:
             name = f"{name}-file"
-        sets.append(_entry(name, FILE, str(path), run_id))
+        sets.append(_planned(name, QASetRef(SetKind.FILE, str(path)), run_id))
     return sets
 
 
-def primary_set(sets: Sequence[Mapping[str, str]]) -> Mapping[str, str]:
+def primary_set(sets: Sequence[PlannedSet]) -> PlannedSet:
     """The set the night's event names as its ``qa_set``: the generated one, else the first."""
-    return next((s for s in sets if s["kind"] == GENERATED), sets[0])
+    return next((s for s in sets if s.kind is SetKind.GENERATED), sets[0])
 
 
-def _entry(name: str, kind: str, qa_set: str, run_id: str) -> dict[str, str]:
-    return {"name": name, "kind": kind, "qa_set": qa_set, "run_id": set_run_id(run_id, name)}
+def _planned(name: str, ref: QASetRef, run_id: str) -> PlannedSet:
+    return PlannedSet(name=name, kind=ref.kind, qa_set=ref, run_id=set_run_id(run_id, name))
 
 
 def change_since_previous(
-    rt: Runtime, run_id: str, best: Sequence[Mapping[str, Any]], *, evaluation: str, metric: str
-) -> dict[str, Any]:
+    rt: Runtime, run_id: str, best: Sequence[BestRow], *, evaluation: str, metric: str
+) -> Change:
     """``metric`` per label at this run's best text weight, against the previous run on the same
     QA-set version: previous (A), this run (B), B - A with its paired bootstrap CI, Holm p-value.
 
-    Strict JSON. Without a previous run ``previous_run`` is null with the reason
-    :data:`NO_PREVIOUS_RUN`; when the runs cannot be paired, ``rows`` is empty with the reason.
+    Without a previous run ``previous_run`` is null with the reason :data:`NO_PREVIOUS_RUN`; when
+    the runs cannot be paired, ``rows`` is empty with the reason.
     """
     seed = rt.settings.seed
     n_resamples = rt.settings.retrieval.bootstrap_samples or DEFAULT_RESAMPLES
-    out: dict[str, Any] = {
-        "run": run_id,
-        "metric": metric,
-        "n_resamples": n_resamples,
-        "seed": seed,
-    }
+    head = {"run": run_id, "metric": metric, "n_resamples": n_resamples, "seed": seed}
     previous = RunStore(rt.engine).previous_run(run_id)
     if previous is None:
-        jsonsafe.mark_undefined(out, "previous_run", NO_PREVIOUS_RUN)
-        return out
-    out.update(previous_run=previous.run_id, previous_snapshot=previous.snapshot_id, rows=[])
+        return Change(**head, previous_run=None, undefined={"previous_run": NO_PREVIOUS_RUN})
+    head |= {"previous_run": previous.run_id, "previous_snapshot": previous.snapshot_id}
     try:
         comparison = compare_stored_runs(
             rt.engine, previous.run_id, run_id, n_resamples=n_resamples, seed=seed
         )
     except RunComparisonError as exc:
-        out.setdefault(jsonsafe.UNDEFINED_KEY, {})["rows"] = str(exc)
-        return out
+        return Change(**head, rows=[], undefined={"rows": str(exc)})
     cells = {
         (str(row.facets.get("label")), _weight(row.facets.get("text_weight"))): row.as_record()
         for row in comparison.rows
         if row.evaluation == evaluation and row.metric == metric
     }
+    rows = []
     for record in best:
-        label, weight = str(record["label"]), _weight(record.get("best_weight"))
-        cell = cells.get((label, weight))
-        row: dict[str, Any] = {"label": label, "text_weight": weight}
+        weight = _weight(record.best_weight)
+        cell = cells.get((record.label, weight))
         if cell is None:
             reason = (
                 "this run has no best weight for the label"
                 if weight is None
                 else "the previous run has no values for this label and weight"
             )
-            row["n"] = 0
-            for field in ("text_weight", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_holm"):
-                if row.get(field) is None:
-                    jsonsafe.mark_undefined(row, field, reason)
+            undefined = dict.fromkeys(_CHANGE_FIELDS, reason)
+            if weight is not None:
+                del undefined["text_weight"]
+            rows.append(ChangeRow(label=record.label, text_weight=weight, n=0, undefined=undefined))
         else:
-            row.update({k: cell[k] for k in ("mean_a", "mean_b", "diff", "ci_low", "ci_high")})
-            row.update(p_holm=cell["p_holm"], n=cell["n"], undefined=dict(cell["undefined"]))
-        out["rows"].append(row)
-    return out
+            rows.append(
+                ChangeRow(
+                    label=record.label,
+                    text_weight=weight,
+                    n=cell["n"],
+                    **{k: cell[k] for k in _CHANGE_FIELDS if k != "text_weight"},
+                    undefined=dict(cell["undefined"]),
+                )
+            )
+    return Change(**head, rows=rows)
 
 
-def _weight(value: Any) -> float | None:
+_CHANGE_FIELDS = ("text_weight", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_holm")
+
+
+def _weight(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6)

@@ -22,74 +22,20 @@ import importlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from ragtrail import jsonsafe
 from ragtrail.paths import safe_name, sample_corpus_dir
+from ragtrail.pipeline.events import (
+    EVENT_TYPES,
+    AssetKey,
+    CorpusEvent,
+    DriftEvent,
+    TestsetEvent,
+)
 from ragtrail.records import DEFAULT_TEXT_WEIGHTS, LABELS
 
 log = logging.getLogger(__name__)
-
-AssetKey = Literal[
-    "corpus", "testset", "citation_metrics", "sufficiency_metrics", "retrieval_metrics", "drift"
-]
-"""The logical datasets that chain the flows (Airflow Assets in ``plugins/assets.py``)."""
-
-COUNT_KEYS = (
-    "added",
-    "updated",
-    "unchanged",
-    "removed",
-    "quarantined",
-    "documents",
-    "chunks",
-    "embedded",
-)
-"""Ingest counts carried by the corpus event."""
-
-ASSET_EXTRAS: dict[AssetKey, tuple[str, ...]] = {
-    "corpus": (
-        "corpus",
-        "snapshot_id",
-        "changed",
-        "manifest_uri",
-        "data_docs_uri",
-        *COUNT_KEYS,
-    ),
-    "testset": ("corpus", "snapshot_id", "qa_set", "qa_set_version", "accepted", "regenerated"),
-    "citation_metrics": ("run_id", "corpus", "snapshot_id", "sets", "metrics_uri"),
-    "sufficiency_metrics": ("run_id", "corpus", "snapshot_id", "sets", "metrics_uri"),
-    "retrieval_metrics": (
-        "run_id",
-        "corpus",
-        "snapshot_id",
-        "qa_set",
-        "qa_set_version",
-        "sets",
-        "metrics_uri",
-        "report_uri",
-        "report_path",
-        "data_docs_path",
-        "report_url",
-        "data_docs_url",
-    ),
-    # Only a decision that fired is announced; the first fired set leads, ``decisions`` holds
-    # every fired set's decision by set name and ``metrics`` the lead's drifted rows.
-    "drift": (
-        "decision_id",
-        "run_id",
-        "night_run_id",
-        "corpus",
-        "snapshot_id",
-        "qa_set_version",
-        "baseline_run",
-        "baseline_kind",
-        "fired",
-        "metrics",
-        "decisions",
-    ),
-}
-"""The extras every event of each Asset carries (plus ``undefined`` reasons for null values)."""
 
 StepFunction = Callable[..., dict[str, Any]]
 TASKS_MODULE = "ragtrail.pipeline.tasks"
@@ -210,13 +156,13 @@ def _resolve_ingest(
 
 
 def _resolve_generation(
-    params: Mapping[str, Any], event: Mapping[str, Any] | None, run_id: str
+    params: Mapping[str, Any], extra: Mapping[str, Any] | None, run_id: str
 ) -> dict[str, Any]:
-    event = event or {}
+    event = CorpusEvent.from_extra(extra) if extra is not None else None
     return {
-        "corpus": event.get("corpus") or params["corpus"],
-        "snapshot_id": event.get("snapshot_id") or params.get("snapshot_id") or None,
-        "changed": bool(event.get("changed", True)),
+        "corpus": event.corpus if event else params["corpus"],
+        "snapshot_id": (event.snapshot_id if event else None) or params.get("snapshot_id") or None,
+        "changed": event.changed if event else True,
         "per_label": params.get("per_label"),
         "seed": params.get("seed"),
         "labels": list(params.get("labels") or []),
@@ -227,16 +173,16 @@ def _resolve_generation(
 
 
 def _resolve_evaluation(
-    params: Mapping[str, Any], event: Mapping[str, Any] | None, run_id: str
+    params: Mapping[str, Any], extra: Mapping[str, Any] | None, run_id: str
 ) -> dict[str, Any]:
-    event = event or {}
+    event = TestsetEvent.from_extra(extra) if extra is not None else None
     weights = params.get("text_weights")
     return {
-        "corpus": event.get("corpus") or params["corpus"],
-        "snapshot_id": event.get("snapshot_id") or params.get("snapshot_id") or None,
+        "corpus": event.corpus if event else params["corpus"],
+        "snapshot_id": (event.snapshot_id if event else None) or params.get("snapshot_id") or None,
         # A test-set event names its version; without one (none accepted, or a corpus event)
         # the QA set from the Params applies (empty = the project's default set).
-        "qa_set": event.get("qa_set") or params.get("qa_set"),
+        "qa_set": (event.qa_set if event else None) or params.get("qa_set"),
         "text_weights": [float(w) for w in weights] if weights else None,
         "run_id": run_id,
         "origin": "asset_event" if event else "params",
@@ -499,16 +445,16 @@ EVALUATE = Flow(
 
 
 def _resolve_retraining(
-    params: Mapping[str, Any], event: Mapping[str, Any] | None, run_id: str
+    params: Mapping[str, Any], extra: Mapping[str, Any] | None, run_id: str
 ) -> dict[str, Any]:
-    event = event or {}
+    event = DriftEvent.from_extra(extra) if extra is not None else None
     return {
-        "corpus": event.get("corpus") or params["corpus"],
-        "snapshot_id": event.get("snapshot_id") or params.get("snapshot_id") or None,
+        "corpus": event.corpus if event else params["corpus"],
+        "snapshot_id": (event.snapshot_id if event else None) or params.get("snapshot_id") or None,
         # The night whose drift decision fired: its set runs become the champion's baseline
         # when the challenger is promoted (manual runs: the Param, else the newest night).
-        "drift_run_id": event.get("night_run_id") or params.get("drift_run") or None,
-        "drift_decision_id": event.get("decision_id"),
+        "drift_run_id": (event.night_run_id if event else None) or params.get("drift_run") or None,
+        "drift_decision_id": event.decision_id if event else None,
         "base_model": params.get("base_model") or None,
         "run_id": run_id,
         "origin": "asset_event" if event else "params",
@@ -611,12 +557,14 @@ def flow_state(
 
 
 def checked_result(flow_: Flow, step: Step, result: Mapping[str, Any]) -> dict[str, Any]:
-    """The step's result, refused if it holds NaN/infinity or lacks an emitting step's extras."""
+    """The step's result, refused if it holds NaN/infinity or if an emitting step's event is not
+    its Asset's event type (:data:`~ragtrail.pipeline.events.EVENT_TYPES`)."""
     jsonsafe.check_finite(result, f"{flow_.dag_id}.{step.name} result")
     if step.emits and result.get("event") is not None:
-        missing = set(ASSET_EXTRAS[step.emits]) - set(result["event"])
-        if missing:
-            raise ValueError(f"{step.name}'s {step.emits} event lacks {sorted(missing)}")
+        try:
+            EVENT_TYPES[step.emits].from_extra(result["event"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{step.name}'s {step.emits} event: {exc}") from exc
     return dict(result)
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
+from ragtrail.pipeline.events import JsonObject
 from ragtrail.pipeline.golden import golden_name_for, register_golden_set
+from ragtrail.pipeline.ingest import IngestSummary
 from ragtrail.pipeline.night import (
     EVALUATE,
     GENERATE,
@@ -27,6 +29,7 @@ from ragtrail.pipeline.night import (
 from ragtrail.report.judge_notes import label_source_note
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
+from ragtrail.summaries.night_summary import NightPublication, NightReport, SetResult
 from ragtrail.testset.golden import DuplicateContentError
 
 SAMPLE_GOLDEN_SET = "handbook-sample"
@@ -35,17 +38,33 @@ SAMPLE_GOLDEN_SET = "handbook-sample"
 
 @dataclass
 class NightlyResult:
-    """What a night did; ``evaluation["sets"]`` holds every evaluated set's summary by name."""
+    """What a night did: the ingest, the corpus checks, the generated test set, every evaluated
+    set's result by name, the published report, the golden sets registered, the drift check and,
+    when a decision fired, the retraining's gate decision."""
 
     run_id: str
-    ingest: dict[str, Any]
-    corpus_quality: dict[str, Any]
-    generation: dict[str, Any] | None
-    evaluation: dict[str, Any]
-    report: dict[str, Any]
-    golden: list[dict[str, Any]] = field(default_factory=list)
-    drift: dict[str, Any] | None = None
-    retraining: dict[str, Any] | None = None
+    ingest: IngestSummary
+    corpus_quality: JsonObject
+    generation: JsonObject | None
+    sets: dict[str, SetResult]
+    report: NightReport
+    golden: list[JsonObject] = field(default_factory=list)
+    drift: JsonObject | None = None
+    retraining: JsonObject | None = None
+
+    def to_json(self) -> JsonObject:
+        """The ``ragtrail nightly --json`` document (strict JSON)."""
+        return {
+            "run_id": self.run_id,
+            "ingest": self.ingest.as_dict(),
+            "corpus_quality": self.corpus_quality,
+            "generation": self.generation,
+            "evaluation": {"sets": {name: s.to_json() for name, s in self.sets.items()}},
+            "report": self.report.to_json(),
+            "golden": self.golden,
+            "drift": self.drift,
+            "retraining": self.retraining,
+        }
 
 
 def run_nightly(
@@ -103,7 +122,7 @@ def run_nightly(
     else:
         log("[2/3] generate_testset skipped")
     evaluated = run(EVALUATE, "3/3", event)
-    published = _without_event(evaluated.results["publish"])
+    published = NightPublication.from_json(_without_event(evaluated.results["publish"]))
     retraining = None
     if evaluated.event is not None:  # the drift Asset: a decision fired, as the scheduler would
         retrained = run(RETRAIN, "drift fired", evaluated.event)
@@ -115,11 +134,11 @@ def run_nightly(
         )
     return NightlyResult(
         run_id=run_id,
-        ingest=summary,
+        ingest=IngestSummary(**summary),
         corpus_quality=_without_event(ingested.results["quality"]),
         generation=_without_event(generation),
-        evaluation={"sets": published.pop("sets")},
-        report=published,
+        sets=published.sets,
+        report=published.report(),
         golden=golden_added,
         drift=evaluated.results.get("drift"),
         retraining=retraining,
@@ -161,5 +180,5 @@ def _is_sample_corpus(source: str) -> bool:
     return "://" not in source and Path(source).resolve() == sample_corpus_dir().resolve()
 
 
-def _without_event(result: dict[str, Any] | None) -> Any:
+def _without_event(result: JsonObject | None) -> Any:
     return None if result is None else {k: v for k, v in result.items() if k != "event"}

@@ -12,7 +12,7 @@ fail-severity gate applies after everything is written, so a failed check still 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,20 +32,26 @@ from ragtrail.artifact_keys import (
 from ragtrail.pipeline.citations.views import compact as compact_citations
 from ragtrail.pipeline.citations.views import load_citations
 from ragtrail.pipeline.drift.views import load_drift
-from ragtrail.pipeline.evaluation_sets import (
-    GENERATED,
-    GOLDEN,
-    change_since_previous,
-    primary_set,
-)
+from ragtrail.pipeline.evaluation_sets import change_since_previous, primary_set
+from ragtrail.pipeline.events import HeadlinesEvent, RetrievalMetricsEvent
 from ragtrail.pipeline.generate import load_generation_summary
 from ragtrail.pipeline.run_io import get_parquet, load_run_summary, report_dir, stored_json
 from ragtrail.pipeline.sufficiency.views import compact as compact_sufficiency
 from ragtrail.pipeline.sufficiency.views import load_sufficiency, metrics_frame
-from ragtrail.records import INCLUSIVE, LABELS
+from ragtrail.records import INCLUSIVE, LABELS, SetKind
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 from ragtrail.storage.runs_store import RunStore
+from ragtrail.summaries.base import Record
+from ragtrail.summaries.night_summary import (
+    NightDocument,
+    NightPublication,
+    PublishedReport,
+    PublishedSet,
+    SetResult,
+)
+from ragtrail.summaries.qa_sets import PlannedSet
+from ragtrail.summaries.retrieval_summary import RetrievalSummary
 
 if TYPE_CHECKING:  # GX loads slowly: imported where a report is built
     from ragtrail.quality.runner import QualityResult, QualityRunner
@@ -65,7 +71,7 @@ class SetToPublish:
 
     run_id: str
     name: str | None = None
-    kind: str = ""
+    kind: SetKind | None = None
     extra_quality: tuple[dict[str, Any], ...] = ()
     generation: dict[str, Any] | None = None
     citations: dict[str, Any] | None = None
@@ -80,12 +86,11 @@ def publish_sets(
     *,
     shared_quality: Sequence[dict[str, Any]] = (),
     compare: bool = True,
-) -> dict[str, Any]:
+) -> PublishedReport:
     """Validate, render and upload the report of ``sets`` under ``run_id``; finish their runs.
 
     ``shared_quality`` are validations shown once (the corpus checks). With ``compare`` each set
-    gets its change since the previous run on its QA-set version. Returns report_path,
-    report_uri, data_docs_path, success and ``sets`` (name -> compact summary with ``change``).
+    gets its change since the previous run on its QA-set version.
     """
     from ragtrail.quality.runner import QualityRunner, enforce
     from ragtrail.report.citation_sections import citation_sections
@@ -100,10 +105,13 @@ def publish_sets(
     out.mkdir(parents=True, exist_ok=True)
     runner = QualityRunner(out)
     quality = list(shared_quality)
-    results, views, summaries, raw = [], [], [], []
+    results: list[QualityResult] = []
+    views: list[SetView] = []
+    summaries: list[PublishedSet] = []
+    loaded: list[RetrievalSummary] = []
     for entry in sets:
         summary = load_run_summary(rt, entry.run_id)
-        raw.append(summary)
+        loaded.append(summary)
         result = _validate_metrics(rt, runner, summary, entry.name)
         results.append(result)
         quality += [*entry.extra_quality, result.as_dict()]
@@ -123,34 +131,31 @@ def publish_sets(
         if entry.drift:
             suffix = "" if entry.name is None else f".{entry.name}"
             sections += drift_sections(entry.drift["decision"], entry.drift["history"], out, suffix)
-        evaluation = summary["evaluation"]
         change = (
             change_since_previous(
                 rt,
                 entry.run_id,
-                summary["best"],
-                evaluation=evaluation["evaluator"],
-                metric=evaluation["primary_metric"],
+                summary.best,
+                evaluation=summary.evaluation.evaluator,
+                metric=summary.evaluation.primary_metric,
             )
             if compare
             else None
         )
-        cited = compact_citations(entry.citations) if entry.citations else None
-        sufficient = compact_sufficiency(entry.sufficiency) if entry.sufficiency else None
         summaries.append(
-            {
-                **summary,
-                "name": entry.name,
-                "kind": entry.kind,
-                "change": change,
-                "citations": cited,
-                "sufficiency": sufficient,
-            }
+            PublishedSet(
+                **dict(summary),
+                name=entry.name,
+                kind=entry.kind,
+                change=change,
+                citations=compact_citations(entry.citations) if entry.citations else None,
+                sufficiency=compact_sufficiency(entry.sufficiency) if entry.sufficiency else None,
+            )
         )
         views.append(
             SetView(
-                metrics=pd.DataFrame(summary["metrics"]),
-                best=pd.DataFrame(summary["best"]),
+                metrics=_frame(summary.metrics),
+                best=_frame(summary.best),
                 name=entry.name,
                 description=_description(entry, summary),
                 change=change,
@@ -162,15 +167,15 @@ def publish_sets(
     generated = any(entry.generation for entry in sets)
     context = {
         "run_id": run_id,
-        "corpus": first["corpus"],
-        "corpus_snapshot": first["snapshot_id"],
+        "corpus": first.corpus,
+        "corpus_snapshot": first.snapshot_id,
         "qa_set_version": ", ".join(
-            s["qa_set_version"] if s["name"] is None else f"{s['name']} {s['qa_set_version']}"
+            s.qa_set_version if s.name is None else f"{s.name} {s.qa_set_version}"
             for s in summaries
         ),
         "date": utcnow().isoformat(timespec="seconds"),
         "backends": {
-            **first["backends"],
+            **first.backends,
             "judge": "LLM critiques + labeller (test-set generation)"
             if generated
             else "none (retrieval metrics only)",
@@ -178,42 +183,58 @@ def publish_sets(
     }
     html = render_sets_report(
         out,
-        title=f"ragtrail retrieval evaluation — {first['corpus']}",
+        title=f"ragtrail retrieval evaluation — {first.corpus}",
         sets=views,
         context=context,
         quality=quality,
     )
     single = len(sets) == 1 and sets[0].name is None
-    document = raw[0] if single else _night_document(run_id, summaries)
-    (out / "metrics.json").write_text(jsonsafe.dumps(document, "metrics.json", indent=1))
+    document: Record = (
+        loaded[0]
+        if single
+        else NightDocument(
+            run_id=run_id,
+            corpus=first.corpus,
+            snapshot_id=first.snapshot_id,
+            backends=first.backends,
+            primary_metric=first.primary_metric,
+            sets={s.name or "": s for s in summaries},
+        )
+    )
+    (out / "metrics.json").write_text(document.dumps(indent=1))
     report_uri = rt.artifacts.put_tree(report_prefix(run_id), out)
     runs = RunStore(rt.engine)
     for entry in sets:
         ok = all(r.success for r in results if r.name.endswith(_validation_suffix(entry.name)))
         runs.finish_run(entry.run_id, "success" if ok else "failed_quality", str(html))
     enforce(results)
-    return {
-        "report_path": str(html),
-        "report_uri": report_uri,
-        "data_docs_path": str(out / "data_docs" / "index.html"),
-        "success": all(r.success for r in results),
-        "sets": {s["name"]: _compact(s) for s in summaries if s["name"] is not None},
-    }
+    return PublishedReport(
+        report_path=str(html),
+        report_uri=report_uri,
+        data_docs_path=str(out / "data_docs" / "index.html"),
+        success=all(r.success for r in results),
+        sets={s.name: SetResult.of(s) for s in summaries if s.name is not None},
+    )
 
 
 def _validate_metrics(
-    rt: Runtime, runner: QualityRunner, summary: dict[str, Any], name: str | None
+    rt: Runtime, runner: QualityRunner, summary: RetrievalSummary, name: str | None
 ) -> QualityResult:
     """GX retrieval-results suite on one run's metrics (every label the set has, every weight)."""
     from ragtrail.quality.suites import prepare_retrieval_results, retrieval_results_suite
 
-    present = [lb for lb in LABELS if summary["questions_per_label"].get(lb)] + [INCLUSIVE]
+    present = [lb for lb in LABELS if summary.questions_per_label.get(lb)] + [INCLUSIVE]
     suite = retrieval_results_suite(
-        present, summary["text_weights"], rt.settings.retrieval.min_questions_per_label
+        present, summary.text_weights, rt.settings.retrieval.min_questions_per_label
     )
-    frame = prepare_retrieval_results(pd.DataFrame(summary["metrics"]))
+    frame = prepare_retrieval_results(_frame(summary.metrics))
     validation = "retrieval_results" if name is None else f"retrieval_results.{name}"
     return runner.validate(validation, frame, suite)
+
+
+def _frame(rows: Sequence[Record]) -> pd.DataFrame:
+    """A table of records, as pandas builds it from their JSON."""
+    return pd.DataFrame([row.to_json() for row in rows])
 
 
 def _validation_suffix(name: str | None) -> str:
@@ -270,43 +291,13 @@ def _validate_sufficiency(
     ]
 
 
-def _description(entry: SetToPublish, summary: dict[str, Any]) -> str:
-    kind = {"golden": "golden set", "generated": "generated test set"}.get(entry.kind, "QA set")
+def _description(entry: SetToPublish, summary: RetrievalSummary) -> str:
+    kinds = {SetKind.GOLDEN: "golden set", SetKind.GENERATED: "generated test set"}
+    kind = kinds.get(entry.kind, "QA set") if entry.kind else "QA set"
     return (
-        f"{kind} version {summary['qa_set_version']}: {summary['n_questions']} questions; "
+        f"{kind} version {summary.qa_set_version}: {summary.n_questions} questions; "
         f"stored run {entry.run_id}"
     )
-
-
-COMPACT_KEYS = (
-    "run_id",
-    "kind",
-    "qa_set",
-    "qa_set_version",
-    "n_questions",
-    "questions_per_label",
-    "best",
-    "change",
-    "citations",
-    "sufficiency",
-)
-"""What the night's result and ``ragtrail nightly --json`` carry per set (metrics.json: all)."""
-
-
-def _compact(summary: dict[str, Any]) -> dict[str, Any]:
-    return {key: summary[key] for key in COMPACT_KEYS}
-
-
-def _night_document(run_id: str, summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    first = summaries[0]
-    return {
-        "run_id": run_id,
-        "corpus": first["corpus"],
-        "snapshot_id": first["snapshot_id"],
-        "backends": first["backends"],
-        "primary_metric": first["primary_metric"],
-        "sets": {s["name"]: s for s in summaries},
-    }
 
 
 def publish_retrieval_report(
@@ -315,42 +306,40 @@ def publish_retrieval_report(
     *,
     extra_quality: list[dict[str, Any]] | None = None,
     generation: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> PublishedReport:
     """Validate one run's metrics with GX, render its HTML report and upload both
     (:func:`publish_sets` with a single, unnamed set)."""
     entry = SetToPublish(run_id, generation=generation)
-    report = publish_sets(rt, run_id, [entry], shared_quality=extra_quality or (), compare=False)
-    return {k: v for k, v in report.items() if k != "sets"}
+    return publish_sets(rt, run_id, [entry], shared_quality=extra_quality or (), compare=False)
 
 
 def announce_headlines(
     rt: Runtime,
-    document_name: str,
-    compact: Callable[[dict[str, Any]], dict[str, Any]],
-    summaries: Mapping[str, dict[str, Any] | None],
+    event_type: type[HeadlinesEvent],
+    headlines: Mapping[str, Record],
     corpus: str,
     run_id: str,
     snapshot_id: str,
-) -> dict[str, Any]:
-    """The compact headline of every set that has a stored summary, in one document under the
-    night's run (``<document_name>.json``) and as the Asset event; no event without any."""
-    per_set = {name: compact(s) for name, s in summaries.items() if s is not None}
-    if not per_set:
-        return {"sets": {}, "event": None}
+) -> HeadlinesEvent | None:
+    """Every evaluated set's headline in one document under the night's run (named after the
+    event's Asset, e.g. ``citation_metrics.json``), announced as that Asset; None (no event)
+    when no set has one."""
+    if not headlines:
+        return None
+    per_set = {name: headline.to_json() for name, headline in headlines.items()}
     document = {"run_id": run_id, "corpus": corpus, "snapshot_id": snapshot_id, "sets": per_set}
+    name = event_type.asset
     metrics_uri = rt.artifacts.put_bytes(
-        headlines_key(run_id, document_name),
-        jsonsafe.dumps(document, f"{document_name}.json", indent=1).encode(),
+        headlines_key(run_id, name), jsonsafe.dumps(document, f"{name}.json", indent=1).encode()
     )
-    event = {**document, "metrics_uri": metrics_uri}
-    return {"sets": per_set, "metrics_uri": metrics_uri, "event": event}
+    return event_type(**document, metrics_uri=metrics_uri)
 
 
 def publish_night(
-    rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
-) -> dict[str, Any]:
+    rt: Runtime, *, corpus: str, run_id: str, sets: Sequence[PlannedSet], snapshot_id: str
+) -> tuple[NightPublication, RetrievalMetricsEvent]:
     """GX on every set's metrics, one HTML report with each set's change since its previous run;
-    announces the metrics.
+    the retrieval-metrics event that announces it.
 
     Everything the report shows is read back from the stores (the snapshot's corpus checks, the
     generated version's summary and checks, the golden versions' checks), so a report published by
@@ -358,23 +347,23 @@ def publish_night(
     """
     entries = []
     for entry in sets:
-        kind, version = entry["kind"], entry["qa_set"].partition(":")[2]
+        version = entry.qa_set.version
         generation, quality = None, None
-        if kind == GENERATED:
+        if entry.kind is SetKind.GENERATED and version:
             generation = load_generation_summary(rt, corpus, version)
             quality = stored_json(rt, testset_quality_key(corpus, version))
-        elif kind == GOLDEN:
-            quality = [stored_json(rt, golden_quality_key(corpus, entry["name"], version))]
+        elif entry.kind is SetKind.GOLDEN and version:
+            quality = [stored_json(rt, golden_quality_key(corpus, entry.name, version))]
         entries.append(
             SetToPublish(
-                run_id=entry["run_id"],
-                name=entry["name"],
-                kind=kind,
+                run_id=entry.run_id,
+                name=entry.name,
+                kind=entry.kind,
                 extra_quality=tuple(q for q in quality or () if q),
                 generation=generation,
-                citations=load_citations(rt, entry["run_id"]),
-                sufficiency=load_sufficiency(rt, entry["run_id"]),
-                drift=load_drift(rt.engine, entry["run_id"]),
+                citations=load_citations(rt, entry.run_id),
+                sufficiency=load_sufficiency(rt, entry.run_id),
+                drift=load_drift(rt.engine, entry.run_id),
             )
         )
     corpus_quality = stored_json(rt, corpus_quality_key(corpus, snapshot_id)) or []
@@ -383,33 +372,33 @@ def publish_night(
     metrics_uri = rt.artifacts.put_file(
         run_summary_key(run_id), report_dir(rt, run_id) / "metrics.json"
     )
-    event = {
-        "run_id": run_id,
-        "corpus": corpus,
-        "snapshot_id": snapshot_id,
-        "qa_set": primary["qa_set"],
-        "qa_set_version": report["sets"][primary["name"]]["qa_set_version"],
-        "sets": {
-            name: {k: summary[k] for k in ("run_id", "qa_set", "qa_set_version")}
-            for name, summary in report["sets"].items()
-        },
-        "metrics_uri": metrics_uri,
-        "report_uri": report.get("report_uri"),
-        "report_path": report.get("report_path"),
-        "data_docs_path": report.get("data_docs_path"),
-    }
+    links: dict[str, str | None] = {}
+    undefined: dict[str, str] = {}
     for name, page in (("report_url", "report.html"), ("data_docs_url", "data_docs/index.html")):
         base = rt.settings.reports_url
-        if base:
-            event[name] = f"{base.rstrip('/')}/{report_prefix(run_id)}/{page}"
-        else:
-            jsonsafe.mark_undefined(event, name, "RAGTRAIL_REPORTS_URL is not set")
-    log.info("report: %s (uploaded to %s)", report.get("report_path"), report.get("report_uri"))
-    log.info("report link: %s", event["report_url"] or event["undefined"]["report_url"])
-    return {
-        **report,
-        "run_id": run_id,
-        "metrics_uri": metrics_uri,
-        "report_url": event["report_url"],
-        "event": event,
-    }
+        links[name] = f"{base.rstrip('/')}/{report_prefix(run_id)}/{page}" if base else None
+        if not base:
+            undefined[name] = "RAGTRAIL_REPORTS_URL is not set"
+    event = RetrievalMetricsEvent(
+        run_id=run_id,
+        corpus=corpus,
+        snapshot_id=snapshot_id,
+        qa_set=str(primary.qa_set),
+        qa_set_version=report.sets[primary.name].qa_set_version,
+        sets={
+            name: {"run_id": s.run_id, "qa_set": s.qa_set, "qa_set_version": s.qa_set_version}
+            for name, s in report.sets.items()
+        },
+        metrics_uri=metrics_uri,
+        report_uri=report.report_uri,
+        report_path=report.report_path,
+        data_docs_path=report.data_docs_path,
+        **links,
+        undefined=undefined,
+    )
+    log.info("report: %s (uploaded to %s)", report.report_path, report.report_uri)
+    log.info("report link: %s", links["report_url"] or undefined["report_url"])
+    publication = NightPublication(
+        **dict(report), run_id=run_id, metrics_uri=metrics_uri, report_url=links["report_url"]
+    )
+    return publication, event

@@ -11,9 +11,7 @@ null with a reason (:mod:`ragtrail.jsonsafe`), never as NaN.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from ragtrail import jsonsafe
 from ragtrail.artifact_keys import retrieval_table_key, run_summary_key
 from ragtrail.evaluate.retrieval.evaluator import (
     PRIMARY_METRIC,
@@ -26,6 +24,7 @@ from ragtrail.pipeline.run_io import evaluated_snapshot, load_items, producing_m
 from ragtrail.records import LABELS
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
+from ragtrail.summaries.retrieval_summary import EvaluatorInfo, RetrievalRun, RetrievalSummary
 
 
 def evaluate_retrieval(
@@ -37,7 +36,7 @@ def evaluate_retrieval(
     text_weights: list[float] | None = None,
     snapshot_id: str | None = None,
     set_name: str | None = None,
-) -> dict[str, Any]:
+) -> RetrievalRun:
     """Evaluate the corpus index on a labelled QA set across the text-weight scan.
 
     ``set_name`` is the set's name in the night (recorded with the run; None for a lone run).
@@ -86,27 +85,31 @@ def evaluate_retrieval(
     put_parquet(rt, retrieval_table_key(run_id, "metrics"), result.metrics)
     put_parquet(rt, retrieval_table_key(run_id, "best"), result.best)
     put_parquet(rt, retrieval_table_key(run_id, "per_query"), result.per_query)
-    summary = {
+    summary = RetrievalSummary(
         **params,
-        "run_id": run_id,
-        "relevance_level": result.level,
-        "n_questions": len(items),
-        "questions_per_label": {
-            label: int(sum(1 for it in items if it.label == label)) for label in LABELS
+        run_id=run_id,
+        relevance_level=result.level,
+        n_questions=len(items),
+        questions_per_label={
+            label: sum(1 for it in items if it.label == label) for label in LABELS
         },
-        "backends": backends,
-        "primary_metric": PRIMARY_METRIC,
-        "evaluation": {
-            "evaluator": evaluation.evaluator,
-            "config": evaluation.config,
-            "primary_metric": evaluation.primary_metric,
-            "greater_is_better": evaluation.greater_is_better,
-        },
-        "best": result.best_records(),
-        "metrics": result.metric_records(),
-    }
-    summary["metrics_uri"] = rt.artifacts.put_bytes(
-        run_summary_key(run_id), jsonsafe.dumps(summary, "metrics.json", indent=1).encode()
+        backends=backends,
+        primary_metric=PRIMARY_METRIC,
+        evaluation=EvaluatorInfo(
+            evaluator=evaluation.evaluator,
+            config=evaluation.config,
+            primary_metric=evaluation.primary_metric,
+            greater_is_better=evaluation.greater_is_better,
+        ),
+        best=result.best_records(),
+        metrics=result.metric_records(),
     )
-    keys = ("run_id", "metrics_uri", "snapshot_id", "qa_set_version", "n_questions", "best")
-    return {k: summary[k] for k in keys}
+    metrics_uri = rt.artifacts.put_bytes(run_summary_key(run_id), summary.dumps(indent=1).encode())
+    return RetrievalRun(
+        run_id=run_id,
+        metrics_uri=metrics_uri,
+        snapshot_id=summary.snapshot_id,
+        qa_set_version=summary.qa_set_version,
+        n_questions=summary.n_questions,
+        best=summary.best,
+    )

@@ -4,8 +4,8 @@ Below every feature step of the pipeline (retrieval, citations, sufficiency, dri
 and above nothing of it: the steps import from here, never from each other, so that the
 pipeline's import graph has no cycle. Artifact keys live in :mod:`ragtrail.artifact_keys`.
 
-- :func:`load_items` reads a QA set by reference (a file, ``testset:<version>``,
-  ``golden:<version>`` or the sample set); :func:`sample_items` spreads a seeded sample over
+- :func:`load_items` reads a QA set by its typed reference (:class:`~ragtrail.records.QASetRef`:
+  a golden version, a generated version or a file; None: the sample set); :func:`sample_items` spreads a seeded sample over
   the labels;
 - :func:`open_set_run` starts (or reopens) the stored run of one QA set of the night;
 - :func:`put_parquet` / :func:`get_parquet` / :func:`stored_json` / :func:`load_run_summary`
@@ -27,10 +27,11 @@ import pandas as pd
 
 from ragtrail.artifact_keys import run_summary_key
 from ragtrail.paths import sample_qa_set
-from ragtrail.records import INCLUSIVE, QAItem, QuestionLabel
+from ragtrail.records import INCLUSIVE, QAItem, QASetRef, QuestionLabel, SetKind
 from ragtrail.runtime import Runtime
 from ragtrail.storage.corpus_store import SnapshotRecord
 from ragtrail.storage.runs_store import RunStore
+from ragtrail.summaries.retrieval_summary import RetrievalSummary
 from ragtrail.testset.qaset import load_qa_set
 
 
@@ -95,7 +96,7 @@ def open_set_run(
     run_id: str,
     task: str,
     *,
-    qa_set: str | Path | None,
+    qa_set: QASetSource,
     set_name: str | None,
     snapshot_id: str | None,
 ) -> SetRun:
@@ -116,31 +117,38 @@ def open_set_run(
     return SetRun(run_id, corpus, snapshot.snapshot_id, items, qa_version, params)
 
 
-TESTSET_PREFIX = "testset:"
+QASetSource = QASetRef | str | Path | None
+"""A QA set as callers name it: a typed reference, its string form (``golden:<version>``,
+``testset:<version>`` or a path), a path, or None for the shipped sample set."""
 
 
-GOLDEN_PREFIX = "golden:"
+def qa_set_ref(qa_set: QASetSource) -> QASetRef:
+    """The typed reference of ``qa_set`` (None: the shipped sample set's file)."""
+    if isinstance(qa_set, QASetRef):
+        return qa_set
+    if qa_set is None or qa_set == "":
+        return QASetRef(SetKind.FILE, str(sample_qa_set()))
+    ref = QASetRef.parse(str(qa_set))
+    return QASetRef(SetKind.FILE, str(Path(ref.value))) if ref.kind is SetKind.FILE else ref
 
 
-def load_items(rt: Runtime, qa_set: str | Path | None) -> tuple[list[QAItem], str, str]:
-    """Items, version and source of a QA set: a file, ``testset:<version>``,
-    ``golden:<version>`` or (None) the sample set."""
-    if isinstance(qa_set, str) and qa_set.startswith(GOLDEN_PREFIX):
+def load_items(rt: Runtime, qa_set: QASetSource) -> tuple[list[QAItem], str, str]:
+    """Items, version and reference (its string form) of a QA set (see :data:`QASetSource`)."""
+    ref = qa_set_ref(qa_set)
+    if ref.kind is SetKind.GOLDEN:
         from ragtrail.testset.golden import GoldenSetStore
 
-        version = qa_set.removeprefix(GOLDEN_PREFIX)
         try:
-            return GoldenSetStore(rt.engine).items(version), version, qa_set
+            return GoldenSetStore(rt.engine).items(ref.value), ref.value, str(ref)
         except KeyError:
-            raise ValueError(f"unknown golden set version {version!r}") from None
-    if isinstance(qa_set, str) and qa_set.startswith(TESTSET_PREFIX):
+            raise ValueError(f"unknown golden set version {ref.value!r}") from None
+    if ref.kind is SetKind.GENERATED:
         from ragtrail.testset.store import TestSetStore
 
-        version = qa_set.removeprefix(TESTSET_PREFIX)
         store = TestSetStore(rt.engine)
-        if store.get_version(version) is None:
-            raise ValueError(f"unknown test-set version {version!r}")
-        qids = store.version_qids(version)
+        if store.get_version(ref.value) is None:
+            raise ValueError(f"unknown test-set version {ref.value!r}")
+        qids = store.version_qids(ref.value)
         items = [
             QAItem(
                 qid=qids[c.candidate_id],
@@ -150,16 +158,16 @@ def load_items(rt: Runtime, qa_set: str | Path | None) -> tuple[list[QAItem], st
                 ground_doc_ids=(c.context.doc_id,),
                 ground_chunk_ids=(c.context.chunk_id,),
             )
-            for c in store.version_items(version)
+            for c in store.version_items(ref.value)
         ]
-        return items, version, qa_set
-    path = Path(qa_set) if qa_set else sample_qa_set()
-    items, version = load_qa_set(path)
-    return items, version, str(path)
+        return items, ref.value, str(ref)
+    items, version = load_qa_set(Path(ref.value))
+    return items, version, ref.value
 
 
-def load_run_summary(rt: Runtime, run_id: str) -> dict[str, Any]:
-    return json.loads(rt.artifacts.get_bytes(run_summary_key(run_id)))
+def load_run_summary(rt: Runtime, run_id: str) -> RetrievalSummary:
+    """The retrieval summary stored with a set's run."""
+    return RetrievalSummary.from_json(rt.artifacts.get_bytes(run_summary_key(run_id)))
 
 
 def report_dir(rt: Runtime, run_id: str) -> Path:
@@ -195,11 +203,10 @@ def best_text_weight(rt: Runtime, run_id: str) -> tuple[float, str]:
     key = run_summary_key(run_id)
     if not rt.artifacts.exists(key):
         return DEFAULT_TEXT_WEIGHT, f"default {DEFAULT_TEXT_WEIGHT} (no retrieval run {run_id})"
-    best = {row["label"]: row for row in load_run_summary(rt, run_id).get("best", [])}
-    row = best.get(INCLUSIVE)
-    if not row or row.get("best_weight") is None:
+    row = load_run_summary(rt, run_id).best_of(INCLUSIVE)
+    if row is None or row.best_weight is None:
         return DEFAULT_TEXT_WEIGHT, f"default {DEFAULT_TEXT_WEIGHT} (no inclusive best weight)"
-    return float(row["best_weight"]), f"best inclusive Recall@5 weight of run {run_id}"
+    return row.best_weight, f"best inclusive Recall@5 weight of run {run_id}"
 
 
 def stored_json(rt: Runtime, key: str) -> Any:

@@ -10,17 +10,32 @@ both run them from there, so the two can no longer drift apart.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from ragtrail import jsonsafe
 from ragtrail.artifact_keys import testset_quality_key
 from ragtrail.pipeline import ingest as _ingest
 from ragtrail.pipeline.corpus_checks import check_corpus_quality
-from ragtrail.pipeline.night import COUNT_KEYS
+from ragtrail.pipeline.events import (
+    COUNT_KEYS,
+    AssetEvent,
+    CitationMetricsEvent,
+    CorpusEvent,
+    DriftEvent,
+    SufficiencyMetricsEvent,
+    TestsetEvent,
+)
 from ragtrail.pipeline.publish import announce_headlines, publish_night
 from ragtrail.pipeline.retrieval import evaluate_retrieval
-from ragtrail.pipeline.run_io import TESTSET_PREFIX, evaluated_snapshot
+from ragtrail.pipeline.run_io import evaluated_snapshot
+from ragtrail.records import QASetRef, SetKind
 from ragtrail.runtime import Runtime
+from ragtrail.summaries.base import Record
+from ragtrail.summaries.qa_sets import PlannedSet
+
+XCom = dict[str, Any]
+"""A step's strict-JSON argument or result: what travels between tasks (the pipeline's edge)."""
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +43,7 @@ log = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------ ingest
 
 
-def plan_ingest(rt: Runtime, *, source: str, corpus: str, shard_size: int = 25) -> dict[str, Any]:
+def plan_ingest(rt: Runtime, *, source: str, corpus: str, shard_size: int = 25) -> XCom:
     """Diff the source against the corpus; shards of changed files (none when unchanged)."""
     plan = _ingest.plan_ingest(rt, source, corpus, shard_size=shard_size)
     return {
@@ -43,7 +58,7 @@ def plan_ingest(rt: Runtime, *, source: str, corpus: str, shard_size: int = 25) 
 
 def ingest_shard(
     rt: Runtime, *, corpus: str, snapshot_id: str, rel_paths: list[str]
-) -> dict[str, Any]:
+) -> XCom:
     """Parse, chunk, embed and index one shard; its counts are kept with the snapshot."""
     counts = _ingest.ingest_shard(rt, corpus, snapshot_id, rel_paths)
     log.info(
@@ -59,31 +74,31 @@ def ingest_shard(
 
 def finalize_ingest(
     rt: Runtime, *, corpus: str, snapshot_id: str, changed: bool = True
-) -> dict[str, Any]:
+) -> XCom:
     """Apply removals, reconcile the index, close the snapshot; counts summed over its shards."""
     return _ingest.finalize_ingest(rt, corpus, snapshot_id, changed=changed).as_dict()
 
 
 def check_corpus(
     rt: Runtime, *, corpus: str, snapshot_id: str, summary: dict[str, Any]
-) -> dict[str, Any]:
+) -> XCom:
     """GX on the snapshot (raises on a failed fail-severity check); announces the corpus."""
     result = check_corpus_quality(rt, corpus, snapshot_id)
-    event = {
-        "corpus": corpus,
-        "snapshot_id": snapshot_id,
-        "changed": bool(summary.get("changed", True)),
-        "manifest_uri": summary.get("manifest_uri"),
-        "data_docs_uri": result["data_docs_uri"],
-        **{key: summary[key] for key in COUNT_KEYS if key in summary},
-    }
-    return {**result, "event": event}
+    event = CorpusEvent(
+        corpus=corpus,
+        snapshot_id=snapshot_id,
+        changed=bool(summary.get("changed", True)),
+        manifest_uri=summary.get("manifest_uri"),
+        data_docs_uri=result["data_docs_uri"],
+        **{key: int(summary[key]) for key in COUNT_KEYS},
+    )
+    return {**result, "event": event.to_extra()}
 
 
 # -------------------------------------------------------------------------------- generation
 
 
-def calibrate_judges(rt: Runtime, *, corpus: str) -> dict[str, Any]:
+def calibrate_judges(rt: Runtime, *, corpus: str) -> XCom:
     """Measure the generation judges that have no calibration for their version yet.
 
     The plan that follows reads the stored calibrations: a judge gates only when its own meets
@@ -108,7 +123,7 @@ def plan_generation(
     seed: int | None = None,
     labels: list[str] | None = None,
     doc_ids: list[str] | None = None,
-) -> dict[str, Any]:
+) -> XCom:
     """Plan and shard a generation run, or reuse the version already built on this snapshot.
 
     An unchanged corpus does not churn test-set versions: when the corpus event says nothing
@@ -154,7 +169,7 @@ def _version_on_snapshot(rt: Runtime, corpus: str, snapshot_id: str | None) -> s
 
 def generate_shard(
     rt: Runtime, *, corpus: str, run_id: str, chunk_ids: list[str]
-) -> dict[str, Any]:
+) -> XCom:
     """Candidates for one shard of contexts (LLM-heavy; every call cached by content)."""
     from ragtrail.pipeline.generate import generate_shard as run_shard
 
@@ -165,7 +180,7 @@ def generate_shard(
 
 def finalize_generation(
     rt: Runtime, *, corpus: str, run_id: str, reuse: str | None = None
-) -> dict[str, Any]:
+) -> XCom:
     """Version the set and validate it with GX; announces the test set to evaluation.
 
     The event always goes out, so evaluation runs every night; when nothing was accepted its
@@ -198,18 +213,22 @@ def finalize_generation(
         "cache_hits",
         "judges",
     )
-    event: dict[str, Any] = {
-        "corpus": corpus,
-        "snapshot_id": summary["snapshot_id"],
-        "qa_set": f"{TESTSET_PREFIX}{version}" if version else None,
-        "qa_set_version": version,
-        "accepted": summary["accepted"],
-        "regenerated": regenerated,
-    }
+    event = TestsetEvent(
+        corpus=corpus,
+        snapshot_id=summary["snapshot_id"],
+        qa_set=str(QASetRef.generated(version)) if version else None,
+        qa_set_version=version,
+        accepted=summary["accepted"],
+        regenerated=regenerated,
+    )
     if not version:
-        jsonsafe.mark_undefined(event, "qa_set", "generation accepted no item")
-        jsonsafe.mark_undefined(event, "qa_set_version", "generation accepted no item")
-    return {**{k: summary.get(k) for k in keys}, "regenerated": regenerated, "event": event}
+        reason = "generation accepted no item"
+        event = event.with_undefined("qa_set", reason).with_undefined("qa_set_version", reason)
+    return {
+        **{k: summary.get(k) for k in keys},
+        "regenerated": regenerated,
+        "event": event.to_extra(),
+    }
 
 
 # -------------------------------------------------------------------------------- evaluation
@@ -222,99 +241,100 @@ def plan_evaluation(
     run_id: str,
     qa_set: str | None = None,
     snapshot_id: str | None = None,
-) -> dict[str, Any]:
+) -> XCom:
     """The QA sets this night evaluates (every golden set's latest version, then the generated
     or given set) and the snapshot they are all evaluated on."""
     from ragtrail.pipeline.evaluation_sets import plan_sets
 
     snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
     sets = plan_sets(rt, corpus, run_id, qa_set)
-    log.info("evaluating %d QA sets: %s", len(sets), ", ".join(s["name"] for s in sets))
-    return {"sets": sets, "snapshot_id": snapshot.snapshot_id}
+    log.info("evaluating %d QA sets: %s", len(sets), ", ".join(s.name for s in sets))
+    return {"sets": [s.to_json() for s in sets], "snapshot_id": snapshot.snapshot_id}
 
 
 def evaluate_set(
     rt: Runtime,
     *,
     corpus: str,
-    qa_set_entry: dict[str, str],
+    qa_set_entry: XCom,
     text_weights: list[float] | None = None,
     snapshot_id: str | None = None,
-) -> dict[str, Any]:
+) -> XCom:
     """Scan the text weights on one planned QA set as its own stored run (embeds the queries)."""
+    planned = PlannedSet.from_json(qa_set_entry)
     result = evaluate_retrieval(
         rt,
         corpus,
-        run_id=qa_set_entry["run_id"],
-        qa_set=qa_set_entry["qa_set"],
+        run_id=planned.run_id,
+        qa_set=planned.qa_set,
         text_weights=[float(w) for w in text_weights] if text_weights else None,
         snapshot_id=snapshot_id,
-        set_name=qa_set_entry["name"],
+        set_name=planned.name,
     )
-    return {"name": qa_set_entry["name"], **result}
+    return {"name": planned.name, **result.to_json()}
 
 
 def evaluate_set_citations(
     rt: Runtime,
     *,
     corpus: str,
-    qa_set_entry: dict[str, str],
+    qa_set_entry: XCom,
     snapshot_id: str | None = None,
-) -> dict[str, Any]:
+) -> XCom:
     """Citation quality of the answering model on one planned QA set (relevance mixtures vs a
     random baseline, attributed-answer scenarios), stored in the set's run."""
+    planned = PlannedSet.from_json(qa_set_entry)
     if not rt.settings.citations.enabled:
-        return {"name": qa_set_entry["name"], "skipped": "citations.enabled is false"}
+        return {"name": planned.name, "skipped": "citations.enabled is false"}
     from ragtrail.pipeline.citations.step import evaluate_citations
 
     result = evaluate_citations(
         rt,
         corpus,
-        run_id=qa_set_entry["run_id"],
-        qa_set=qa_set_entry["qa_set"],
-        set_name=qa_set_entry["name"],
+        run_id=planned.run_id,
+        qa_set=planned.qa_set,
+        set_name=planned.name,
         snapshot_id=snapshot_id,
     )
-    return {"name": qa_set_entry["name"], **result}
+    return {"name": planned.name, **result}
 
 
 def announce_citations(
-    rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
-) -> dict[str, Any]:
+    rt: Runtime, *, corpus: str, run_id: str, sets: list[XCom], snapshot_id: str
+) -> XCom:
     """Every set's headline citation F1 (model and random per mixture type) in one document,
     announced as the citation-metrics Asset; no event when no set was evaluated."""
     from ragtrail.pipeline.citations.views import compact, load_citations
 
-    headlines = {e["name"]: load_citations(rt, e["run_id"]) for e in sets}
-    return announce_headlines(
-        rt, "citation_metrics", compact, headlines, corpus, run_id, snapshot_id
-    )
+    stored = {s.name: load_citations(rt, s.run_id) for s in _planned(sets)}
+    headlines = {name: compact(summary) for name, summary in stored.items() if summary}
+    event = announce_headlines(rt, CitationMetricsEvent, headlines, corpus, run_id, snapshot_id)
+    return _announced(headlines, event)
 
 
 def evaluate_set_sufficiency(
     rt: Runtime,
     *,
     corpus: str,
-    qa_set_entry: dict[str, str],
+    qa_set_entry: XCom,
     snapshot_id: str | None = None,
-) -> dict[str, Any]:
+) -> XCom:
     """Sufficient context, C/A/H and selective generation on one planned QA set (golden sets
     only unless ``sufficiency.qa_sets`` is ``all``), stored in the set's run."""
-    from ragtrail.pipeline.evaluation_sets import GOLDEN
-
+    planned = PlannedSet.from_json(qa_set_entry)
     ss = rt.settings.sufficiency
-    name = qa_set_entry["name"]
+    name = planned.name
     if not ss.enabled:
         return {"name": name, "skipped": "sufficiency.enabled is false"}
-    if ss.qa_sets == "golden" and qa_set_entry["kind"] != GOLDEN:
+    if ss.qa_sets == "golden" and planned.kind is not SetKind.GOLDEN:
         return {"name": name, "skipped": "sufficiency.qa_sets is 'golden'"}
     from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
 
     result = evaluate_sufficiency(
         rt,
         corpus,
-        run_id=qa_set_entry["run_id"],
-        qa_set=qa_set_entry["qa_set"],
+        run_id=planned.run_id,
+        qa_set=planned.qa_set,
         set_name=name,
         snapshot_id=snapshot_id,
     )
@@ -322,21 +342,34 @@ def evaluate_set_sufficiency(
 
 
 def announce_sufficiency(
-    rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
-) -> dict[str, Any]:
+    rt: Runtime, *, corpus: str, run_id: str, sets: list[XCom], snapshot_id: str
+) -> XCom:
     """Every rated set's headline (hallucination rate per setting, the policy's gain) in one
     document, announced as the sufficiency-metrics Asset; no event when no set was rated."""
     from ragtrail.pipeline.sufficiency.views import compact, load_sufficiency
 
-    headlines = {e["name"]: load_sufficiency(rt, e["run_id"]) for e in sets}
-    return announce_headlines(
-        rt, "sufficiency_metrics", compact, headlines, corpus, run_id, snapshot_id
-    )
+    stored = {s.name: load_sufficiency(rt, s.run_id) for s in _planned(sets)}
+    headlines = {name: compact(summary) for name, summary in stored.items() if summary}
+    event = announce_headlines(rt, SufficiencyMetricsEvent, headlines, corpus, run_id, snapshot_id)
+    return _announced(headlines, event)
+
+
+def _planned(sets: list[XCom]) -> list[PlannedSet]:
+    return [PlannedSet.from_json(entry) for entry in sets]
+
+
+def _announced(headlines: Mapping[str, Record], event: AssetEvent | None) -> XCom:
+    """An announcing step's result: the headlines, and the event with its document's URI."""
+    result: XCom = {name: h.to_json() for name, h in headlines.items()}
+    if event is None:
+        return {"sets": result, "event": None}
+    extra = event.to_extra()
+    return {"sets": result, "metrics_uri": extra["metrics_uri"], "event": extra}
 
 
 def check_drift(
-    rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
-) -> dict[str, Any]:
+    rt: Runtime, *, corpus: str, run_id: str, sets: list[XCom], snapshot_id: str
+) -> XCom:
     """Every set's run of the night against its baseline; every decision is stored (a first
     night's too, as ``no_baseline``). ``fired``: any set drifted."""
     if not rt.settings.drift.enabled:
@@ -344,8 +377,9 @@ def check_drift(
     from ragtrail.pipeline.drift.step import check_runs
     from ragtrail.pipeline.drift.views import compact
 
-    decisions = check_runs(rt.engine, [e["run_id"] for e in sets], rt.settings.drift, corpus=corpus)
-    per_set = {e["name"]: compact(d) for e, d in zip(sets, decisions, strict=True)}
+    planned = _planned(sets)
+    decisions = check_runs(rt.engine, [s.run_id for s in planned], rt.settings.drift, corpus=corpus)
+    per_set = {s.name: compact(d) for s, d in zip(planned, decisions, strict=True)}
     for name, d in per_set.items():
         log.info(
             "drift %s: %s against %s (%s), %d cells tested, %d drifted",
@@ -362,35 +396,38 @@ def check_drift(
 
 def announce_drift(
     rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str, drift: dict[str, Any]
-) -> dict[str, Any]:
+) -> XCom:
     """The drift Asset event when a decision fired (led by the first fired set, all fired sets
     under ``decisions``); no event otherwise, so that a negative decision triggers nothing."""
     fired = {name: d for name, d in (drift.get("sets") or {}).items() if d["fired"]}
     if not fired:
         return {"fired": False, "event": None}
     lead = next(iter(fired.values()))
-    event = {
-        "decision_id": lead["decision_id"],
-        "run_id": lead["run_id"],
-        "night_run_id": run_id,
-        "corpus": corpus,
-        "snapshot_id": snapshot_id,
-        "qa_set_version": lead["qa_set_version"],
-        "baseline_run": lead["baseline_run"],
-        "baseline_kind": lead["baseline_kind"],
-        "fired": True,
-        "metrics": lead["drifted"],
-        "decisions": fired,
-    }
-    return {"fired": True, "event": event}
+    event = DriftEvent(
+        decision_id=lead["decision_id"],
+        run_id=lead["run_id"],
+        night_run_id=run_id,
+        corpus=corpus,
+        snapshot_id=snapshot_id,
+        qa_set_version=lead["qa_set_version"],
+        baseline_run=lead["baseline_run"],
+        baseline_kind=lead["baseline_kind"],
+        fired=True,
+        metrics=lead["drifted"],
+        decisions=fired,
+    )
+    return {"fired": True, "event": event.to_extra()}
 
 
 def publish_report(
-    rt: Runtime, *, corpus: str, run_id: str, sets: list[dict[str, str]], snapshot_id: str
-) -> dict[str, Any]:
+    rt: Runtime, *, corpus: str, run_id: str, sets: list[XCom], snapshot_id: str
+) -> XCom:
     """GX on every set's metrics, one HTML report with each set's change since its previous run;
     announces the metrics (:func:`ragtrail.pipeline.publish.publish_night`)."""
-    return publish_night(rt, corpus=corpus, run_id=run_id, sets=sets, snapshot_id=snapshot_id)
+    publication, event = publish_night(
+        rt, corpus=corpus, run_id=run_id, sets=_planned(sets), snapshot_id=snapshot_id
+    )
+    return {**publication.to_json(), "event": event.to_extra()}
 
 
 # --------------------------------------------------------------------- retraining (RETRAIN flow)
@@ -398,7 +435,7 @@ def publish_report(
 
 def prepare_citation_training(
     rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str | None = None
-) -> dict[str, Any]:
+) -> XCom:
     """Split the corpus's QA sets into training prompts and frozen evaluation mixtures."""
     from ragtrail.pipeline.retrain import prepare_citation_data
 
@@ -407,7 +444,7 @@ def prepare_citation_training(
 
 def train_citation_challenger(
     rt: Runtime, *, corpus: str, run_id: str, base_model: str | None = None
-) -> dict[str, Any]:
+) -> XCom:
     """SFT + RL on the run's split; the bundle registered as a new citation-model version."""
     from ragtrail.pipeline.retrain import train_challenger
 
@@ -416,7 +453,7 @@ def train_citation_challenger(
 
 def gate_citation_challenger(
     rt: Runtime, *, corpus: str, run_id: str, version: int, drift_run_id: str | None = None
-) -> dict[str, Any]:
+) -> XCom:
     """The promotion gate: the model in service vs the new version, decided and recorded."""
     from ragtrail.pipeline.retrain import gate_challenger
 

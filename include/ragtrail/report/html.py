@@ -30,6 +30,8 @@ from ragtrail.evaluate.retrieval.evaluator import UNDEFINED_REASONS
 from ragtrail.jsonsafe import UNDEFINED_KEY
 from ragtrail.paths import safe_name
 from ragtrail.records import ANSWERABLE_LABELS, INCLUSIVE, LABELS
+from ragtrail.summaries.base import Record
+from ragtrail.summaries.retrieval_summary import Change
 
 TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
 REPORT_FILE: Final = "report.html"
@@ -120,9 +122,17 @@ def _is_missing(value: Any) -> bool:
         return False
 
 
-def undefined_reason(record: Mapping[str, Any], field: str) -> str:
-    """Why ``record[field]`` has no value: its own ``undefined`` entry, else the known cause."""
-    reasons = record.get(UNDEFINED_KEY)
+Row = Mapping[str, Any] | Record
+"""A row the report reads: a typed summary record, or a row of a pandas table."""
+
+
+def _get(record: Row, field: str) -> Any:
+    return record.get(field) if isinstance(record, Mapping) else getattr(record, field, None)
+
+
+def undefined_reason(record: Row, field: str) -> str:
+    """Why ``record``'s ``field`` has no value: its own ``undefined`` entry, else the known cause."""
+    reasons = _get(record, UNDEFINED_KEY)
     if isinstance(reasons, Mapping) and reasons.get(field):
         return str(reasons[field])
     return UNDEFINED_REASONS.get(field, "not computed")
@@ -132,31 +142,33 @@ def _undefined_html(reason: str) -> Markup:
     return Markup('<span class="undefined" title="{0}">undefined ({0})</span>').format(reason)
 
 
-def _value(record: Mapping[str, Any] | None, field: str, digits: int = 3) -> Markup:
-    """``record[field]`` formatted, or "undefined (reason)" when it is null/NaN."""
+def _value(record: Row | None, field: str, digits: int = 3) -> Markup:
+    """``record``'s ``field`` formatted, or "undefined (reason)" when it is null/NaN."""
     if record is None:
         return Markup("–")
-    value = record.get(field)
+    value = _get(record, field)
     if _is_missing(value):
         return _undefined_html(undefined_reason(record, field))
     return escape(_fmt(value, digits))
 
 
-def _percent(record: Mapping[str, Any], field: str) -> Markup:
-    value = record.get(field)
+def _percent(record: Row, field: str) -> Markup:
+    value = _get(record, field)
     if _is_missing(value):
         return _undefined_html(undefined_reason(record, field))
     return escape(_pct(value))
 
 
-def _interval(record: Mapping[str, Any] | None) -> Markup:
+def _interval(record: Row | None) -> Markup:
     """``[low, high]``, or one "undefined (reason)" when the interval was not computed."""
     if record is None:
         return Markup("–")
-    if _is_missing(record.get("ci_low")) or _is_missing(record.get("ci_high")):
-        field = "ci_low" if _is_missing(record.get("ci_low")) else "ci_high"
-        return _undefined_html(undefined_reason(record, field))
-    return escape(f"[{_fmt(record['ci_low'])}, {_fmt(record['ci_high'])}]")
+    low, high = _get(record, "ci_low"), _get(record, "ci_high")
+    if _is_missing(low) or _is_missing(high):
+        return _undefined_html(
+            undefined_reason(record, "ci_low" if _is_missing(low) else "ci_high")
+        )
+    return escape(f"[{_fmt(low)}, {_fmt(high)}]")
 
 
 def _environment() -> Environment:
@@ -380,7 +392,7 @@ class SetView:
     best: pd.DataFrame
     name: str | None = None
     description: str = ""
-    change: Mapping[str, Any] | None = None
+    change: Change | None = None
     sections: Sequence[ReportSection | Mapping[str, Any]] = ()
 
     @property

@@ -124,7 +124,7 @@ def evaluate_citations(
         citations_key(run_id), jsonsafe.dumps(summary, "citations.json", indent=1).encode()
     )
     put_parquet(rt, citation_queries_key(run_id), citation_queries_frame(mix))
-    return {**compact(summary), "citations_uri": uri}
+    return {**compact(summary).to_json(), "citations_uri": uri}
 
 
 def _scenarios(

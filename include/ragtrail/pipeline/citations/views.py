@@ -8,11 +8,12 @@ from typing import Any
 
 import pandas as pd
 
-from ragtrail import jsonsafe
 from ragtrail.artifact_keys import citations_key
 from ragtrail.evaluate.citations.evaluator import ANSWERABLE, MixtureEvaluation
 from ragtrail.records import QuestionLabel
 from ragtrail.runtime import Runtime
+from ragtrail.summaries.base import Figure
+from ragtrail.summaries.citation_summary import CitationHeadline
 
 
 def mixture_view(mix: MixtureEvaluation) -> dict[str, Any]:
@@ -108,22 +109,15 @@ def citation_queries_frame(mix: MixtureEvaluation) -> pd.DataFrame:
     return out
 
 
-def compact(summary: dict[str, Any]) -> dict[str, Any]:
-    """The step's result: where the summary is, and the headline F1 model vs random per type."""
-    headline = {}
+def compact(summary: dict[str, Any]) -> CitationHeadline:
+    """The set's headline: citation F1 of the model and of random citations per mixture type."""
+    headline: dict[str, dict[str, Figure]] = {}
     for agg in summary["mixture"]["aggregates"]:
         if agg["metric"] == "citation_f1" and agg.get("label") == ANSWERABLE:
-            headline.setdefault(agg["mixture"], {})[agg["system"]] = {
-                k: agg.get(k) for k in ("value", "ci_low", "ci_high", "n")
-            }
-    return jsonsafe.check_finite(
-        {
-            "run_id": summary["run_id"],
-            "answerer": summary["answerer"],
-            "f1": headline,
-        },
-        "citation result",
-    )
+            headline.setdefault(agg["mixture"], {})[agg["system"]] = Figure(
+                **{k: agg.get(k) for k in ("value", "ci_low", "ci_high", "n")}
+            )
+    return CitationHeadline(run_id=summary["run_id"], answerer=summary["answerer"], f1=headline)
 
 
 def load_citations(rt: Runtime, run_id: str) -> dict[str, Any] | None:

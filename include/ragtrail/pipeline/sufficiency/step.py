@@ -271,7 +271,7 @@ def evaluate_sufficiency(
         sufficiency_key(run_id), jsonsafe.dumps(summary, "sufficiency.json", indent=1).encode()
     )
     put_parquet(rt, sufficiency_queries_key(run_id), queries_frame(summary))
-    return {**compact(summary), "sufficiency_uri": uri}
+    return {**compact(summary).to_json(), "sufficiency_uri": uri}
 
 
 class _Clock:

@@ -11,7 +11,6 @@ from typing import Any
 
 import pandas as pd
 
-from ragtrail import jsonsafe
 from ragtrail.artifact_keys import sufficiency_key
 from ragtrail.evaluate.sufficiency.cah import ALL, CAHEvaluation, CAHRecord, Outcome
 from ragtrail.evaluate.sufficiency.confidence import ConfidenceScore
@@ -25,6 +24,8 @@ from ragtrail.judges.sufficiency_raters import SUFFICIENT
 from ragtrail.quality.suites import SUFFICIENCY_QUERY_COLUMNS
 from ragtrail.records import QAItem, QuestionLabel
 from ragtrail.runtime import Runtime
+from ragtrail.summaries.base import Figure
+from ragtrail.summaries.sufficiency_summary import SufficiencyHeadline
 
 
 def rater_view(
@@ -179,27 +180,25 @@ def metrics_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
     return frame.drop(columns=["facets", "undefined"], errors="ignore")
 
 
-def compact(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The step's result: hallucination rate per setting (all labels, all strata), the primary
+def compact(summary: Mapping[str, Any]) -> SufficiencyHeadline:
+    """The set's headline: hallucination rate per setting (all labels, all strata), the primary
     rater and the selective policy's AUC gain."""
+
+    def figure(agg: Mapping[str, Any]) -> Figure:
+        return Figure(**{k: agg.get(k) for k in ("value", "ci_low", "ci_high", "n")})
+
     hallucination = {
-        row["setting"]: {k: row["hallucinate"].get(k) for k in ("value", "ci_low", "ci_high", "n")}
+        row["setting"]: figure(row["hallucinate"])
         for row in summary["cah"]["table"]
         if row["setting"] != ALL and row["sufficiency"] == ALL and row["label"] == ALL
     }
-    selective = summary.get("selective") or {}
-    gain = (selective.get("auc") or {}).get("gain")
-    return jsonsafe.check_finite(
-        {
-            "run_id": summary["run_id"],
-            "answerer": summary["answerer"],
-            "primary_rater": summary["primary_rater"]["name"],
-            "hallucination": hallucination,
-            "auc_gain": {k: gain.get(k) for k in ("value", "ci_low", "ci_high", "n")}
-            if gain
-            else None,
-        },
-        "sufficiency result",
+    gain = ((summary.get("selective") or {}).get("auc") or {}).get("gain")
+    return SufficiencyHeadline(
+        run_id=summary["run_id"],
+        answerer=summary["answerer"],
+        primary_rater=summary["primary_rater"]["name"],
+        hallucination=hallucination,
+        auc_gain=figure(gain) if gain else None,
     )
 
 
