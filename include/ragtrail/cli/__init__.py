@@ -1587,7 +1587,3 @@ def models_register_generator(
         _emit(version.as_dict())
         return
     console.print(f"{model}: registered v{version.version} from {generator_dir}")
-
-
-if __name__ == "__main__":
-    app()
