@@ -56,9 +56,7 @@ def plan_ingest(rt: Runtime, *, source: str, corpus: str, shard_size: int = 25) 
     }
 
 
-def ingest_shard(
-    rt: Runtime, *, corpus: str, snapshot_id: str, rel_paths: list[str]
-) -> XCom:
+def ingest_shard(rt: Runtime, *, corpus: str, snapshot_id: str, rel_paths: list[str]) -> XCom:
     """Parse, chunk, embed and index one shard; its counts are kept with the snapshot."""
     counts = _ingest.ingest_shard(rt, corpus, snapshot_id, rel_paths)
     log.info(
@@ -72,16 +70,12 @@ def ingest_shard(
     return counts
 
 
-def finalize_ingest(
-    rt: Runtime, *, corpus: str, snapshot_id: str, changed: bool = True
-) -> XCom:
+def finalize_ingest(rt: Runtime, *, corpus: str, snapshot_id: str, changed: bool = True) -> XCom:
     """Apply removals, reconcile the index, close the snapshot; counts summed over its shards."""
     return _ingest.finalize_ingest(rt, corpus, snapshot_id, changed=changed).as_dict()
 
 
-def check_corpus(
-    rt: Runtime, *, corpus: str, snapshot_id: str, summary: dict[str, Any]
-) -> XCom:
+def check_corpus(rt: Runtime, *, corpus: str, snapshot_id: str, summary: dict[str, Any]) -> XCom:
     """GX on the snapshot (raises on a failed fail-severity check); announces the corpus."""
     result = check_corpus_quality(rt, corpus, snapshot_id)
     event = CorpusEvent(
@@ -167,9 +161,7 @@ def _version_on_snapshot(rt: Runtime, corpus: str, snapshot_id: str | None) -> s
     return str(latest["version"])
 
 
-def generate_shard(
-    rt: Runtime, *, corpus: str, run_id: str, chunk_ids: list[str]
-) -> XCom:
+def generate_shard(rt: Runtime, *, corpus: str, run_id: str, chunk_ids: list[str]) -> XCom:
     """Candidates for one shard of contexts (LLM-heavy; every call cached by content)."""
     from ragtrail.pipeline.generate import generate_shard as run_shard
 
@@ -178,9 +170,7 @@ def generate_shard(
     return result
 
 
-def finalize_generation(
-    rt: Runtime, *, corpus: str, run_id: str, reuse: str | None = None
-) -> XCom:
+def finalize_generation(rt: Runtime, *, corpus: str, run_id: str, reuse: str | None = None) -> XCom:
     """Version the set and validate it with GX; announces the test set to evaluation.
 
     The event always goes out, so evaluation runs every night; when nothing was accepted its

@@ -9,26 +9,26 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from ragtrail import cli
+from ragtrail.cli import app, common
 from ragtrail.progress import ProgressUpdate
 from tests.scripted_llm import SPEC
 
 
 def test_no_bar_off_a_terminal_or_with_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "console", Console(file=io.StringIO(), force_terminal=False))
-    assert cli._progress().disable
-    monkeypatch.setattr(cli, "console", Console(file=io.StringIO(), force_terminal=True))
+    monkeypatch.setattr(common, "console", Console(file=io.StringIO(), force_terminal=False))
+    assert common._progress().disable
+    monkeypatch.setattr(common, "console", Console(file=io.StringIO(), force_terminal=True))
     monkeypatch.setattr("sys.stdout.isatty", lambda: True)
-    assert not cli._progress().disable
-    assert cli._progress(quiet=True).disable
+    assert not common._progress().disable
+    assert common._progress(quiet=True).disable
 
 
 def test_bars_show_counts_rate_and_cache_hits(monkeypatch: pytest.MonkeyPatch) -> None:
     out = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=out, force_terminal=True, width=120))
+    monkeypatch.setattr(common, "console", Console(file=out, force_terminal=True, width=120))
     monkeypatch.setattr("sys.stdout.isatty", lambda: True)
-    with cli._progress() as progress:
-        sink = cli._bars(progress)
+    with common._progress() as progress:
+        sink = common._bars(progress)
         sink(ProgressUpdate("model calls generate.question", 4, 10, cache_hits=2))
         sink(ProgressUpdate("model calls generate.question", 8, 12, cache_hits=2))
         progress.refresh()
@@ -41,12 +41,12 @@ def test_bars_show_counts_rate_and_cache_hits(monkeypatch: pytest.MonkeyPatch) -
 def test_json_commands_print_only_json(tmp_path, sample_corpus) -> None:
     env = {"RAGTRAIL_HOME": str(tmp_path / "home"), "RAGTRAIL_GENERATION__LLM": SPEC}
     runner = CliRunner()
-    ingested = runner.invoke(cli.app, ["ingest", str(sample_corpus), "--json"], env=env)
+    ingested = runner.invoke(app, ["ingest", str(sample_corpus), "--json"], env=env)
     assert ingested.exit_code == 0, ingested.output
     assert json.loads(ingested.stdout)["chunks"] > 0  # the whole of stdout is one JSON document
 
     generated = runner.invoke(
-        cli.app, ["generate", "--per-label", "1", "--seed", "3", "--json"], env=env
+        app, ["generate", "--per-label", "1", "--seed", "3", "--json"], env=env
     )
     assert generated.exit_code == 0, generated.output
     summary = json.loads(generated.stdout)

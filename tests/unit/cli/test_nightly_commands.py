@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragtrail.cli import _drift_line
+from ragtrail.cli.nightly_commands import _drift_line
 
 
 def test_the_drift_line_names_each_set_its_verdict_and_baseline() -> None:

@@ -1,0 +1,135 @@
+"""What every command group shares: the stderr console, the common options, strict JSON output,
+clear user errors (exit code 2), the runtime context and the progress bars of long steps."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from ragtrail.progress import ProgressUpdate
+from ragtrail.runtime import Runtime
+
+console = Console(stderr=True)
+"""Messages, progress and errors go to stderr; stdout carries only results (tables, JSON)."""
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")]
+CorpusOpt = Annotated[str, typer.Option("--corpus", help="Corpus name.")]
+
+
+def emit(data: Any, what: str = "output") -> None:
+    """``data`` as strict JSON on stdout: a NaN or infinity anywhere fails, naming its path."""
+    from ragtrail import jsonsafe
+
+    sys.stdout.write(jsonsafe.dumps(data, what, indent=2) + "\n")
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Errors caused by input (files, names, parameters) end in one clear line and exit code 2."""
+    from ragtrail.embed.embedder import ModelLoadError
+    from ragtrail.ingest.sources import SourceError
+
+    try:
+        yield
+    except (ValueError, FileNotFoundError, SourceError, ModelLoadError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from exc
+
+
+@contextmanager
+def runtime() -> Iterator[Runtime]:
+    """A :class:`Runtime` closed on the way out; input errors inside end as :func:`user_errors`."""
+    with user_errors():
+        rt = Runtime()
+        try:
+            yield rt
+        finally:
+            rt.close()
+
+
+def progress_factory(progress: Progress, label: str) -> Callable[[int], Callable[[int], None]]:
+    """A ``total -> advance(n)`` factory (the ingest's callback): one bar named ``label``."""
+
+    def factory(total: int) -> Callable[[int], None]:
+        task = progress.add_task(label, total=total)
+        return lambda n: progress.advance(task, n)
+
+    return factory
+
+
+def step_progress(progress: Progress) -> Callable[[str, int, int], None]:
+    """A bar per mapped step of the night (shards done / shards planned)."""
+    bars: dict[str, Any] = {}
+
+    def advance(step: str, done: int, total: int) -> None:
+        if step not in bars:
+            bars[step] = progress.add_task(f"{step} shards", total=total)
+        progress.update(bars[step], completed=done)
+
+    return advance
+
+
+class _RateColumn(ProgressColumn):
+    """Units per second of a task ("2.1/s"), blank until rich has measured a speed."""
+
+    def render(self, task: Task) -> Text:
+        return Text(
+            "" if task.speed is None else f"{task.speed:.1f}/s", style="progress.data.speed"
+        )
+
+
+def _progress(quiet: bool = False) -> Progress:
+    """The bars of long steps (on stderr). Disabled with ``quiet`` (``--json``) or when stdout
+    or stderr is not a terminal, so piped and scripted runs get their output and nothing else."""
+    shown = not quiet and console.is_terminal and sys.stdout.isatty()
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        _RateColumn(),
+        TimeRemainingColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not shown,
+    )
+
+
+def _bars(progress: Progress) -> Callable[[ProgressUpdate], None]:
+    """A :class:`ragtrail.progress.ProgressSink` drawing one bar per task (model calls of each
+    stage, retrieval queries, generation shards), cache hits in the description."""
+    bars: dict[str, Any] = {}
+
+    def update(u: ProgressUpdate) -> None:
+        if u.task not in bars:
+            bars[u.task] = progress.add_task(u.task, total=u.total)
+        hits = f" ({u.cache_hits} cached)" if u.cache_hits else ""
+        progress.update(
+            bars[u.task], completed=u.done, total=u.total, description=f"{u.task}{hits}"
+        )
+
+    return update
+
+
+@contextmanager
+def runtime_with_progress(quiet: bool) -> Iterator[tuple[Runtime, Progress]]:
+    """A runtime whose long steps draw bars (see :func:`_progress`) instead of log lines."""
+    with runtime() as rt, _progress(quiet) as progress:
+        if not progress.disable:
+            rt.progress = _bars(progress)
+        yield rt, progress

@@ -1,0 +1,441 @@
+"""``ragtrail eval``: retrieval (TREC files and the corpus's QA sets), citations, sufficiency,
+selective generation and attribution metrics of logged answers, with their tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ragtrail.cli.common import (
+    CorpusOpt,
+    JsonFlag,
+    console,
+    emit,
+    runtime,
+    runtime_with_progress,
+    user_errors,
+)
+from ragtrail.cli.render import num, print_best, value_ci
+
+eval_app = typer.Typer(help="Evaluate retrieval and answers.", no_args_is_help=True)
+
+
+@eval_app.command("trec")
+def eval_trec(
+    qrels: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
+    run: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
+    as_json: JsonFlag = False,
+) -> None:
+    """Score a trec_eval-format run against qrels (same conventions as trec_eval)."""
+    from ragtrail.evaluate.metrics import aggregate, evaluate
+    from ragtrail.evaluate.retrieval.trec import read_qrels, read_run
+
+    names = ["recall@5", "recall@10", "mrr", "ndcg@10", "P@5", "map"]
+    with user_errors():
+        scores = aggregate(evaluate(read_qrels(qrels), read_run(run), names))
+    if as_json:
+        emit(scores)
+    else:
+        for name in names:
+            console.print(f"{name:<10} {scores[name]:.4f}")
+
+
+@eval_app.command("retrieval")
+def eval_retrieval(
+    corpus: CorpusOpt = "handbook",
+    qa_set: Annotated[Path | None, typer.Option(help="JSONL, CSV or Parquet QA set.")] = None,
+    text_weight: Annotated[
+        list[float] | None, typer.Option("--text-weight", help="Repeat to set the scan.")
+    ] = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    report: Annotated[
+        bool, typer.Option(help="Also build GX Data Docs and the HTML report.")
+    ] = True,
+    as_json: JsonFlag = False,
+) -> None:
+    """Recall@k, MRR, nDCG and P@5 per label for every text weight, with bootstrap CIs."""
+    from ragtrail.pipeline.publish import publish_retrieval_report
+    from ragtrail.pipeline.retrieval import evaluate_retrieval
+    from ragtrail.storage.db import utcnow
+
+    run_id = run_id or f"eval-{utcnow():%Y%m%dT%H%M%S}"
+    with runtime_with_progress(as_json) as (rt, _):
+        result = evaluate_retrieval(
+            rt, corpus, run_id=run_id, qa_set=qa_set, text_weights=text_weight
+        )
+        if report:
+            result["report"] = publish_retrieval_report(rt, run_id)
+    if as_json:
+        emit(result)
+        return
+    print_best(result["best"])
+    if report:
+        console.print(f"report: {result['report']['report_path']}")
+
+
+@eval_app.command("citations")
+def eval_citations(
+    corpus: CorpusOpt = "handbook",
+    qa_set: Annotated[
+        str | None,
+        typer.Option(help="QA set file, golden:<version> or testset:<version>; default sample."),
+    ] = None,
+    mixture: Annotated[
+        str | None, typer.Option(help="relevant min-max / irrelevant / seemingly, e.g. 1-3/3/3")
+    ] = None,
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scenario",
+            help="Repeat: G, RTG-vanilla, RTG-query-gen, GTR, RTG-gold; "
+            "'none' runs no scenario. Default: citations.scenarios.",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of every draw; default settings.seed.")
+    ] = None,
+    items: Annotated[
+        int | None, typer.Option(help="Questions for the mixtures (0 = all); default setting.")
+    ] = None,
+    scenario_items: Annotated[
+        int | None, typer.Option(help="Questions for the scenarios (0 = all).")
+    ] = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Citation quality of the answering model: relevance mixtures (model vs random citations,
+    per mixture type and label, with CIs) and attributed-answer scenarios."""
+    from ragtrail.pipeline.citations.step import evaluate_citations
+    from ragtrail.pipeline.citations.views import load_citations
+    from ragtrail.storage.db import utcnow
+
+    scenarios = None if scenario is None else [s for s in scenario if s.lower() != "none"]
+    run_id = run_id or f"citations-{utcnow():%Y%m%dT%H%M%S}"
+    with runtime_with_progress(as_json) as (rt, _):
+        result = evaluate_citations(
+            rt,
+            corpus,
+            run_id=run_id,
+            qa_set=qa_set,
+            mixture=mixture,
+            scenarios=scenarios,
+            seed=seed,
+            max_items=items,
+            scenario_items=scenario_items,
+        )
+        summary = load_citations(rt, run_id)
+    if as_json:
+        emit(summary)
+        return
+    assert summary is not None
+    _print_citations(summary)
+    console.print(f"stored: {result['citations_uri']} (run {run_id})", highlight=False)
+
+
+QaSetOpt = Annotated[
+    str | None,
+    typer.Option(help="QA set file, golden:<version> or testset:<version>; default sample."),
+]
+
+
+def _run_sufficiency(
+    corpus: str,
+    qa_set: str | None,
+    rater: list[str] | None,
+    items: int | None,
+    seed: int | None,
+    run_id: str | None,
+    *,
+    selective: bool,
+    as_json: bool,
+) -> dict[str, Any]:
+    """Run the sufficiency evaluation (``selective``: with the abstention policy) and return its
+    stored summary; ``eval sufficiency`` and ``eval selective`` differ only in that flag."""
+    from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
+    from ragtrail.pipeline.sufficiency.views import load_sufficiency
+    from ragtrail.storage.db import utcnow
+
+    prefix = "selective" if selective else "sufficiency"
+    run_id = run_id or f"{prefix}-{utcnow():%Y%m%dT%H%M%S}"
+    with runtime_with_progress(as_json) as (rt, _):
+        result = evaluate_sufficiency(
+            rt,
+            corpus,
+            run_id=run_id,
+            qa_set=qa_set,
+            raters=rater or None,
+            max_items=items,
+            seed=seed,
+            selective=selective,
+        )
+        summary = load_sufficiency(rt, run_id)
+    assert summary is not None
+    summary["stored"] = result["sufficiency_uri"]
+    return summary
+
+
+RaterOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--rater",
+        help="Repeat: sufficiency.llm, sufficiency.llm_1shot, sufficiency.chunked, "
+        "sufficiency.contains_answer, sufficiency.entailment. Default: sufficiency.raters.",
+    ),
+]
+ItemsOpt = Annotated[int | None, typer.Option(help="Questions to rate (0 = all); default setting.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Seed of every draw; default settings.seed.")]
+
+
+@eval_app.command("sufficiency")
+def eval_sufficiency(
+    corpus: CorpusOpt = "handbook",
+    qa_set: QaSetOpt = None,
+    rater: RaterOpt = None,
+    items: ItemsOpt = None,
+    seed: SeedOpt = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Is the context sufficient? Every rater (with its measured agreement) on the retrieved and
+    gold contexts, and the answers classified Correct / Abstain / Hallucinate per setting."""
+    summary = _run_sufficiency(
+        corpus, qa_set, rater, items, seed, run_id, selective=False, as_json=as_json
+    )
+    if as_json:
+        emit(summary)
+        return
+    _print_sufficiency(summary)
+
+
+@eval_app.command("selective")
+def eval_selective(
+    corpus: CorpusOpt = "handbook",
+    qa_set: QaSetOpt = None,
+    rater: RaterOpt = None,
+    items: ItemsOpt = None,
+    seed: SeedOpt = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Selective generation: the model's confidence (P(True), P(Correct)) plus sufficiency in a
+    logistic-regression abstention policy, compared with confidence alone on held-out questions."""
+    summary = _run_sufficiency(
+        corpus, qa_set, rater, items, seed, run_id, selective=True, as_json=as_json
+    )
+    if as_json:
+        emit(summary)
+        return
+    _print_sufficiency(summary)
+    _print_selective(summary)
+
+
+def _print_sufficiency(summary: dict[str, Any]) -> None:
+    """The raters with their agreement, then Correct / Abstain / Hallucinate per setting."""
+    raters = Table(title=f"sufficiency raters ({summary['items']} questions)")
+    for col in ("rater", "agreement", "mode", "sufficient share"):
+        raters.add_column(col)
+    for r in summary["raters"]:
+        cal = r.get("calibration") or {}
+        shares = ", ".join(
+            f"{s} {value_ci(v.get('share'))}" for s, v in r.get("per_setting", {}).items()
+        )
+        agreement = (
+            f"{cal.get('metric')} {value_ci(cal)} (n={cal.get('n')})"
+            if cal.get("value") is not None
+            else cal.get("reason") or cal.get("status", "")
+        )
+        star = " *" if r["name"] == summary["primary_rater"]["name"] else ""
+        raters.add_row(r["name"] + star, agreement, (r.get("gate") or {}).get("mode", ""), shares)
+    console.print(raters)
+    console.print(f"* stratifies C/A/H: {summary['primary_rater']['reason']}", highlight=False)
+    table = Table(title=f"Correct / Abstain / Hallucinate of {summary.get('answerer')}")
+    for col in ("setting", "context", "label", "correct", "abstain", "hallucinate", "n"):
+        table.add_column(col)
+    for row in summary["cah"]["table"]:
+        table.add_row(
+            row["setting"],
+            row["sufficiency"],
+            row["label"],
+            *(value_ci(row.get(o)) for o in ("correct", "abstain", "hallucinate")),
+            str(row.get("n_scored", 0)),
+        )
+    console.print(table)
+    console.print(f"stored: {summary['stored']} (run {summary['run_id']})", highlight=False)
+
+
+def _print_selective(summary: dict[str, Any]) -> None:
+    """The abstention policy's coverage-curve areas, or why no policy was fitted."""
+    selective = summary.get("selective") or {}
+    if selective.get("status") != "fitted":
+        reason = selective.get("reason") or summary.get("undefined", {}).get("selective")
+        console.print(f"selective generation: no policy ({reason})", highlight=False)
+        return
+    auc = selective["auc"]
+    console.print(
+        f"area under the coverage curve: confidence alone {value_ci(auc.get('confidence'))}, "
+        f"sufficiency + confidence {value_ci(auc.get('sufficiency_confidence'))}, "
+        f"difference {value_ci(auc.get('gain'))} (n={auc.get('gain', {}).get('n')}); "
+        f"policy: {selective.get('policy_uri')}",
+        highlight=False,
+    )
+
+
+def _print_citations(summary: dict[str, Any]) -> None:
+    """Model vs random per mixture type and label, then the scenario table."""
+    mixture = summary["mixture"]
+    by = {(a["system"], a["mixture"], a["label"], a["metric"]): a for a in mixture["aggregates"]}
+    table = Table(
+        "mixture",
+        "label",
+        "model F1",
+        "random F1",
+        "model P",
+        "model R",
+        "n",
+        title=f"Citations of {summary['answerer']} on mixtures {mixture['spec']}",
+    )
+    for mix in mixture["types"]:
+        labels = sorted({a["label"] for a in mixture["aggregates"] if a["mixture"] == mix})
+        for label in labels:
+            f1 = by.get(("model", mix, label, "citation_f1"))
+            if f1 is None:
+                continue
+            table.add_row(
+                mix,
+                label,
+                value_ci(f1),
+                value_ci(by.get(("random", mix, label, "citation_f1"))),
+                value_ci(by.get(("model", mix, label, "citation_precision"))),
+                value_ci(by.get(("model", mix, label, "citation_recall"))),
+                str(f1.get("n", 0)),
+            )
+    Console().print(table)
+    console.print(
+        f"answers: {mixture['counts']['answers_ok']} ok, {mixture['failed']} failed, "
+        f"{mixture['counts']['abstained']} abstained",
+        highlight=False,
+    )
+    scenarios = summary.get("scenarios")
+    if not scenarios:
+        return
+    metrics = (
+        "autoais_cit",
+        "autoais_pssg",
+        "alce_citation_recall",
+        "alce_citation_precision",
+        "citation_precision",
+        "citation_recall",
+    )
+    by_s = {(a["scenario"], a["metric"]): a for a in scenarios["aggregates"]}
+    table = Table("scenario", *metrics, title="Attributed-answer scenarios")
+    for name in scenarios["names"]:
+        table.add_row(name, *(value_ci(by_s.get((name, m))) for m in metrics))
+    Console().print(table)
+    judge = scenarios["judge"]
+    console.print(
+        f"entailment judge {judge.get('judge')}: {judge.get('mode')} ({judge.get('reason') or 'calibrated'})",
+        highlight=False,
+    )
+
+
+@eval_app.command("answers")
+def eval_answers(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            help="JSONL, one answer a line: qid, question, passages [{docid, text}], answer; "
+            "optional relevant_docids, gold_answers, gold_passages, label.",
+        ),
+    ],
+    judge: Annotated[
+        str,
+        typer.Option(
+            "--judge",
+            help="Entailment judge: entailment (the configured one), entailment.nli, "
+            "entailment.embedding, entailment.llm, or none.",
+        ),
+    ] = "entailment",
+    bootstrap_samples: Annotated[int, typer.Option(min=0, help="0: no intervals.")] = 1000,
+    as_json: JsonFlag = False,
+) -> None:
+    """Attribution metrics of answers from a log: AutoAIS, ALCE citation P/R, citation overlap,
+    ROUGE-L/BLEU and citation P/R/F1, each with a 95% bootstrap CI and n."""
+    from ragtrail.pipeline.answers import score_answer_file
+
+    with runtime() as rt:
+        report = score_answer_file(rt, file, judge=judge, bootstrap_samples=bootstrap_samples)
+    if as_json:
+        emit(report.as_json(), "answers score")
+        return
+    _print_answers(report.as_json())
+
+
+def _ci(row: dict[str, Any]) -> str:
+    """An aggregate's 95% interval as ``[low, high]`` (three decimals), or "undefined"."""
+    if row["ci_low"] is None or row["ci_high"] is None:
+        return "undefined"
+    return f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+
+
+def _print_answers(data: dict[str, Any]) -> None:
+    """Overall metrics (value, 95% CI, n, answers left out), the other facet sets' values, the
+    entailment judge with its gate decision, undefined reasons and the skipped metrics."""
+    by_group: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in data["aggregates"]:
+        group = ", ".join(f"{k}={v}" for k, v in sorted(row["facets"].items())) or "all"
+        by_group.setdefault(group, {})[row["metric"]] = row
+    overall = "label=inclusive" if "label=inclusive" in by_group else "all"
+    undefined = data["undefined"]
+    table = Table("metric", "value", "95% CI", "n", "undefined", title=f"{data['answers']} answers")
+    for metric, row in by_group.get(overall, {}).items():
+        left_out = sum(undefined.get(metric, {}).values())
+        table.add_row(metric, num(row["value"]), _ci(row), str(row["n"]), str(left_out))
+    Console().print(table)
+    others = {g: rows for g, rows in by_group.items() if g != overall}
+    if others:
+        per_group = Table("metric", *others, title="value (n) per facet set")
+        for metric in by_group.get(overall) or next(iter(others.values())):
+            cells = [
+                f"{num(rows[metric]['value'])} ({rows[metric]['n']})" for rows in others.values()
+            ]
+            per_group.add_row(metric, *cells)
+        Console().print(per_group)
+    spec, decision = data["judge"], data["judge_decision"]
+    if spec is None:
+        console.print("entailment judge: none", highlight=False, soft_wrap=True)
+    else:
+        kind = f"{spec['backend']}, APPROXIMATE" if spec["approximate"] else spec["backend"]
+        mode = "gates" if decision["gates"] else "advises only"
+        console.print(
+            f"entailment judge: {spec['name']}@{spec['version']} ({kind}; {spec['model']}), "
+            f"{mode}: {decision['reason']}\n  {data['judged_pairs']} pairs judged in "
+            f"{data['judge_calls']} call(s), {data['failed_verdicts']} failed",
+            highlight=False,
+            soft_wrap=True,
+        )
+    console.print(
+        f"citations: {data['citations']} ({data['invalid_citations']} invalid: no such passage)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    left_out: dict[tuple[str, int], list[str]] = {}
+    for metric, reasons in undefined.items():
+        for reason, count in reasons.items():
+            left_out.setdefault((reason, count), []).append(metric)
+    for (reason, count), metrics in left_out.items():
+        console.print(
+            f"undefined for {count} answer(s), {reason}: {', '.join(metrics)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    skipped: dict[str, list[str]] = {}
+    for metric, reason in data["skipped"].items():
+        skipped.setdefault(reason, []).append(metric)
+    for reason, metrics in skipped.items():
+        console.print(f"skipped {', '.join(metrics)}: {reason}", highlight=False, soft_wrap=True)

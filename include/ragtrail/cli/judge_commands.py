@@ -1,0 +1,139 @@
+"""``ragtrail judge``: calibrate judges against human references and list which of them gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ragtrail.cli.common import CorpusOpt, JsonFlag, console, emit, runtime
+from ragtrail.runtime import Runtime
+
+judge_app = typer.Typer(
+    help="Judges: calibrate them against human references, see which gate.", no_args_is_help=True
+)
+
+
+def _calibration_view(rt: Runtime, record: Any) -> dict[str, Any]:
+    """A stored calibration with the gate decision it leads to under the configured bars."""
+    from ragtrail.judges.contract import JudgeSpec
+    from ragtrail.pipeline.judges import gate_decision
+
+    decision = gate_decision(rt, JudgeSpec.from_dict(record.spec), record)
+    return {
+        "judge": record.judge,
+        "version": record.judge_version,
+        "reference": record.reference,
+        "created_at": str(record.created_at),
+        "metrics": record.metrics,
+        "details_uri": record.details_uri,
+        "decision": decision.as_dict(),
+    }
+
+
+def _print_calibration(view: dict[str, Any]) -> None:
+    """The gate decision, the confusion matrix and accuracy/precision/recall with their CIs."""
+    decision, metrics = view["decision"], view["metrics"]
+    mode = "[green]gates[/green]" if decision["gates"] else "[yellow]advises only[/yellow]"
+    console.print(f"{view['judge']}@{view['version']}: {mode} — {decision['reason']}")
+    confusion = metrics.get("confusion")
+    if confusion:
+        columns = list(next(iter(confusion.values())))
+        table = Table("reference \\ judged", *columns, title="confusion matrix")
+        for ref, row in confusion.items():
+            table.add_row(ref, *(str(row.get(c, 0)) for c in columns))
+        Console().print(table)
+    for key in ("accuracy", "precision", "recall"):
+        figure = metrics.get(key)
+        if isinstance(figure, dict) and figure.get("value") is not None:
+            console.print(
+                f"  {key}: {figure['value']:.3f} [{figure['ci_low']:.3f}, {figure['ci_high']:.3f}]"
+                f" n={figure['n']}"
+            )
+
+
+@judge_app.command("calibrate")
+def judge_calibrate(
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="labeller, critique.<criterion>, critiques (all eight), entailment (the "
+            "configured one), entailment.nli, entailment.embedding or entailment.llm."
+        ),
+    ],
+    reference: Annotated[
+        Path,
+        typer.Option(
+            "--reference",
+            help="Labeller and critiques: a QA set (JSONL/CSV/Parquet, golden-set schema). "
+            "Entailment: a JSONL of premise/hypothesis/label rows, or the HAGRID CSV.",
+        ),
+    ],
+    corpus: CorpusOpt = "handbook",
+    per_label: Annotated[
+        int | None, typer.Option(min=1, help="Labeller: items per label (default: setting).")
+    ] = None,
+    pairs: Annotated[
+        int | None, typer.Option(min=1, help="Critiques: contrast pairs (default: setting).")
+    ] = None,
+    sample: Annotated[
+        int | None, typer.Option(min=2, help="Entailment: a seeded sample of this many rows.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Measure a judge against labelled references and store the result with its version."""
+    from ragtrail.generate.critiques import CRITERIA
+    from ragtrail.generate.judges import LABELLER, criterion_of, critique_judge_name
+    from ragtrail.pipeline import judges as pj
+    from ragtrail.testset.qaset import load_qa_set
+
+    with runtime() as rt:
+        if name == LABELLER:
+            items, _ = load_qa_set(reference)
+            records = [pj.calibrate_labeller(rt, corpus, items, per_label=per_label)]
+        elif name == "critiques" or criterion_of(name) is not None:
+            criteria = list(CRITERIA) if name == "critiques" else [str(criterion_of(name))]
+            pj.judge_by_name(rt, critique_judge_name(criteria[0]))  # unknown criterion: clear error
+            items, _ = load_qa_set(reference)
+            sources = pj.contrast_sources(rt, corpus, items)
+            records = [pj.calibrate_critique(rt, c, sources, n=pairs) for c in criteria]
+        else:
+            records = [pj.calibrate_entailment(rt, name, reference, sample=sample)]
+        views = [_calibration_view(rt, r) for r in records]
+    if as_json:
+        emit(views if len(views) > 1 else views[0])
+        return
+    for view in views:
+        _print_calibration(view)
+
+
+@judge_app.command("list")
+def judge_list(as_json: JsonFlag = False) -> None:
+    """The configured judges, their latest calibration and whether they gate."""
+    from ragtrail.pipeline import judges as pj
+
+    with runtime() as rt:
+        judges = pj.generation_judges(rt)
+        try:
+            judges.append(pj.entailment_judge(rt))
+        except (ValueError, OSError) as exc:
+            console.print(f"[yellow]entailment judge unavailable:[/yellow] {exc}")
+        decisions = pj.gate_decisions(rt, judges)
+    rows = [
+        {"spec": j.spec.as_dict(), "decision": decisions[j.spec.name].as_dict()} for j in judges
+    ]
+    if as_json:
+        emit(rows)
+        return
+    table = Table("judge", "version", "backend", "model", "this judge", "why")
+    for row in rows:
+        spec, decision = row["spec"], row["decision"]
+        backend = spec["backend"] + (" (approximate)" if spec["approximate"] else "")
+        mode = "gates" if decision["gates"] else "advises"
+        table.add_row(
+            spec["name"], spec["version"], backend, spec["model"], mode, decision["reason"]
+        )
+    Console().print(table)

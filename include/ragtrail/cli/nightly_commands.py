@@ -1,0 +1,121 @@
+"""``ragtrail nightly`` (root level): the whole night, then one summary per evaluated set."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ragtrail.cli.common import (
+    CorpusOpt,
+    JsonFlag,
+    console,
+    emit,
+    runtime_with_progress,
+    step_progress,
+)
+from ragtrail.cli.render import print_best, value_ci
+
+
+# ``ragtrail nightly``: registered on the root app in ragtrail.cli.
+def nightly(
+    source: Annotated[
+        str | None, typer.Option(help="Defaults to the shipped sample corpus.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Copy the run's reports here.")] = None,
+    corpus: CorpusOpt = "handbook",
+    qa_set: Annotated[
+        Path | None,
+        typer.Option(help="Evaluate this QA set file instead of a generated test set."),
+    ] = None,
+    golden: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--golden",
+            help="Register this file as a golden set of the corpus first (name: the file stem; "
+            "repeatable). Every golden set of the corpus is evaluated.",
+        ),
+    ] = None,
+    generate: Annotated[bool, typer.Option(help="Generate a test set with the LLM.")] = True,
+    as_json: JsonFlag = False,
+) -> None:
+    """Ingest -> GX -> golden sets -> test-set generation -> retrieval evaluation of every set
+    -> reports."""
+    from ragtrail.paths import sample_corpus_dir
+    from ragtrail.pipeline.nightly import run_nightly
+
+    with runtime_with_progress(as_json) as (rt, progress):
+        result = run_nightly(
+            rt,
+            source=source or str(sample_corpus_dir()),
+            corpus=corpus,
+            qa_set=qa_set,
+            golden=golden or (),
+            progress=step_progress(progress),
+            log=console.print,
+            generate=generate and qa_set is None,
+        )
+    report_path = Path(result.report["report_path"])
+    if out is not None:
+        target = out / result.run_id
+        shutil.copytree(report_path.parent, target, dirs_exist_ok=True)
+        report_path = target / report_path.name
+    if as_json:
+        emit({**result.__dict__, "report_path": str(report_path)})
+        return
+    for name, summary in result.evaluation["sets"].items():
+        print_best(
+            summary["best"],
+            title=f"{name}: {summary['qa_set_version']} ({summary['n_questions']} questions)",
+            change=summary["change"],
+        )
+        if summary.get("citations"):
+            console.print(_citation_line(summary["citations"]), highlight=False)
+        if summary.get("sufficiency"):
+            console.print(_sufficiency_line(summary["sufficiency"]), highlight=False)
+    if result.drift is not None:
+        console.print(_drift_line(result.drift), highlight=False)
+    console.print(f"report:    {report_path}")
+    console.print(f"data docs: {report_path.parent / 'data_docs' / 'index.html'}")
+    console.print(f"corpus checks: {result.corpus_quality['data_docs_path']}")
+
+
+def _citation_line(cited: dict[str, Any]) -> str:
+    """Citation F1 of the answering model vs random per mixture type, in one line."""
+    parts = [
+        f"{mixture} {value_ci(systems.get('model'))} vs {value_ci(systems.get('random'))} "
+        f"(n={(systems.get('model') or {}).get('n', 0)})"
+        for mixture, systems in cited["f1"].items()
+    ]
+    return f"citation F1 of {cited['answerer']} vs random: " + "; ".join(parts)
+
+
+def _sufficiency_line(rated: dict[str, Any]) -> str:
+    """Hallucination rate per answer setting and the selective policy's gain, in one line."""
+    parts = [
+        f"{setting} {value_ci(agg)} (n={(agg or {}).get('n', 0)})"
+        for setting, agg in rated["hallucination"].items()
+    ]
+    gain = rated.get("auc_gain")
+    tail = f"; selective AUC gain {value_ci(gain)}" if gain else ""
+    return f"hallucination rate of {rated['answerer']}: " + "; ".join(parts) + tail
+
+
+def _drift_line(drift: dict[str, Any]) -> str:
+    """The nightly's one drift line: per set, fired or not and against which baseline."""
+    if drift.get("skipped"):
+        return f"drift: skipped ({drift['skipped']})"
+    parts = []
+    for name, d in drift.get("sets", {}).items():
+        if d["baseline_run"] is None:
+            parts.append(f"{name} no baseline")
+            continue
+        verdict = (
+            "DRIFT in " + ", ".join(f"{r['evaluation']}:{r['metric']}" for r in d["drifted"])
+            if d["fired"]
+            else "no drift"
+        )
+        parts.append(f"{name} {verdict} vs {d['baseline_run']} ({d['baseline_kind']})")
+    return "drift: " + ("; ".join(parts) or "no run checked")
