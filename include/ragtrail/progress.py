@@ -1,7 +1,7 @@
 """Progress of long steps (model calls, evaluation queries, generation shards) as plain updates.
 
 A step hands ``(task, done, total)`` updates to a :class:`ProgressSink`; it neither knows nor
-cares whether they become a terminal bar (the CLI's, built on rich in ``cli.py`` only) or log
+cares whether they become a terminal bar (the CLI's, built on rich in ``ragtrail.cli.common`` only) or log
 lines (:class:`LogProgress`, the default, which Airflow shows in the task log). Counts of one task
 only grow; ``total`` may grow too (a retry adds requests).
 """

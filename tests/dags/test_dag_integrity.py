@@ -272,8 +272,8 @@ def test_resolve_prefers_newest_asset_event(dagbag: Any) -> None:
 
     resolve = dagbag.dags["evaluate_retrieval"].get_task("resolve").python_callable
     params = {"corpus": "handbook", "snapshot_id": None}
-    older = _event(1, corpus="old", snapshot_id="s1", qa_set="testset:ts-old")
-    newer = _event(2, corpus="wiki", snapshot_id="s2", qa_set="testset:ts-abc")
+    older = _event(1, **_testset_event("old", "s1", "ts-old"))
+    newer = _event(2, **_testset_event("wiki", "s2", "ts-abc"))
     target = resolve(
         params=params,
         triggering_asset_events=_Events({TESTSET_ASSET: [newer, older]}),
@@ -284,6 +284,33 @@ def test_resolve_prefers_newest_asset_event(dagbag: Any) -> None:
     assert target["qa_set"] == "testset:ts-abc"
     assert target["origin"] == "asset_event"
     assert target["run_id"] == "retrieval-asset_triggered__2026-01-01T01_00_00_00_00"
+
+
+def _testset_event(corpus: str, snapshot_id: str, version: str) -> dict[str, Any]:
+    from ragtrail.pipeline.events import TestsetEvent
+
+    event = TestsetEvent(
+        corpus=corpus,
+        snapshot_id=snapshot_id,
+        qa_set=f"testset:{version}",
+        qa_set_version=version,
+        accepted=4,
+        regenerated=True,
+    )
+    return event.to_extra()
+
+
+def test_resolve_refuses_an_event_of_another_shape(dagbag: Any) -> None:
+    from assets import TESTSET_ASSET
+
+    resolve = dagbag.dags["evaluate_retrieval"].get_task("resolve").python_callable
+    partial = _event(1, corpus="wiki", snapshot_id="s2", qa_set="testset:ts-abc", extra_key=1)
+    with pytest.raises(ValueError, match=r"missing \['accepted'.*unknown \['extra_key'\]"):
+        resolve(
+            params={"corpus": "handbook", "snapshot_id": None},
+            triggering_asset_events=_Events({TESTSET_ASSET: [partial]}),
+            run_id="r",
+        )
 
 
 def test_resolve_falls_back_to_params(dagbag: Any) -> None:
@@ -307,7 +334,18 @@ def test_generation_resolve_reads_the_corpus_event(dagbag: Any) -> None:
     from assets import CORPUS_ASSET
 
     resolve = dagbag.dags["generate_testset"].get_task("resolve").python_callable
-    event = _event(3, corpus="wiki", snapshot_id="s9", changed=False)
+    from ragtrail.pipeline.events import COUNT_KEYS, CorpusEvent
+
+    counts = dict.fromkeys(COUNT_KEYS, 0)
+    corpus_event = CorpusEvent(
+        corpus="wiki",
+        snapshot_id="s9",
+        changed=False,
+        manifest_uri=None,
+        data_docs_uri=None,
+        **counts,
+    )
+    event = _event(3, **corpus_event.to_extra())
     state = resolve(
         params={"corpus": "handbook"},
         triggering_asset_events=_Events({CORPUS_ASSET: [event]}),

@@ -67,14 +67,14 @@ def eval_retrieval(
         result = evaluate_retrieval(
             rt, corpus, run_id=run_id, qa_set=qa_set, text_weights=text_weight
         )
-        if report:
-            result["report"] = publish_retrieval_report(rt, run_id)
+        published = publish_retrieval_report(rt, run_id) if report else None
     if as_json:
-        emit(result)
+        report_json = published.model_dump(mode="json", exclude={"sets"}) if published else None
+        emit(result.to_json() | ({"report": report_json} if published else {}))
         return
-    print_best(result["best"])
-    if report:
-        console.print(f"report: {result['report']['report_path']}")
+    print_best(result.best)
+    if published:
+        console.print(f"report: {published.report_path}")
 
 
 @eval_app.command("citations")

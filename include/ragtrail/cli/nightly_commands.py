@@ -17,6 +17,9 @@ from ragtrail.cli.common import (
     step_progress,
 )
 from ragtrail.cli.render import print_best, value_ci
+from ragtrail.summaries.base import Figure
+from ragtrail.summaries.citation_summary import CitationHeadline
+from ragtrail.summaries.sufficiency_summary import SufficiencyHeadline
 
 
 # ``ragtrail nightly``: registered on the root app in ragtrail.cli.
@@ -57,24 +60,24 @@ def nightly(
             log=console.print,
             generate=generate and qa_set is None,
         )
-    report_path = Path(result.report["report_path"])
+    report_path = Path(result.report.report_path)
     if out is not None:
         target = out / result.run_id
         shutil.copytree(report_path.parent, target, dirs_exist_ok=True)
         report_path = target / report_path.name
     if as_json:
-        emit({**result.__dict__, "report_path": str(report_path)})
+        emit({**result.to_json(), "report_path": str(report_path)})
         return
-    for name, summary in result.evaluation["sets"].items():
+    for name, summary in result.sets.items():
         print_best(
-            summary["best"],
-            title=f"{name}: {summary['qa_set_version']} ({summary['n_questions']} questions)",
-            change=summary["change"],
+            summary.best,
+            title=f"{name}: {summary.qa_set_version} ({summary.n_questions} questions)",
+            change=summary.change,
         )
-        if summary.get("citations"):
-            console.print(_citation_line(summary["citations"]), highlight=False)
-        if summary.get("sufficiency"):
-            console.print(_sufficiency_line(summary["sufficiency"]), highlight=False)
+        if summary.citations:
+            console.print(_citation_line(summary.citations), highlight=False)
+        if summary.sufficiency:
+            console.print(_sufficiency_line(summary.sufficiency), highlight=False)
     if result.drift is not None:
         console.print(_drift_line(result.drift), highlight=False)
     console.print(f"report:    {report_path}")
@@ -82,25 +85,28 @@ def nightly(
     console.print(f"corpus checks: {result.corpus_quality['data_docs_path']}")
 
 
-def _citation_line(cited: dict[str, Any]) -> str:
+def _citation_line(cited: CitationHeadline) -> str:
     """Citation F1 of the answering model vs random per mixture type, in one line."""
     parts = [
         f"{mixture} {value_ci(systems.get('model'))} vs {value_ci(systems.get('random'))} "
-        f"(n={(systems.get('model') or {}).get('n', 0)})"
-        for mixture, systems in cited["f1"].items()
+        f"(n={_n(systems.get('model'))})"
+        for mixture, systems in cited.f1.items()
     ]
-    return f"citation F1 of {cited['answerer']} vs random: " + "; ".join(parts)
+    return f"citation F1 of {cited.answerer} vs random: " + "; ".join(parts)
 
 
-def _sufficiency_line(rated: dict[str, Any]) -> str:
+def _sufficiency_line(rated: SufficiencyHeadline) -> str:
     """Hallucination rate per answer setting and the selective policy's gain, in one line."""
     parts = [
-        f"{setting} {value_ci(agg)} (n={(agg or {}).get('n', 0)})"
-        for setting, agg in rated["hallucination"].items()
+        f"{setting} {value_ci(agg)} (n={_n(agg)})" for setting, agg in rated.hallucination.items()
     ]
-    gain = rated.get("auc_gain")
+    gain = rated.auc_gain
     tail = f"; selective AUC gain {value_ci(gain)}" if gain else ""
-    return f"hallucination rate of {rated['answerer']}: " + "; ".join(parts) + tail
+    return f"hallucination rate of {rated.answerer}: " + "; ".join(parts) + tail
+
+
+def _n(figure: Figure | None) -> int:
+    return (figure.n or 0) if figure else 0
 
 
 def _drift_line(drift: dict[str, Any]) -> str:

@@ -3,12 +3,15 @@ best-strategy table of retrieval evaluations (``eval retrieval`` and ``nightly``
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from ragtrail.cli.common import console
+from ragtrail.summaries.base import Figure
+from ragtrail.summaries.retrieval_summary import BestRow, Change, ChangeRow
 
 
 def num(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
@@ -16,41 +19,43 @@ def num(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
     return "undefined" if value is None else f"{value:{spec}}{suffix}"
 
 
-def value_ci(agg: dict[str, Any] | None) -> str:
+def value_ci(agg: Figure | Mapping[str, Any] | None) -> str:
     """An aggregate as ``value [low, high]`` (two decimals), or "undefined" without a value."""
-    if not agg or agg.get("value") is None:
+    if isinstance(agg, Mapping):
+        agg = Figure(**{k: agg.get(k) for k in Figure.model_fields})
+    if agg is None or agg.value is None:
         return "undefined"
-    low, high = agg.get("ci_low"), agg.get("ci_high")
+    low, high = agg.ci_low, agg.ci_high
     ci = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
-    return f"{agg['value']:.2f}{ci}"
+    return f"{agg.value:.2f}{ci}"
 
 
 def print_best(
-    best: list[dict[str, Any]],
+    best: Sequence[BestRow],
     *,
     title: str | None = None,
-    change: dict[str, Any] | None = None,
+    change: Change | None = None,
 ) -> None:
     """The best-strategy table; with ``change``, each label's change since the previous run."""
-    changes = {row["label"]: row for row in (change or {}).get("rows") or []}
+    changes = {row.label: row for row in (change.rows or []) if change} if change else {}
     columns = ["label", "n", "dense", "lexical", "best R@5", "best weight", "gap"]
     table = Table(*columns, *(["change vs previous [95% CI]"] if changes else []), title=title)
     reasons: dict[str, str] = {}
     for row in best:
-        gap = row["gap_to_best"]
+        gap = row.gap_to_best
         cells = [
-            row["label"],
-            str(row["n_questions"]),
-            num(row["dense"]),
-            num(row["lexical"]),
-            num(row["best_recall"]),
-            num(row["best_weight"], "g"),
+            row.label,
+            str(row.n_questions),
+            num(row.dense),
+            num(row.lexical),
+            num(row.best_recall),
+            num(row.best_weight, "g"),
             num(None if gap is None else 100 * gap, ".1f", "%"),
         ]
         if changes:
-            cells.append(_change_cell(changes.get(row["label"])))
+            cells.append(_change_cell(changes.get(row.label)))
         table.add_row(*cells)
-        reasons.update(row.get("undefined") or {})
+        reasons.update(row.undefined)
     Console().print(table)
     for field, reason in reasons.items():
         console.print(f"{field} undefined: {reason}", highlight=False)
@@ -58,25 +63,23 @@ def print_best(
         console.print(_change_line(change), highlight=False)
 
 
-def _change_cell(row: dict[str, Any] | None) -> str:
+def _change_cell(row: ChangeRow | None) -> str:
     """One label's change with its CI, or "undefined (why)"."""
-    if row is None or row.get("diff") is None:
-        reason = (row or {}).get("undefined", {}).get("diff", "not compared")
-        return f"undefined ({reason})"
-    ci = "" if row.get("ci_low") is None else f" [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
-    return f"{row['diff']:+.3f}{ci}"
+    if row is None or row.diff is None:
+        return f"undefined ({row.reason('diff', 'not compared') if row else 'not compared'})"
+    ci = "" if row.ci_low is None else f" [{row.ci_low:+.3f}, {row.ci_high:+.3f}]"
+    return f"{row.diff:+.3f}{ci}"
 
 
-def _change_line(change: dict[str, Any]) -> str:
+def _change_line(change: Change) -> str:
     """Which run the changes are measured against and how, or why there are none."""
-    undefined = change.get("undefined") or {}
-    if change.get("previous_run") is None:
-        return f"change since the previous run: {undefined.get('previous_run')}"
-    if not change.get("rows"):
-        return f"change since {change['previous_run']}: not compared ({undefined.get('rows')})"
+    if change.previous_run is None:
+        return f"change since the previous run: {change.undefined.get('previous_run')}"
+    if not change.rows:
+        return f"change since {change.previous_run}: not compared ({change.undefined.get('rows')})"
     return (
-        f"change since {change['previous_run']}: {change['metric']} at each label's best weight, "
-        f"paired bootstrap over questions ({change['n_resamples']} resamples, seed "
-        f"{change['seed']}); all metrics: ragtrail runs compare {change['previous_run']} "
-        f"{change['run']}"
+        f"change since {change.previous_run}: {change.metric} at each label's best weight, "
+        f"paired bootstrap over questions ({change.n_resamples} resamples, seed "
+        f"{change.seed}); all metrics: ragtrail runs compare {change.previous_run} "
+        f"{change.run}"
     )
