@@ -16,14 +16,23 @@ import codecs
 import datetime as dt
 import io
 import re
-import unicodedata
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from pathlib import PurePosixPath
 from typing import Any
 
+from ragtrail.ingest.formats.common import (
+    Parsed,
+    QuarantineError,
+    SectionBuilder,
+    check_binary,
+    decode_text,
+    decode_utf8,
+    first_line,
+    normalise_text,
+    render_table,
+)
 from ragtrail.records import DocFormat, ParsedDocument, QuarantineReason, Section, SourceFile
 
 __all__ = [
@@ -49,47 +58,10 @@ FORMAT_BY_EXTENSION: Mapping[str, DocFormat] = {
 
 TEXT_FORMATS = frozenset({DocFormat.MARKDOWN, DocFormat.TEXT, DocFormat.HTML})
 MAX_TITLE_CHARS = 120
-BINARY_SAMPLE_BYTES = 64 * 1024
-MAX_CONTROL_BYTE_SHARE = 0.05
-"""A text file whose sample has more than 5% C0 control bytes (other than tab/newline/CR/FF) is
-treated as binary: real text almost never contains them, binary formats are full of them."""
 MAX_DOCX_XML_BYTES = 256 * 1024 * 1024
 """Refuse a DOCX whose uncompressed document.xml exceeds this (zip-bomb guard)."""
 
-_BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"\x89PNG\r\n\x1a\n", "PNG image"),
-    (b"GIF87a", "GIF image"),
-    (b"GIF89a", "GIF image"),
-    (b"\xff\xd8\xff", "JPEG image"),
-    (b"%PDF-", "PDF document"),
-    (b"PK\x03\x04", "ZIP archive"),
-    (b"\x7fELF", "ELF executable"),
-    (b"\x1f\x8b", "gzip archive"),
-    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "OLE2 (legacy Office) file"),
-)
-_CONTROL_BYTES = bytes(b for b in [*range(0x20), 0x7F] if b not in b"\t\n\r\f")
-_UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
-
-# Characters removed by normalise_text besides C0/C1 controls: zero-width and invisible format
-# characters that split words for the tokenizer and make identical text hash differently.
-_INVISIBLE = "\u00ad\u180e\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
-_INVISIBLE += "\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\ufeff"
-_DROP_CHARS = {ord(c): None for c in _INVISIBLE}
-_DROP_CHARS.update({c: None for c in range(0x20) if c not in (0x09, 0x0A)})
-_DROP_CHARS.update({c: None for c in range(0x7F, 0xA0)})
-_DROP_CHARS.update({0x2028: "\n", 0x2029: "\n\n"})
-_HSPACE_RUN = re.compile(r"[^\S\n]+")  # any whitespace except newline (tabs, NBSP, thin spaces…)
-_BLANK_RUNS = re.compile(r"\n{3,}")
 _NON_SPACE_BYTE = re.compile(rb"\S")
-
-
-class QuarantineError(Exception):
-    """A source file was refused; ``reason`` is the stable code, ``detail`` says why in words."""
-
-    def __init__(self, reason: QuarantineReason, detail: str) -> None:
-        super().__init__(f"{reason.value}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,96 +111,9 @@ def parse_document(src: SourceFile, *, max_bytes: int) -> ParsedDocument:
     )
 
 
-def normalise_text(text: str) -> str:
-    """Canonical form of extracted text, so identical content always hashes identically.
-
-    Unicode NFC; CRLF/CR -> LF; zero-width, bidi and control characters removed (tab and newline
-    kept until spacing is collapsed); runs of horizontal whitespace (spaces, tabs, NBSP) -> one
-    space; lines stripped at both ends; 2+ consecutive blank lines -> one blank line; leading and
-    trailing blank lines removed.
-    """
-    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
-    text = text.translate(_DROP_CHARS)
-    lines = (_HSPACE_RUN.sub(" ", line).strip() for line in text.split("\n"))
-    return _BLANK_RUNS.sub("\n\n", "\n".join(lines)).strip("\n")
-
-
-def render_table(rows: Iterable[Iterable[str]]) -> str:
-    """Render table rows as pipe-separated lines ``| a | b |`` (empty rows dropped).
-
-    Cell text is whitespace-collapsed and literal pipes are escaped so the row structure survives.
-    """
-    lines = []
-    for row in rows:
-        cells = [_one_line(c).replace("|", "\\|") for c in row]
-        if any(cells):
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 # --------------------------------------------------------------------------------------------
 # Shared helpers
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Parsed:
-    """Format parser output before the common post-processing in :func:`parse_document`."""
-
-    title: str | None
-    sections: list[Section]
-    metadata: dict[str, Any] = field(default_factory=dict)
-    no_text_detail: str | None = None
-
-
-class _SectionBuilder:
-    """Accumulates text blocks under a heading path and emits normalised sections in order.
-
-    Heading levels are kept on a stack: a heading of level L closes every open heading of level
-    >= L, which is how both Markdown and HTML/DOCX outlines nest.
-    """
-
-    def __init__(self) -> None:
-        self.sections: list[Section] = []
-        self._stack: list[tuple[int, str]] = []
-        self._blocks: list[str] = []
-
-    @property
-    def headings(self) -> tuple[str, ...]:
-        return tuple(text for _, text in self._stack)
-
-    def heading(self, level: int, text: str) -> None:
-        """Start a new heading of ``level``; flushes the text gathered under the previous one."""
-        text = _one_line(text)
-        self.flush()
-        if not text:
-            return
-        while self._stack and self._stack[-1][0] >= level:
-            self._stack.pop()
-        self._stack.append((level, text))
-
-    def add_text(self, block: str) -> None:
-        """Append a paragraph-like block of text to the current section."""
-        if block.strip():
-            self._blocks.append(block)
-
-    def add_table(self, rendered: str) -> None:
-        """Emit a table as its own section (kind="table") under the current heading path."""
-        self.flush()
-        text = normalise_text(rendered)
-        if text:
-            self.sections.append(Section(text=text, headings=self.headings, kind="table"))
-
-    def flush(self) -> None:
-        """Close the current text section, if it has any text."""
-        text = normalise_text("\n\n".join(self._blocks))
-        self._blocks = []
-        if text:
-            self.sections.append(Section(text=text, headings=self.headings, kind="text"))
-
-    def build(self) -> list[Section]:
-        self.flush()
-        return self.sections
 
 
 def _check_size(src: SourceFile, max_bytes: int) -> None:
@@ -245,49 +130,6 @@ def _check_size(src: SourceFile, max_bytes: int) -> None:
         )
 
 
-def _check_binary(data: bytes) -> None:
-    """BINARY_CONTENT for bytes that are clearly not text (magic number, NUL, many controls)."""
-    for magic, kind in _BINARY_MAGIC:
-        if data.startswith(magic):
-            raise QuarantineError(QuarantineReason.BINARY_CONTENT, f"content is a {kind}, not text")
-    if data.startswith(_UTF16_BOMS):
-        raise QuarantineError(
-            QuarantineReason.INVALID_UTF8, "file is UTF-16 encoded; only UTF-8 is accepted"
-        )
-    sample = data[:BINARY_SAMPLE_BYTES]
-    nul = sample.find(b"\x00")
-    if nul >= 0:
-        raise QuarantineError(QuarantineReason.BINARY_CONTENT, f"NUL byte at offset {nul}")
-    controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
-    share = controls / len(sample)
-    if share > MAX_CONTROL_BYTE_SHARE:
-        raise QuarantineError(
-            QuarantineReason.BINARY_CONTENT, f"{share:.0%} of the first bytes are control bytes"
-        )
-
-
-def _decode_utf8(data: bytes) -> str:
-    """Strict UTF-8 decode (a leading BOM is dropped); INVALID_UTF8 names the bad offset."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise QuarantineError(
-            QuarantineReason.INVALID_UTF8,
-            f"not valid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}",
-        ) from None
-
-
-def _decode_text(src: SourceFile) -> str:
-    """Binary check then UTF-8 decode with newlines unified; shared by Markdown and text."""
-    _check_binary(src.data)
-    return _decode_utf8(src.data).replace("\r\n", "\n").replace("\r", "\n")
-
-
-def _one_line(text: str) -> str:
-    """Normalised text on a single line (cell contents, headings): every whitespace run -> " "."""
-    return " ".join(normalise_text(text).split())
-
-
 def _shorten(text: str, limit: int = MAX_TITLE_CHARS) -> str:
     """One line, at most ``limit`` characters, cut at a word boundary with an ellipsis."""
     text = " ".join(text.split())
@@ -297,10 +139,6 @@ def _shorten(text: str, limit: int = MAX_TITLE_CHARS) -> str:
     if " " in cut[limit // 2 :]:
         cut = cut[: cut.rfind(" ")]
     return cut.rstrip() + "…"
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.split("\n") if line.strip()), "")
 
 
 def _json_safe(value: Any) -> Any:
@@ -328,10 +166,10 @@ def _json_safe(value: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def _parse_text(src: SourceFile, max_bytes: int) -> _Parsed:
+def _parse_text(src: SourceFile, max_bytes: int) -> Parsed:
     """One section; the title is the first non-empty line."""
-    text = normalise_text(_decode_text(src))
-    return _Parsed(title=_first_line(text), sections=[Section(text=text)])
+    text = normalise_text(decode_text(src))
+    return Parsed(title=first_line(text), sections=[Section(text=text)])
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,11 +186,11 @@ _CELL_SPLIT = re.compile(r"(?<!\\)\|")
 _LIST_OR_QUOTE = re.compile(r"^ {0,3}(?:[-*+>]|\d+[.)])(?:\s|$)")
 
 
-def _parse_markdown(src: SourceFile, max_bytes: int) -> _Parsed:
+def _parse_markdown(src: SourceFile, max_bytes: int) -> Parsed:
     """Front matter -> metadata; ATX/setext headings -> heading paths; pipe tables -> sections."""
-    text = _decode_text(src)
+    text = decode_text(src)
     metadata, body = _split_front_matter(text)
-    builder = _SectionBuilder()
+    builder = SectionBuilder()
     first_h1: str | None = None
     for kind, level, payload in _markdown_blocks(body):
         if kind == "heading":
@@ -365,7 +203,7 @@ def _parse_markdown(src: SourceFile, max_bytes: int) -> _Parsed:
             builder.add_text(payload)
     fm_title = metadata.get("title")
     title = str(fm_title).strip() if fm_title not in (None, "") else first_h1
-    return _Parsed(title=title, sections=builder.build(), metadata=metadata)
+    return Parsed(title=title, sections=builder.build(), metadata=metadata)
 
 
 def _split_front_matter(text: str) -> tuple[dict[str, Any], str]:
@@ -508,9 +346,9 @@ _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]
 
 def _decode_html(data: bytes) -> str:
     """Decode HTML bytes: BOM first, else a declared ``<meta charset>``, else strict UTF-8."""
-    _check_binary(data)
+    check_binary(data)
     if data.startswith(codecs.BOM_UTF8):
-        return _decode_utf8(data)
+        return decode_utf8(data)
     declared = _META_CHARSET.search(data[:4096])
     if declared:
         name = declared.group(1).decode("ascii", "replace")
@@ -526,10 +364,10 @@ def _decode_html(data: bytes) -> str:
                     QuarantineReason.INVALID_UTF8,
                     f"not valid {name} (declared charset) at offset {exc.start}",
                 ) from None
-    return _decode_utf8(data)
+    return decode_utf8(data)
 
 
-def _parse_html(src: SourceFile, max_bytes: int) -> _Parsed:
+def _parse_html(src: SourceFile, max_bytes: int) -> Parsed:
     """Boilerplate dropped; h1–h6 build heading paths; each data table becomes its own section.
 
     The text indexed is what a browser renders. HTML5 parsing puts everything outside the page's
@@ -548,12 +386,12 @@ def _parse_html(src: SourceFile, max_bytes: int) -> _Parsed:
         title = h1.get_text(" ", strip=True)
     for comment in soup.find_all(string=lambda s: isinstance(s, Comment)):
         comment.extract()
-    builder = _SectionBuilder()
+    builder = SectionBuilder()
     _walk_html(soup, builder)
     meta: dict[str, Any] = {}
     if soup.html is not None and soup.html.get("lang"):
         meta["language"] = soup.html.get("lang")
-    return _Parsed(title=title or None, sections=builder.build(), metadata=meta)
+    return Parsed(title=title or None, sections=builder.build(), metadata=meta)
 
 
 def _is_dropped(tag: Any) -> bool:
@@ -566,7 +404,7 @@ def _is_dropped(tag: Any) -> bool:
     return str(attrs.get("role", "")).lower() in _HTML_DROP_ROLES
 
 
-def _walk_html(root: Any, builder: _SectionBuilder) -> None:
+def _walk_html(root: Any, builder: SectionBuilder) -> None:
     """Iterative document-order walk (no recursion: hostile nesting cannot blow the stack).
 
     Inline text accumulates into a paragraph buffer that is flushed at block boundaries; ``<pre>``
@@ -651,7 +489,7 @@ def _html_table_rows(table: Any) -> list[list[str]]:
 _HYPHEN_BREAK = re.compile(r"(\w)-\n(?=[a-z])")
 
 
-def _parse_pdf(src: SourceFile, max_bytes: int) -> _Parsed:
+def _parse_pdf(src: SourceFile, max_bytes: int) -> Parsed:
     """All pages as one text section (headings are not reliably recoverable from PDF).
 
     A page whose text extraction fails is skipped and counted in ``metadata["pages_failed"]``;
@@ -691,8 +529,8 @@ def _parse_pdf(src: SourceFile, max_bytes: int) -> _Parsed:
     info_title, author = _pdf_info(reader)
     if author:
         metadata["author"] = author
-    return _Parsed(
-        title=info_title or _first_line(text),
+    return Parsed(
+        title=info_title or first_line(text),
         sections=[Section(text=text)] if text else [],
         metadata=metadata,
         no_text_detail=f"no extractable text on {len(page_list)} page(s) (scanned/image-only?)",
@@ -736,7 +574,7 @@ def _check_docx_zip(data: bytes) -> None:
         )
 
 
-def _parse_docx(src: SourceFile, max_bytes: int) -> _Parsed:
+def _parse_docx(src: SourceFile, max_bytes: int) -> Parsed:
     """Heading/Title styles build heading paths; body tables stay in place as table sections."""
     import docx
     from docx.table import Table
@@ -748,7 +586,7 @@ def _parse_docx(src: SourceFile, max_bytes: int) -> _Parsed:
         raise QuarantineError(
             QuarantineReason.CORRUPT, f"unreadable DOCX: {type(exc).__name__}: {exc}"
         ) from exc
-    builder = _SectionBuilder()
+    builder = SectionBuilder()
     first_heading: str | None = None
     for block in _docx_blocks(document):
         if isinstance(block, Table):
@@ -770,7 +608,7 @@ def _parse_docx(src: SourceFile, max_bytes: int) -> _Parsed:
         if value:
             metadata[key] = value
     title = (props.title or "").strip() or first_heading
-    return _Parsed(title=title, sections=builder.build(), metadata=metadata)
+    return Parsed(title=title, sections=builder.build(), metadata=metadata)
 
 
 def _docx_blocks(document: Any) -> Iterator[Any]:
