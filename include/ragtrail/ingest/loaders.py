@@ -33,6 +33,7 @@ from ragtrail.ingest.formats.common import (
     normalise_text,
     render_table,
 )
+from ragtrail.ingest.formats.text import parse_text
 from ragtrail.records import DocFormat, ParsedDocument, QuarantineReason, Section, SourceFile
 
 __all__ = [
@@ -159,17 +160,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value)
-
-
-# --------------------------------------------------------------------------------------------
-# Plain text
-# --------------------------------------------------------------------------------------------
-
-
-def _parse_text(src: SourceFile, max_bytes: int) -> Parsed:
-    """One section; the title is the first non-empty line."""
-    text = normalise_text(decode_text(src))
-    return Parsed(title=first_line(text), sections=[Section(text=text)])
 
 
 # --------------------------------------------------------------------------------------------
@@ -665,7 +655,7 @@ def _docx_table_rows(table: Any) -> list[list[str]]:
 
 
 _PARSERS = {
-    DocFormat.TEXT: _parse_text,
+    DocFormat.TEXT: parse_text,
     DocFormat.MARKDOWN: _parse_markdown,
     DocFormat.HTML: _parse_html,
     DocFormat.PDF: _parse_pdf,
