@@ -1,5 +1,9 @@
 """Parse one source file into a :class:`ParsedDocument`, or refuse it with a quarantine reason.
 
+This module is the entry point; the parsers themselves live in :mod:`ragtrail.ingest.formats`,
+one module per format. :func:`parse_document` picks the parser from the file extension, runs
+the checks every format shares and turns the parser's output into a :class:`ParsedDocument`.
+
 Every refusal is a :class:`QuarantineError` carrying a stable :class:`QuarantineReason` code, so the
 caller can write a :class:`~ragtrail.records.QuarantineRecord` and carry on: a hostile or broken
 file must never crash a nightly run. Any unexpected parser exception is therefore wrapped into
@@ -20,11 +24,7 @@ from decimal import Decimal
 from pathlib import PurePosixPath
 from typing import Any
 
-from ragtrail.ingest.formats.common import (
-    QuarantineError,
-    normalise_text,
-    render_table,
-)
+from ragtrail.ingest.formats.common import Parser, QuarantineError, normalise_text, render_table
 from ragtrail.ingest.formats.docx import parse_docx
 from ragtrail.ingest.formats.html import parse_html
 from ragtrail.ingest.formats.markdown import parse_markdown
@@ -55,13 +55,16 @@ FORMAT_BY_EXTENSION: Mapping[str, DocFormat] = {
 
 TEXT_FORMATS = frozenset({DocFormat.MARKDOWN, DocFormat.TEXT, DocFormat.HTML})
 MAX_TITLE_CHARS = 120
-
 _NON_SPACE_BYTE = re.compile(rb"\S")
 
-
-# --------------------------------------------------------------------------------------------
-# Public entry points
-# --------------------------------------------------------------------------------------------
+_PARSERS: dict[DocFormat, Parser] = {
+    DocFormat.TEXT: parse_text,
+    DocFormat.MARKDOWN: parse_markdown,
+    DocFormat.HTML: parse_html,
+    DocFormat.PDF: parse_pdf,
+    DocFormat.DOCX: parse_docx,
+}
+"""Format -> its parser. Every member of :class:`DocFormat` has one."""
 
 
 def detect_format(rel_path: str) -> DocFormat | None:
@@ -104,11 +107,6 @@ def parse_document(src: SourceFile, *, max_bytes: int) -> ParsedDocument:
         sections=sections,
         metadata=metadata,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Shared helpers
-# --------------------------------------------------------------------------------------------
 
 
 def _check_size(src: SourceFile, max_bytes: int) -> None:
@@ -154,12 +152,3 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value)
-
-
-_PARSERS = {
-    DocFormat.TEXT: parse_text,
-    DocFormat.MARKDOWN: parse_markdown,
-    DocFormat.HTML: parse_html,
-    DocFormat.PDF: parse_pdf,
-    DocFormat.DOCX: parse_docx,
-}
