@@ -38,7 +38,8 @@ from ragtrail.embed.embedder import load_embedder
 from ragtrail.evaluate.metrics import bootstrap_ci
 from ragtrail.evaluate.qaset import load_qa_set
 from ragtrail.generate.prompts import context_sentences
-from ragtrail.ingest.loaders import QuarantineError, parse_document
+from ragtrail.ingest.formats.common import QuarantineError
+from ragtrail.ingest.loaders import parse_document
 from ragtrail.ingest.sources import iter_source
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
 from ragtrail.records import QuestionLabel

@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ragtrail.ingest.loaders import (
-    QuarantineError,
-    detect_format,
-    normalise_text,
-    parse_document,
-    render_table,
-)
+from ragtrail.ingest.formats.common import QuarantineError, normalise_text, render_table
+from ragtrail.ingest.loaders import detect_format, parse_document
 from ragtrail.records import DocFormat, QuarantineReason, SourceFile
 from tests.unit._docs import (
     HTML_DOC,
@@ -164,6 +159,24 @@ def test_deeply_nested_html_does_not_crash() -> None:
         assert exc.reason in (QuarantineReason.CORRUPT, QuarantineReason.NO_TEXT)
     else:
         assert "deep text" in doc.text
+
+
+def test_loaders_still_exports_the_names_that_moved() -> None:
+    """Callers that import these from ``ragtrail.ingest.loaders`` keep working."""
+    from ragtrail.ingest import loaders
+    from ragtrail.ingest.formats import common
+
+    assert loaders.QuarantineError is common.QuarantineError
+    assert loaders.normalise_text is common.normalise_text
+    assert loaders.render_table is common.render_table
+    assert set(loaders.__all__) == {
+        "FORMAT_BY_EXTENSION",
+        "QuarantineError",
+        "detect_format",
+        "normalise_text",
+        "parse_document",
+        "render_table",
+    }
 
 
 def test_quarantine_error_message() -> None:

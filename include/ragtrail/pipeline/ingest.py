@@ -28,7 +28,8 @@ import numpy as np
 
 from ragtrail.artifact_keys import manifest_key, shard_counts_prefix
 from ragtrail.ingest.chunk import chunk_document
-from ragtrail.ingest.loaders import QuarantineError, parse_document
+from ragtrail.ingest.formats.common import QuarantineError
+from ragtrail.ingest.loaders import parse_document
 from ragtrail.ingest.sources import iter_source, read_source_file
 from ragtrail.records import (
     ChangeKind,
