@@ -9,8 +9,8 @@ The ``ragtrail://`` scheme is a custom one: Airflow 3 accepts any scheme except 
 verbatim. They name logical datasets; the concrete artifacts (manifests, metrics, reports)
 travel as asset-event extras (see the ``Metadata`` yielded by the producing tasks).
 
-The extras each asset's events carry are defined once, in the core:
-``ragtrail.pipeline.night.ASSET_EXTRAS`` (strict JSON; a null value comes with its reason under
+The extras each asset's events carry are defined once, in the core: one event type per Asset in
+``ragtrail.pipeline.events`` (strict JSON; a null value comes with its reason under
 ``undefined``). In short:
 
 - ``CORPUS_ASSET``: ``corpus``, ``snapshot_id``, ``changed`` (false: the source was unchanged and
