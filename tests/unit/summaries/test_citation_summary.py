@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from ragtrail.pipeline.citations.views import compact
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.citation_summary import (
+    CitationRun,
     CitationSummary,
     JudgeGateDecision,
     MixtureView,
@@ -210,3 +212,16 @@ def test_a_missing_key_is_refused() -> None:
     del doc["mixture"]["failed"]
     with pytest.raises(ValidationError, match="failed"):
         CitationSummary.from_json(doc)
+
+
+def test_headline_and_step_result() -> None:
+    headline = compact(CitationSummary.from_json(_summary(None)))
+    assert headline.f1 == {
+        "all": {
+            "model": Figure(value=1.0, ci_low=1.0, ci_high=1.0, n=1),
+            "random": Figure(value=0.25, ci_low=0.25, ci_high=0.25, n=1),
+        }
+    }
+    run = CitationRun(**dict(headline), citations_uri="file:///runs/night-1.sample/citations.json")
+    assert list(run.to_json()) == ["run_id", "answerer", "f1", "citations_uri"]
+    assert run.to_json()["f1"]["all"]["random"]["value"] == 0.25
