@@ -25,13 +25,16 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks._common import machine_line, write_section
+
+if TYPE_CHECKING:
+    from ragtrail.summaries.citation_summary import CitationSummary, MixtureAggregate
 
 LLM = "builtin:smollm2-135m-instruct"
 BATCHES = (8, 16)
@@ -156,28 +159,28 @@ def _throughput_table(passes: list[Throughput]) -> list[str]:
     return rows
 
 
-def _f1_table(summaries: dict[str, dict[str, Any]]) -> list[str]:
+def _f1_table(summaries: dict[str, CitationSummary]) -> list[str]:
     """Citation F1 over the answerable questions per mixture type: the model in each precision,
     and the random baseline (the same mixtures in every run)."""
     from ragtrail.evaluate.citations.evaluator import ANSWERABLE
 
-    def cells(summary: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    def cells(summary: CitationSummary) -> dict[tuple[str, str], MixtureAggregate]:
         return {
-            (a["system"], a["mixture"]): a
-            for a in summary["mixture"]["aggregates"]
-            if a["metric"] == "citation_f1" and a.get("label") == ANSWERABLE
+            (a.system, a.mixture): a
+            for a in summary.mixture.aggregates
+            if a.metric == "citation_f1" and a.label == ANSWERABLE
         }
 
-    def cell(agg: dict[str, Any] | None) -> str:
-        if not agg or agg.get("value") is None:
+    def cell(agg: MixtureAggregate | None) -> str:
+        if not agg or agg.value is None:
             return "undefined"
-        return f"{agg['value']:.3f} [{agg['ci_low']:.3f}, {agg['ci_high']:.3f}] (n={agg['n']})"
+        return f"{agg.value:.3f} [{agg.ci_low:.3f}, {agg.ci_high:.3f}] (n={agg.n})"
 
     by = {dtype: cells(summary) for dtype, summary in summaries.items()}
-    first = next(iter(summaries.values()))["mixture"]
+    first = next(iter(summaries.values())).mixture
     head = " | ".join(f"SmolLM2-135M {dtype} F1" for dtype in summaries)
     rows = [f"| mixture | {head} | random F1 |", "|---|" + "---|" * (len(summaries) + 1)]
-    for mixture in first["types"]:
+    for mixture in first.types:
         models = " | ".join(cell(by[d].get(("model", mixture))) for d in summaries)
         rows.append(f"| {mixture} | {models} | {cell(by['float32'].get(('random', mixture)))} |")
     return rows
@@ -203,7 +206,7 @@ def run(items: int = 4, answer_items: int = 8) -> str:
         evaluate_citations(rt, "sample", run_id="bench.golden", qa_set=qa_set)
         warm_s = time.perf_counter() - start
         rerun_calls = rt.llm_usage.totals().calls - calls_cold
-        summaries = {"float32": load_citations(rt, "bench.golden")}
+        stored = {"float32": load_citations(rt, "bench.golden")}
         rt.close()
 
         half = _runtime(
@@ -212,30 +215,29 @@ def run(items: int = 4, answer_items: int = 8) -> str:
         start = time.perf_counter()
         evaluate_citations(half, "sample", run_id="bench.golden.bf16", qa_set=qa_set)
         cold_half = time.perf_counter() - start
-        summaries["bfloat16"] = load_citations(half, "bench.golden.bf16")
+        stored["bfloat16"] = load_citations(half, "bench.golden.bf16")
         half.close()
 
-    assert all(summaries.values())
-    mixture, scenarios = (
-        summaries["float32"]["mixture"],
-        summaries["float32"].get("scenarios") or {},
-    )
-    failed = ", ".join(f"{d} {summary['mixture']['failed']}" for d, summary in summaries.items())
+    summaries = {dtype: summary for dtype, summary in stored.items() if summary}
+    assert len(summaries) == len(stored)
+    mixture, scenarios = summaries["float32"].mixture, summaries["float32"].scenarios
+    failed = ", ".join(f"{d} {summary.mixture.failed}" for d, summary in summaries.items())
     lines = [
         "## Citation quality — SmolLM2-135M on the sample golden set (local transformers, CPU)",
         "",
         machine_line(),
         "",
         f"Answering throughput on the nightly's kind of workload: {len(mixtures)} relevance "
-        f"mixtures ({answer_items} golden questions x {len(mixture['types'])} mixture types, "
-        f"{mixture.get('spec', '1-3/3/3')}), each pass a fresh backend warmed on another "
+        f"mixtures ({answer_items} golden questions x {len(mixture.types)} mixture types, "
+        f"{mixture.spec}), each pass a fresh backend warmed on another "
         "question's mixture, no LLM cache:",
         "",
         *_throughput_table(passes),
         "",
         f"`evaluate_citations` on the golden sample set: {items} questions x "
-        f"{len(mixture['types'])} mixture types, scenarios on "
-        f"{scenarios.get('items', 0)} questions ({', '.join(scenarios.get('names', []))}):",
+        f"{len(mixture.types)} mixture types, scenarios on "
+        f"{scenarios.items if scenarios else 0} questions "
+        f"({', '.join(scenarios.names if scenarios else [])}):",
         "",
         "| run | wall s | model calls |",
         "|---|---|---|",
@@ -246,7 +248,7 @@ def run(items: int = 4, answer_items: int = 8) -> str:
         "",
         "The baseline the retraining work has to beat — citation F1 over the answerable questions "
         f"(95% bootstrap CI, n; failed answers, left out: {failed}; random = 1-3 citations "
-        f"uniformly at random, {mixture['baseline_repeats']} draws per mixture):",
+        f"uniformly at random, {mixture.baseline_repeats} draws per mixture):",
         "",
         *_f1_table(summaries),
     ]

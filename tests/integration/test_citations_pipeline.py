@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ragtrail.artifact_keys import citations_key
 from ragtrail.cli import app
 from ragtrail.evaluate.citations.evaluator import ANSWERABLE
 from ragtrail.paths import sample_corpus_dir
@@ -53,29 +54,34 @@ def test_sample_items_spread_over_labels_and_are_seeded() -> None:
 
 def test_citations_of_one_set_are_stored_and_a_rerun_makes_no_model_call(rt) -> None:
     result = evaluate_citations(rt, CORPUS, run_id="night-1.sample", set_name="sample")
-    json.dumps(result, allow_nan=False)
-    assert set(result["f1"]) == {"relevant+irrelevant", "relevant+seemingly", "all"}
-    for systems in result["f1"].values():
+    result.dumps()  # strict JSON
+    assert result.citations_uri.endswith("night-1.sample/citations.json")
+    assert set(result.f1) == {"relevant+irrelevant", "relevant+seemingly", "all"}
+    for systems in result.f1.values():
         assert set(systems) == {"model", "random"}
-        assert systems["random"]["n"] == systems["model"]["n"] > 0
+        assert systems["random"].n == systems["model"].n > 0
 
     summary = load_citations(rt, "night-1.sample")
-    mixture = summary["mixture"]
-    assert mixture["spec"] == "1-3/3/3" and mixture["counts"]["mixtures"] == 4 * 3
-    assert mixture["failed"] == 0
-    for query in mixture["queries"]:
-        kinds = [p["kind"] for p in query["passages"]]
-        assert query["relevant"] == [n for n, k in enumerate(kinds, 1) if k == "relevant"]
-        assert query["cited"] == [len(kinds)]  # the double cites the passage shown last
-        if query["label"] != "unanswerable":
+    assert summary is not None
+    stored = json.loads(rt.artifacts.get_bytes(citations_key("night-1.sample")))
+    assert summary.to_json() == stored
+    mixture = summary.mixture
+    assert mixture.spec == "1-3/3/3" and mixture.counts.mixtures == 4 * 3
+    assert mixture.failed == 0
+    for query in mixture.queries:
+        kinds = [p.kind for p in query.passages]
+        assert query.relevant == [n for n, k in enumerate(kinds, 1) if k == "relevant"]
+        assert query.cited == [len(kinds)]  # the double cites the passage shown last
+        if query.label != "unanswerable":
             expected = 1.0 if kinds[-1] == "relevant" else 0.0
-            assert query["precision"] == expected
-    scenarios = summary["scenarios"]
-    assert scenarios["names"] == ["G", "RTG-vanilla", "RTG-query-gen", "GTR", "RTG-gold"]
-    assert scenarios["judge"]["judge"].startswith("entailment.embedding@")
-    assert scenarios["judge"]["mode"] == "advise"  # never calibrated here
-    assert {a["metric"] for a in scenarios["aggregates"]} >= {"autoais_cit", "autoais_pssg"}
-    assert "bleu" in scenarios["skipped"]  # the sample set has no gold answers with citations
+            assert query.precision == expected
+    scenarios = summary.scenarios
+    assert scenarios is not None
+    assert scenarios.names == ["G", "RTG-vanilla", "RTG-query-gen", "GTR", "RTG-gold"]
+    assert scenarios.judge.judge.startswith("entailment.embedding@")
+    assert scenarios.judge.mode == "advise"  # never calibrated here
+    assert {a.metric for a in scenarios.aggregates} >= {"autoais_cit", "autoais_pssg"}
+    assert "bleu" in scenarios.skipped  # the sample set has no gold answers with citations
 
     runs = RunStore(rt.engine)
     stored = {v.evaluation for v in runs.query_results("night-1.sample")}
@@ -90,10 +96,11 @@ def test_citations_of_one_set_are_stored_and_a_rerun_makes_no_model_call(rt) -> 
     usage_before = rt.llm_usage.totals().calls
     again = evaluate_citations(rt, CORPUS, run_id="night-1.sample", set_name="sample")
     assert rt.llm_usage.totals().calls == usage_before
-    assert again["f1"] == result["f1"]
+    assert again.f1 == result.f1
     rerun = load_citations(rt, "night-1.sample")
-    assert rerun["mixture"] == mixture
-    assert rerun["scenarios"]["aggregates"] == scenarios["aggregates"]
+    assert rerun is not None and rerun.scenarios is not None
+    assert rerun.mixture == mixture
+    assert rerun.scenarios.aggregates == scenarios.aggregates
 
     announced = announce_citations(
         rt,
@@ -103,7 +110,7 @@ def test_citations_of_one_set_are_stored_and_a_rerun_makes_no_model_call(rt) -> 
         snapshot_id="s",
     )
     assert list(announced["event"]["sets"]) == ["sample"]
-    assert announced["event"]["sets"]["sample"]["f1"] == result["f1"]
+    assert announced["event"]["sets"]["sample"]["f1"] == result.to_json()["f1"]
 
 
 def _planned(name: str, run_id: str) -> dict[str, str]:
@@ -148,8 +155,9 @@ def test_a_set_whose_ground_the_corpus_lacks_is_reported_not_failed(rt, tmp_path
     ]
     stale.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     result = evaluate_citations(rt, CORPUS, run_id="night-1.stale", qa_set=stale)
-    assert result["f1"] == {}
+    assert result.f1 == {}
     summary = load_citations(rt, "night-1.stale")
-    assert summary["mixture"]["counts"]["mixtures"] == 0
-    assert [s["qid"] for s in summary["mixture"]["skipped"]] == ["z0", "z1", "z2"]
-    assert "not in the corpus" in summary["mixture"]["skipped"][0]["reason"]
+    assert summary is not None
+    assert summary.mixture.counts.mixtures == 0
+    assert [s.qid for s in summary.mixture.skipped] == ["z0", "z1", "z2"]
+    assert "not in the corpus" in summary.mixture.skipped[0].reason

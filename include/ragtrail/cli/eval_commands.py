@@ -20,6 +20,7 @@ from ragtrail.cli.common import (
     user_errors,
 )
 from ragtrail.cli.render import num, print_best, value_ci
+from ragtrail.summaries.citation_summary import CitationSummary
 
 eval_app = typer.Typer(help="Evaluate retrieval and answers.", no_args_is_help=True)
 
@@ -129,11 +130,11 @@ def eval_citations(
         )
         summary = load_citations(rt, run_id)
     if as_json:
-        emit(summary)
+        emit(summary.to_json() if summary else None)
         return
     assert summary is not None
     _print_citations(summary)
-    console.print(f"stored: {result['citations_uri']} (run {run_id})", highlight=False)
+    console.print(f"stored: {result.citations_uri} (run {run_id})", highlight=False)
 
 
 QaSetOpt = Annotated[
@@ -284,10 +285,10 @@ def _print_selective(summary: dict[str, Any]) -> None:
     )
 
 
-def _print_citations(summary: dict[str, Any]) -> None:
+def _print_citations(summary: CitationSummary) -> None:
     """Model vs random per mixture type and label, then the scenario table."""
-    mixture = summary["mixture"]
-    by = {(a["system"], a["mixture"], a["label"], a["metric"]): a for a in mixture["aggregates"]}
+    mixture = summary.mixture
+    by = {(a.system, a.mixture, a.label, a.metric): a.figure for a in mixture.aggregates}
     table = Table(
         "mixture",
         "label",
@@ -296,10 +297,10 @@ def _print_citations(summary: dict[str, Any]) -> None:
         "model P",
         "model R",
         "n",
-        title=f"Citations of {summary['answerer']} on mixtures {mixture['spec']}",
+        title=f"Citations of {summary.answerer} on mixtures {mixture.spec}",
     )
-    for mix in mixture["types"]:
-        labels = sorted({a["label"] for a in mixture["aggregates"] if a["mixture"] == mix})
+    for mix in mixture.types:
+        labels = sorted({a.label for a in mixture.aggregates if a.mixture == mix})
         for label in labels:
             f1 = by.get(("model", mix, label, "citation_f1"))
             if f1 is None:
@@ -311,15 +312,15 @@ def _print_citations(summary: dict[str, Any]) -> None:
                 value_ci(by.get(("random", mix, label, "citation_f1"))),
                 value_ci(by.get(("model", mix, label, "citation_precision"))),
                 value_ci(by.get(("model", mix, label, "citation_recall"))),
-                str(f1.get("n", 0)),
+                str(f1.n),
             )
     Console().print(table)
     console.print(
-        f"answers: {mixture['counts']['answers_ok']} ok, {mixture['failed']} failed, "
-        f"{mixture['counts']['abstained']} abstained",
+        f"answers: {mixture.counts.answers_ok} ok, {mixture.failed} failed, "
+        f"{mixture.counts.abstained} abstained",
         highlight=False,
     )
-    scenarios = summary.get("scenarios")
+    scenarios = summary.scenarios
     if not scenarios:
         return
     metrics = (
@@ -330,14 +331,14 @@ def _print_citations(summary: dict[str, Any]) -> None:
         "citation_precision",
         "citation_recall",
     )
-    by_s = {(a["scenario"], a["metric"]): a for a in scenarios["aggregates"]}
+    by_s = {(a.scenario, a.metric): a.figure for a in scenarios.aggregates}
     table = Table("scenario", *metrics, title="Attributed-answer scenarios")
-    for name in scenarios["names"]:
+    for name in scenarios.names:
         table.add_row(name, *(value_ci(by_s.get((name, m))) for m in metrics))
     Console().print(table)
-    judge = scenarios["judge"]
+    judge = scenarios.judge
     console.print(
-        f"entailment judge {judge.get('judge')}: {judge.get('mode')} ({judge.get('reason') or 'calibrated'})",
+        f"entailment judge {judge.judge}: {judge.mode} ({judge.reason or 'calibrated'})",
         highlight=False,
     )
 

@@ -43,6 +43,7 @@ from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.base import Record
+from ragtrail.summaries.citation_summary import CitationSummary
 from ragtrail.summaries.night_summary import (
     NightDocument,
     NightPublication,
@@ -74,7 +75,7 @@ class SetToPublish:
     kind: SetKind | None = None
     extra_quality: tuple[dict[str, Any], ...] = ()
     generation: dict[str, Any] | None = None
-    citations: dict[str, Any] | None = None
+    citations: CitationSummary | None = None
     sufficiency: dict[str, Any] | None = None
     drift: dict[str, Any] | None = None
 
@@ -242,7 +243,7 @@ def _validation_suffix(name: str | None) -> str:
 
 
 def _validate_citations(
-    rt: Runtime, runner: QualityRunner, citations: dict[str, Any], name: str | None
+    rt: Runtime, runner: QualityRunner, citations: CitationSummary, name: str | None
 ) -> list[QualityResult]:
     """GX on one set's citation results: the per-query rows (parquet) and every aggregate of the
     mixture and scenario evaluations."""
@@ -253,11 +254,11 @@ def _validate_citations(
     )
 
     suffix = _validation_suffix(name)
-    queries = get_parquet(rt, citation_queries_key(citations["run_id"]))
-    aggregates = [{"evaluation": "citations", **a} for a in citations["mixture"]["aggregates"]] + [
-        {"evaluation": "attribution", **a}
-        for a in (citations.get("scenarios") or {}).get("aggregates", [])
-    ]
+    queries = get_parquet(rt, citation_queries_key(citations.run_id))
+    scenarios = citations.scenarios.aggregates if citations.scenarios else []
+    aggregates = [
+        {"evaluation": "citations", **a.to_json()} for a in citations.mixture.aggregates
+    ] + [{"evaluation": "attribution", **a.to_json()} for a in scenarios]
     columns = ["evaluation", "metric", "value", "ci_low", "ci_high", "n"]
     metrics = prepare_citation_metrics(
         pd.DataFrame(aggregates, columns=None if aggregates else columns)

@@ -286,7 +286,7 @@ def evaluate_set_citations(
         set_name=planned.name,
         snapshot_id=snapshot_id,
     )
-    return {"name": planned.name, **result}
+    return {"name": planned.name, **result.to_json()}
 
 
 def announce_citations(

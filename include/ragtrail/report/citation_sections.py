@@ -13,11 +13,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure as Plot
 
 from ragtrail.evaluate.citations.evaluator import ANSWERABLE as ALL_ANSWERABLE
 from ragtrail.records import LABELS
 from ragtrail.report.html import ReportSection, render_section
+from ragtrail.summaries.base import Figure
+from ragtrail.summaries.citation_summary import (
+    CitationSummary,
+    MixtureAggregate,
+    MixtureAnswer,
+    MixtureView,
+    ScenarioSummary,
+)
 
 MODEL, RANDOM = "model", "random"
 F1, PRECISION, RECALL = "citation_f1", "citation_precision", "citation_recall"
@@ -25,25 +33,31 @@ DRILL_DOWN_LIMIT = 40
 """Answers shown in the drill-down (the first ones by question id and mixture type)."""
 
 
-def _figure(agg: Mapping[str, Any] | None, digits: int = 2) -> str:
-    if agg is None:
+def _figure(figure: Figure | None, digits: int = 2) -> str:
+    if figure is None or figure.value is None:
         return "–"
-    value = agg.get("value")
-    if value is None:
-        return "–"
-    low, high = agg.get("ci_low"), agg.get("ci_high")
+    low, high = figure.ci_low, figure.ci_high
     ci = f" [{low:.{digits}f}, {high:.{digits}f}]" if low is not None and high is not None else ""
-    return f"{value:.{digits}f}{ci}"
+    return f"{figure.value:.{digits}f}{ci}"
 
 
-def _value(agg: Mapping[str, Any] | None, digits: int = 2) -> str:
+def _value(figure: Figure | None, digits: int = 2) -> str:
     """The point estimate alone (for secondary columns, to keep the table readable)."""
-    value = (agg or {}).get("value")
+    value = figure.value if figure else None
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _index(aggregates: Iterable[Mapping[str, Any]], *keys: str) -> dict[tuple[Any, ...], Any]:
-    return {tuple(a.get(k) for k in keys): a for a in aggregates}
+def _defined(figure: Figure | None) -> bool:
+    return figure is not None and figure.value is not None
+
+
+def _n(figure: Figure | None) -> int:
+    return (figure.n or 0) if figure else 0
+
+
+def _by_group(aggregates: Iterable[MixtureAggregate]) -> dict[tuple[str, str, str, str], Figure]:
+    """(system, mixture type, label, metric) -> the aggregate's figure."""
+    return {(a.system, a.mixture, a.label, a.metric): a.figure for a in aggregates}
 
 
 def _label_order(labels: Iterable[str]) -> list[str]:
@@ -56,14 +70,14 @@ def _table(title: str, columns: list[str], rows: list[list[Any]], note: str) -> 
     return ReportSection(title=title, html=str(html))
 
 
-def mixture_table_section(mixture: Mapping[str, Any], answerer: str) -> ReportSection:
+def mixture_table_section(mixture: MixtureView, answerer: str) -> ReportSection:
     """Model vs random F1 (and the model's precision, recall, invalid rate, length) per mixture
     type and label, each with its CI and n."""
-    aggs = mixture["aggregates"]
-    by = _index(aggs, "system", "mixture", "label", "metric")
+    aggs = mixture.aggregates
+    by = _by_group(aggs)
     rows = []
-    for mix in mixture["types"]:
-        labels = _label_order(a["label"] for a in aggs if a["mixture"] == mix)
+    for mix in mixture.types:
+        labels = _label_order(a.label for a in aggs if a.mixture == mix)
         for label in labels:
             model_f1 = by.get((MODEL, mix, label, F1))
             rows.append(
@@ -76,20 +90,20 @@ def mixture_table_section(mixture: Mapping[str, Any], answerer: str) -> ReportSe
                     _figure(by.get((MODEL, mix, label, RECALL))),
                     _value(by.get((MODEL, mix, label, "invalid_citation_rate"))),
                     _value(by.get((MODEL, mix, label, "answer_words")), 1),
-                    (model_f1 or {}).get("n", 0),
+                    _n(model_f1),
                 ]
             )
     note = (
-        f"Answering model {answerer}; mixture {mixture['spec']} (relevant min-max / irrelevant / "
-        f"seemingly relevant), seed {mixture['seed']}. Random: 1-3 passages cited uniformly at "
-        f"random on the same mixtures, {mixture['baseline_repeats']} draws each. Macro averages "
+        f"Answering model {answerer}; mixture {mixture.spec} (relevant min-max / irrelevant / "
+        f"seemingly relevant), seed {mixture.seed}. Random: 1-3 passages cited uniformly at "
+        f"random on the same mixtures, {mixture.baseline_repeats} draws each. Macro averages "
         "over questions with 95% bootstrap intervals; n = questions with a defined F1. "
-        f"{mixture.get('failed', 0)} answer(s) failed after retries and are left out (listed "
+        f"{mixture.failed} answer(s) failed after retries and are left out (listed "
         "in the drill-down). Precision is undefined for an answer that cites nothing (shown –)."
     )
-    skipped = mixture.get("skipped") or []
+    skipped = mixture.skipped
     if skipped:
-        reasons = sorted({s["reason"] for s in skipped})
+        reasons = sorted({s.reason for s in skipped})
         note += f" {len(skipped)} question(s) skipped: {'; '.join(reasons[:3])}."
     return _table(
         "Citations: model vs random per mixture type and label",
@@ -109,18 +123,18 @@ def mixture_table_section(mixture: Mapping[str, Any], answerer: str) -> ReportSe
     )
 
 
-def unanswerable_section(mixture: Mapping[str, Any]) -> ReportSection | None:
+def unanswerable_section(mixture: MixtureView) -> ReportSection | None:
     """Questions without relevant passages: did the model cite anything, did it abstain."""
     rows = [
         [
-            row["mixture"],
-            row["system"],
-            _figure(row.get("cited_any")),
-            _figure(row.get("abstained")),
-            (row.get("cited_any") or {}).get("n", 0),
+            row.mixture,
+            row.system,
+            _figure(row.cited_any.figure),
+            _figure(row.abstained.figure if row.abstained else None),
+            row.cited_any.n,
         ]
-        for row in mixture.get("unanswerable", [])
-        if (row.get("cited_any") or {}).get("n")
+        for row in mixture.unanswerable
+        if row.cited_any and row.cited_any.n
     ]
     if not rows:
         return None
@@ -134,20 +148,20 @@ def unanswerable_section(mixture: Mapping[str, Any]) -> ReportSection | None:
     )
 
 
-def f1_plot(mixture: Mapping[str, Any], path: Path) -> None:
+def f1_plot(mixture: MixtureView, path: Path) -> None:
     """Grouped bars: model vs random F1 over all answerable labels, per mixture type, with CIs."""
-    by = _index(mixture["aggregates"], "system", "mixture", "label", "metric")
-    types = list(mixture["types"])
-    fig = Figure(figsize=(6.4, 3.2), dpi=110)
+    by = _by_group(mixture.aggregates)
+    types = list(mixture.types)
+    fig = Plot(figsize=(6.4, 3.2), dpi=110)
     ax = fig.subplots()
     width = 0.38
     for offset, system, colour in ((-width / 2, MODEL, "#1f6feb"), (width / 2, RANDOM, "#999")):
         values, lows, highs = [], [], []
         for mix in types:
-            agg = by.get((system, mix, ALL_ANSWERABLE, F1)) or {}
-            value = agg.get("value")
+            agg = by.get((system, mix, ALL_ANSWERABLE, F1))
+            value = agg.value if agg else None
             values.append(value if value is not None else 0.0)
-            low, high = agg.get("ci_low"), agg.get("ci_high")
+            low, high = (agg.ci_low, agg.ci_high) if agg else (None, None)
             lows.append(value - low if value is not None and low is not None else 0.0)
             highs.append(high - value if value is not None and high is not None else 0.0)
         xs = [i + offset for i in range(len(types))]
@@ -161,19 +175,17 @@ def f1_plot(mixture: Mapping[str, Any], path: Path) -> None:
 
 
 def precision_recall_plot(
-    queries: Sequence[Mapping[str, Any]], types: Sequence[str], path: Path
+    queries: Sequence[MixtureAnswer], types: Sequence[str], path: Path
 ) -> None:
     """One point per answered (answerable) query: the model's citation precision vs recall."""
-    fig = Figure(figsize=(4.8, 4.0), dpi=110)
+    fig = Plot(figsize=(4.8, 4.0), dpi=110)
     ax = fig.subplots()
     markers = ("o", "s", "^", "D")
     for i, mix in enumerate(types):
         points = [
-            (q["precision"], q["recall"])
+            (q.precision, q.recall)
             for q in queries
-            if q["mixture"] == mix
-            and q.get("precision") is not None
-            and q.get("recall") is not None
+            if q.mixture == mix and q.precision is not None and q.recall is not None
         ]
         if points:
             ax.scatter(
@@ -224,43 +236,41 @@ def _skipped_note(skipped: Mapping[str, str]) -> str:
     return "; ".join(f"{reason} ({', '.join(ms)})" for reason, ms in by_reason.items()) or "none"
 
 
-def scenario_section(scenarios: Mapping[str, Any]) -> ReportSection:
+def scenario_section(scenarios: ScenarioSummary) -> ReportSection:
     """One row per scenario: attribution metrics, the judge named with its calibration."""
-    by = _index(scenarios["aggregates"], "scenario", "metric")
+    by = {(a.scenario, a.metric): a.figure for a in scenarios.aggregates}
     shown = [
         (title, metric)
         for title, metric in ATTRIBUTION_COLUMNS
-        if any(by.get((name, metric), {}).get("value") is not None for name in scenarios["names"])
+        if any(_defined(by.get((name, metric))) for name in scenarios.names)
     ]
     rows = []
-    for name in scenarios["names"]:
-        n = max(
-            (a.get("n") or 0 for a in scenarios["aggregates"] if a["scenario"] == name), default=0
-        )
+    for name in scenarios.names:
+        n = max((a.n for a in scenarios.aggregates if a.scenario == name), default=0)
         rows.append([name, *(_figure(by.get((name, metric))) for _, metric in shown), n])
-    judge = scenarios.get("judge") or {}
+    judge = scenarios.judge
     note = (
-        f"{scenarios.get('items', 0)} question(s) per scenario. Entailment by "
-        f"{judge.get('judge', 'no judge')}: {judge.get('mode', 'advise')} "
-        f"({judge.get('reason') or 'calibrated'}). Citation precision/recall against the QA "
+        f"{scenarios.items} question(s) per scenario. Entailment by "
+        f"{judge.judge}: {judge.mode} "
+        f"({judge.reason or 'calibrated'}). Citation precision/recall against the QA "
         "set's ground passages. Not computed: "
-        f"{_skipped_note(scenarios.get('skipped', {}))}."
+        f"{_skipped_note(scenarios.skipped)}."
     )
     return _table(
         "Attributed answers: scenarios", ["scenario", *(t for t, _ in shown), "n"], rows, note
     )
 
 
-def scenario_retrieval_section(scenarios: Mapping[str, Any]) -> ReportSection:
+def scenario_retrieval_section(scenarios: ScenarioSummary) -> ReportSection:
     """The retrieval metrics of each scenario's passage list (G retrieves nothing)."""
-    by = _index(scenarios.get("retrieval", []), "scenario", "metric")
+    by = {(row.scenario, row.metric): row.figure for row in scenarios.retrieval}
     rows = [
         [
             name,
             *(_figure(by.get((name, metric))) for _, metric in RETRIEVAL_COLUMNS),
-            (by.get((name, "P@1")) or {}).get("n", 0),
+            _n(by.get((name, "P@1"))),
         ]
-        for name in scenarios["names"]
+        for name in scenarios.names
         if any((name, metric) in by for _, metric in RETRIEVAL_COLUMNS)
     ]
     return _table(
@@ -272,49 +282,46 @@ def scenario_retrieval_section(scenarios: Mapping[str, Any]) -> ReportSection:
     )
 
 
-def drill_down_section(queries: Sequence[Mapping[str, Any]]) -> ReportSection:
+def drill_down_section(queries: Sequence[MixtureAnswer]) -> ReportSection:
     """Per answer: the question, the numbered passages with their kind, the answer, cited vs
     relevant passage numbers (failed answers show their error and raw text)."""
-    shown = sorted(queries, key=lambda q: (q["qid"], q["mixture"]))[:DRILL_DOWN_LIMIT]
+    shown = sorted(queries, key=lambda q: (q.qid, q.mixture))[:DRILL_DOWN_LIMIT]
     html = render_section("citation_drilldown.html", queries=shown, total=len(queries))
     return ReportSection(title="Citations: per-query drill-down", html=str(html))
 
 
 def citation_sections(
-    summary: Mapping[str, Any], out_dir: Path, suffix: str = ""
+    summary: CitationSummary, out_dir: Path, suffix: str = ""
 ) -> list[ReportSection]:
     """Every citation section of one set (``suffix`` keeps plot files of several sets apart)."""
     sections: list[ReportSection] = []
-    mixture = summary.get("mixture")
-    if mixture:
-        answerer = summary.get("answerer", "?")
-        sections.append(mixture_table_section(mixture, answerer))
-        f1_file = f"citation_f1{suffix}.png"
-        f1_plot(mixture, out_dir / f1_file)
-        sections.append(
-            _plot_section(
-                "Citations: F1, model vs random",
-                f1_file,
-                "Over all answerable questions; bars are 95% bootstrap intervals.",
-            )
+    mixture = summary.mixture
+    sections.append(mixture_table_section(mixture, summary.answerer))
+    f1_file = f"citation_f1{suffix}.png"
+    f1_plot(mixture, out_dir / f1_file)
+    sections.append(
+        _plot_section(
+            "Citations: F1, model vs random",
+            f1_file,
+            "Over all answerable questions; bars are 95% bootstrap intervals.",
         )
-        pr_file = f"citation_precision_recall{suffix}.png"
-        precision_recall_plot(mixture["queries"], mixture["types"], out_dir / pr_file)
-        sections.append(
-            _plot_section(
-                "Citations: precision vs recall per query",
-                pr_file,
-                "The model's answers to answerable questions; answers that cite nothing have no "
-                "precision and are not drawn.",
-            )
+    )
+    pr_file = f"citation_precision_recall{suffix}.png"
+    precision_recall_plot(mixture.queries, mixture.types, out_dir / pr_file)
+    sections.append(
+        _plot_section(
+            "Citations: precision vs recall per query",
+            pr_file,
+            "The model's answers to answerable questions; answers that cite nothing have no "
+            "precision and are not drawn.",
         )
-        unanswerable = unanswerable_section(mixture)
-        if unanswerable:
-            sections.append(unanswerable)
-    scenarios = summary.get("scenarios")
-    if scenarios and scenarios.get("names"):
+    )
+    unanswerable = unanswerable_section(mixture)
+    if unanswerable:
+        sections.append(unanswerable)
+    scenarios = summary.scenarios
+    if scenarios and scenarios.names:
         sections.append(scenario_section(scenarios))
         sections.append(scenario_retrieval_section(scenarios))
-    if mixture:
-        sections.append(drill_down_section(mixture["queries"]))
+    sections.append(drill_down_section(mixture.queries))
     return sections

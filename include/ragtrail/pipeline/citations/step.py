@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ragtrail import jsonsafe
 from ragtrail.artifact_keys import citation_queries_key, citations_key
 from ragtrail.config import ModelRole
 from ragtrail.evaluate.attribution.scenarios import run_scenarios
@@ -39,6 +38,15 @@ from ragtrail.pipeline.run_io import best_text_weight, open_set_run, put_parquet
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
+from ragtrail.summaries.citation_summary import (
+    CitationRun,
+    CitationSummary,
+    JudgeGateDecision,
+    ScenarioAggregate,
+    ScenarioCounts,
+    ScenarioRetrievalRow,
+    ScenarioSummary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +64,11 @@ def evaluate_citations(
     seed: int | None = None,
     max_items: int | None = None,
     scenario_items: int | None = None,
-) -> dict[str, Any]:
+) -> CitationRun:
     """Evaluate the answering model's citations on one QA set (see the module docstring).
 
     Arguments left None take their value from ``settings.citations`` (and ``settings.seed``).
-    Returns a compact strict-JSON summary; the full one is stored at :func:`citations_key`.
+    Returns the set's headline and where the full summary is stored (:func:`citations_key`).
     """
     cs = rt.settings.citations
     seed = rt.settings.seed if seed is None else seed
@@ -102,29 +110,28 @@ def evaluate_citations(
     )
     runs.record_evaluation(run_id, mix.result, **record, judges={})
 
-    summary: dict[str, Any] = {
-        "run_id": run_id,
-        "set_name": set_name,
-        **params,
-        "answerer": answerer,
-        "text_weight": text_weight,
-        "text_weight_source": weight_source,
-        "mixture": mixture_view(mix),
-    }
+    scenarios: ScenarioSummary | None = None
     if scenario_names:
         scen_sample = sample_items(
             items, cs.scenario_items if scenario_items is None else scenario_items, seed
         )
-        summary["scenarios"] = _scenarios(
+        scenarios = _scenarios(
             rt, corpus, run_id, scen_sample, scenario_names, text_weight, answer_params, record
         )
-    else:
-        jsonsafe.mark_undefined(summary, "scenarios", "no scenario requested")
-    uri = rt.artifacts.put_bytes(
-        citations_key(run_id), jsonsafe.dumps(summary, "citations.json", indent=1).encode()
+    summary = CitationSummary(
+        run_id=run_id,
+        set_name=set_name,
+        **params,
+        answerer=answerer,
+        text_weight=text_weight,
+        text_weight_source=weight_source,
+        mixture=mixture_view(mix),
+        scenarios=scenarios,
+        undefined={} if scenarios else {"scenarios": "no scenario requested"},
     )
+    uri = rt.artifacts.put_bytes(citations_key(run_id), summary.dumps(indent=1).encode())
     put_parquet(rt, citation_queries_key(run_id), citation_queries_frame(mix))
-    return {**compact(summary).to_json(), "citations_uri": uri}
+    return CitationRun(**dict(compact(summary)), citations_uri=uri)
 
 
 def _scenarios(
@@ -136,7 +143,8 @@ def _scenarios(
     text_weight: float,
     params: GenerationParams,
     record: dict[str, Any],
-) -> dict[str, Any]:
+) -> ScenarioSummary:
+    """Run and score the attributed-answer scenarios on ``items`` and record their metrics."""
     cs = rt.settings.citations
     run = run_scenarios(
         items,
@@ -170,31 +178,33 @@ def _scenarios(
     runs = RunStore(rt.engine)
     runs.record_evaluation(run_id, score.result, **record, judges={"entailment": decision})
     details = run.as_json()
-    return {
-        "names": list(run.scenarios),
-        "items": len(items),
-        "judge": decision,
-        "aggregates": [
-            {
-                "scenario": a["facets"].get("scenario"),
+    return ScenarioSummary(
+        names=list(run.scenarios),
+        items=len(items),
+        judge=JudgeGateDecision.from_json(decision),
+        aggregates=[
+            ScenarioAggregate(
+                scenario=a["facets"]["scenario"],
                 **{k: v for k, v in a.items() if k != "facets"},
-            }
+            )
             for a in score.as_json()["aggregates"]
         ],
-        "retrieval": [
-            {"scenario": name, **row}
+        retrieval=[
+            ScenarioRetrievalRow(scenario=name, **row)
             for name, result in run.scenarios.items()
             if result.retrieval is not None
             for row in result.retrieval.macro
         ],
-        "counts": {
-            name: {k: details["scenarios"][name][k] for k in ("n", "n_ok", "n_failed", "n_skipped")}
+        counts={
+            name: ScenarioCounts(
+                **{k: details["scenarios"][name][k] for k in ("n", "n_ok", "n_failed", "n_skipped")}
+            )
             for name in run.scenarios
         },
-        "seconds_per_question": {
+        seconds_per_question={
             name: details["scenarios"][name]["seconds_per_question"] for name in run.scenarios
         },
-        "skipped": score.skipped,
-        "failed_verdicts": score.failed_verdicts,
-        "details": details,
-    }
+        skipped=score.skipped,
+        failed_verdicts=score.failed_verdicts,
+        details=details,
+    )
