@@ -30,9 +30,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks._common import machine_line, write_section
 from benchmarks.bench_citations import LLM, _ingest, _runtime
+from ragtrail.summaries.sufficiency_summary import SufficiencySummary
 
 
-def _timed(rt: Any, **kwargs: Any) -> tuple[float, int, dict[str, Any]]:
+def _timed(rt: Any, **kwargs: Any) -> tuple[float, int, SufficiencySummary]:
     from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
     from ragtrail.pipeline.sufficiency.views import load_sufficiency
 
@@ -45,10 +46,11 @@ def _timed(rt: Any, **kwargs: Any) -> tuple[float, int, dict[str, Any]]:
     return seconds, rt.llm_usage.totals().calls - calls, summary
 
 
-def _numbers(summary: dict[str, Any]) -> str:
+def _numbers(summary: SufficiencySummary) -> str:
     """Everything but timings and call counts, to compare a rerun with the cold run."""
+    data = summary.to_json()
     drop = {"seconds", "model_calls"}
-    return json.dumps({k: v for k, v in summary.items() if k not in drop}, sort_keys=True)
+    return json.dumps({k: v for k, v in data.items() if k not in drop}, sort_keys=True)
 
 
 def run(items: int | None = None) -> str:
@@ -61,16 +63,16 @@ def run(items: int | None = None) -> str:
         rerun_s, rerun_calls, warm = _timed(rt, qa_set=qa_set, selective=True)
         rt.close()
 
-    selective = cold.get("selective") or {}
-    gain = (selective.get("auc") or {}).get("gain") or {}
+    selective = cold.selective
+    gain = selective.auc.gain if selective is not None else None
     cold_s = suff_s + sel_s
     lines = [
         "## Sufficient context, C/A/H and selective generation — SmolLM2-135M, sample golden set",
         "",
         machine_line(),
         "",
-        f"`evaluate_sufficiency` on {cold['items']} golden questions x settings "
-        f"{', '.join(cold['settings'])}; raters {', '.join(r['name'] for r in cold['raters'])} "
+        f"`evaluate_sufficiency` on {cold.items} golden questions x settings "
+        f"{', '.join(cold.settings)}; raters {', '.join(r.name for r in cold.raters)} "
         "(each calibrated on golden references in the same run); P(True) with "
         f"the nightly's sample/ask counts; local transformers backend, CPU:",
         "",
@@ -82,11 +84,11 @@ def run(items: int | None = None) -> str:
         f"| **rerun / cold** (target <= 0.10, 0 calls) | **{rerun_s / cold_s:.3f}** | |",
         "",
         f"Rerun numbers identical to the cold run: **{_numbers(cold) == _numbers(warm)}**. "
-        f"Policy: {selective.get('status', 'not run')}"
+        f"Policy: {selective.status if selective is not None else 'not run'}"
         + (
-            f", AUC gain {gain.get('value'):.3f} (n={gain.get('n')})"
-            if gain.get("value") is not None
-            else f" ({selective.get('reason', '')})"
+            f", AUC gain {gain.value:.3f} (n={gain.n})"
+            if gain is not None and gain.value is not None
+            else f" ({selective.reason if selective is not None else ''})"
         )
         + ".",
     ]

@@ -33,6 +33,7 @@ from ragtrail.quality.suites import (
     sufficiency_queries_suite,
 )
 from ragtrail.storage.runs_store import RunStore
+from ragtrail.summaries.sufficiency_summary import QueryRow
 from ragtrail.text import content_words
 from tests.scripted_llm import SPEC as SCRIPTED_SPEC
 
@@ -62,66 +63,73 @@ def _without_status(value: object) -> object:
     return value
 
 
-def _expected_outcome(query: dict) -> str:
+def _expected_outcome(query: QueryRow) -> str:
     """The outcome the doubles imply, computed apart from the classifier."""
-    if not query["passages"]:
+    if not query.passages:
         return "abstain"
-    if query["label"] == "unanswerable":
+    if query.label == "unanswerable":
         return "hallucinate"
-    gold = content_words(query["gold"])
-    return "correct" if gold and gold <= content_words(query["answer"]) else "hallucinate"
+    gold = content_words(query.gold)
+    return "correct" if gold and gold <= content_words(query.answer) else "hallucinate"
 
 
 def test_one_set_rated_answered_and_scored_then_a_rerun_makes_no_model_call(rt) -> None:
     result = evaluate_sufficiency(rt, CORPUS, run_id="n1.handbook", set_name="handbook")
-    json.dumps(result, allow_nan=False)
-    assert set(result["hallucination"]) == {"retrieved", "gold", "none"}
+    json.dumps(result.to_json(), allow_nan=False)
+    assert set(result.hallucination) == {"retrieved", "gold", "none"}
     summary = load_sufficiency(rt, "n1.handbook")
-    assert summary["items"] == 6 and summary["settings"] == ["retrieved", "gold", "none"]
+    assert summary is not None
+    assert summary.items == 6 and summary.settings == ["retrieved", "gold", "none"]
+    assert result.sufficiency_uri.endswith("runs/n1.handbook/sufficiency.json")
 
     # every rater is named, calibrated on golden references, and rated every context
-    assert [r["name"] for r in summary["raters"]] == list(SUFFICIENCY_RATERS)
-    for rater in summary["raters"]:
-        assert rater["calibration"]["status"] == "calibrated", rater
-        assert rater["gate"]["mode"] in ("gate", "advise")
-        assert {s: p["n"] for s, p in rater["per_setting"].items()} == {"retrieved": 6, "gold": 6}
-    entail = next(r for r in summary["raters"] if r["name"] == "sufficiency.entailment")
-    assert entail["approximate"]  # the embedding fallback is no probability
-    primary = summary["primary_rater"]
-    assert primary["name"] in SUFFICIENCY_RATERS and primary["reason"]
+    assert [r.name for r in summary.raters] == list(SUFFICIENCY_RATERS)
+    for rater in summary.raters:
+        assert rater.agreement.status == "calibrated", rater
+        assert rater.agreement.mode in ("gate", "advise")
+        assert {s: p.n for s, p in rater.per_setting.items()} == {"retrieved": 6, "gold": 6}
+    entail = next(r for r in summary.raters if r.name == "sufficiency.entailment")
+    assert entail.approximate  # the embedding fallback is no probability
+    primary = summary.primary_rater
+    assert primary.name in SUFFICIENCY_RATERS and primary.reason
 
     # one answer per question and setting; outcomes follow the doubles' rules
-    queries = summary["queries"]
+    queries = summary.queries
     assert len(queries) == 18
     for q in queries:
-        if q["passages"]:
-            first = re.split(r"(?<=[.!?])\s", q["passages"][0].strip())[0][:150]
-            assert q["answer"] == first.strip()
-        assert q["outcome"] == _expected_outcome(q), q
-        expected = "unrated" if q["setting"] == "none" else None
+        if q.passages:
+            first = re.split(r"(?<=[.!?])\s", q.passages[0].strip())[0][:150]
+            assert q.answer == first.strip()
+        assert q.outcome == _expected_outcome(q), q
+        expected = "unrated" if q.setting == "none" else None
         if expected:
-            assert q["sufficiency"] == expected
+            assert q.sufficiency == expected
         else:
-            assert q["ratings"][primary["name"]] == q["sufficiency"]
-    table = {(r["setting"], r["sufficiency"], r["label"]): r for r in summary["cah"]["table"]}
+            assert q.ratings[primary.name] == q.sufficiency
+    table = {(r.setting, r.sufficiency, r.label): r for r in summary.cah.table}
     none_all = table[("none", "all", "all")]
-    assert none_all["abstain"]["value"] == 1.0 and none_all["n_scored"] == 6
+    assert none_all.abstain.value == 1.0 and none_all.n_scored == 6
     overall = table[("all", "all", "all")]
     for outcome in ("correct", "abstain", "hallucinate"):
-        count = sum(q["outcome"] == outcome for q in queries)
-        assert overall["counts"][outcome] == count
-    assert abs(sum(overall[o]["value"] for o in ("correct", "abstain", "hallucinate")) - 1) < 1e-9
+        count = sum(q.outcome == outcome for q in queries)
+        assert overall.counts[outcome] == count
+    values = [r.value for r in (overall.correct, overall.abstain, overall.hallucinate)]
+    assert None not in values and abs(sum(v for v in values if v is not None) - 1) < 1e-9
 
     # selective generation: confidence on every correct or hallucinated answer
-    selective = summary["selective"]
-    scored = [q for q in queries if q["outcome"] in ("correct", "hallucinate")]
-    assert selective["n_rows"] == len(scored)
+    selective = summary.selective
+    assert selective is not None
+    scored = [q for q in queries if q.outcome in ("correct", "hallucinate")]
+    assert selective.n_rows == len(scored)
     for q in scored:
-        assert q["p_true"] == 1.0 and q["p_correct"] == 0.8
-    assert selective["status"] in ("fitted", "undefined")
-    if selective["status"] == "undefined":
-        assert selective["reason"]
+        assert q.p_true == 1.0 and q.p_correct == 0.8
+    assert selective.status in ("fitted", "undefined")
+    if selective.status == "undefined":
+        assert selective.reason
     assert rt.artifacts.exists("runs/n1.handbook/selective_policy.json")
+    # the stored document reads back to the same record
+    document = rt.artifacts.get_bytes("runs/n1.handbook/sufficiency.json")
+    assert json.loads(document) == summary.to_json()
 
     stored = {v.evaluation for v in RunStore(rt.engine).query_results("n1.handbook")}
     assert stored == {"cah", "selective"}
@@ -129,9 +137,7 @@ def test_one_set_rated_answered_and_scored_then_a_rerun_makes_no_model_call(rt) 
     # the GX suites hold on the step's own outputs
     runner = QualityRunner(rt.settings.home / "gx")
     checked = [
-        runner.validate(
-            "q", queries_frame(summary), sufficiency_queries_suite(summary["settings"])
-        ),
+        runner.validate("q", queries_frame(summary), sufficiency_queries_suite(summary.settings)),
         runner.validate(
             "m", prepare_citation_metrics(metrics_frame(summary)), sufficiency_metrics_suite()
         ),
@@ -142,10 +148,12 @@ def test_one_set_rated_answered_and_scored_then_a_rerun_makes_no_model_call(rt) 
     again = evaluate_sufficiency(rt, CORPUS, run_id="n1.handbook", set_name="handbook")
     assert rt.llm_usage.totals().calls == calls
     rerun = load_sufficiency(rt, "n1.handbook")
-    assert again["hallucination"] == result["hallucination"]
+    assert rerun is not None
+    assert again.hallucination == result.hallucination
+    before, after = summary.to_json(), rerun.to_json()
     for key in ("raters", "cah", "selective", "queries", "primary_rater"):
-        assert _without_status(rerun[key]) == _without_status(summary[key]), key
-    assert {r["calibration"]["status"] for r in rerun["raters"]} == {"cached"}
+        assert _without_status(after[key]) == _without_status(before[key]), key
+    assert {r.agreement.status for r in rerun.raters} == {"cached"}
 
     announced = announce_sufficiency(
         rt,

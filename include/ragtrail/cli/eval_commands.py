@@ -20,7 +20,9 @@ from ragtrail.cli.common import (
     user_errors,
 )
 from ragtrail.cli.render import num, print_best, value_ci
+from ragtrail.summaries.base import Figure
 from ragtrail.summaries.citation_summary import CitationSummary
+from ragtrail.summaries.sufficiency_summary import AggregateRow, SufficiencySummary
 
 eval_app = typer.Typer(help="Evaluate retrieval and answers.", no_args_is_help=True)
 
@@ -153,9 +155,10 @@ def _run_sufficiency(
     *,
     selective: bool,
     as_json: bool,
-) -> dict[str, Any]:
+) -> tuple[SufficiencySummary, str]:
     """Run the sufficiency evaluation (``selective``: with the abstention policy) and return its
-    stored summary; ``eval sufficiency`` and ``eval selective`` differ only in that flag."""
+    stored summary and where it is stored; ``eval sufficiency`` and ``eval selective`` differ
+    only in that flag."""
     from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
     from ragtrail.pipeline.sufficiency.views import load_sufficiency
     from ragtrail.storage.db import utcnow
@@ -175,8 +178,7 @@ def _run_sufficiency(
         )
         summary = load_sufficiency(rt, run_id)
     assert summary is not None
-    summary["stored"] = result["sufficiency_uri"]
-    return summary
+    return summary, result.sufficiency_uri
 
 
 RaterOpt = Annotated[
@@ -203,13 +205,13 @@ def eval_sufficiency(
 ) -> None:
     """Is the context sufficient? Every rater (with its measured agreement) on the retrieved and
     gold contexts, and the answers classified Correct / Abstain / Hallucinate per setting."""
-    summary = _run_sufficiency(
+    summary, stored = _run_sufficiency(
         corpus, qa_set, rater, items, seed, run_id, selective=False, as_json=as_json
     )
     if as_json:
-        emit(summary)
+        emit({**summary.to_json(), "stored": stored})
         return
-    _print_sufficiency(summary)
+    _print_sufficiency(summary, stored)
 
 
 @eval_app.command("selective")
@@ -224,65 +226,68 @@ def eval_selective(
 ) -> None:
     """Selective generation: the model's confidence (P(True), P(Correct)) plus sufficiency in a
     logistic-regression abstention policy, compared with confidence alone on held-out questions."""
-    summary = _run_sufficiency(
+    summary, stored = _run_sufficiency(
         corpus, qa_set, rater, items, seed, run_id, selective=True, as_json=as_json
     )
     if as_json:
-        emit(summary)
+        emit({**summary.to_json(), "stored": stored})
         return
-    _print_sufficiency(summary)
+    _print_sufficiency(summary, stored)
     _print_selective(summary)
 
 
-def _print_sufficiency(summary: dict[str, Any]) -> None:
+def _print_sufficiency(summary: SufficiencySummary, stored: str) -> None:
     """The raters with their agreement, then Correct / Abstain / Hallucinate per setting."""
-    raters = Table(title=f"sufficiency raters ({summary['items']} questions)")
+    raters = Table(title=f"sufficiency raters ({summary.items} questions)")
     for col in ("rater", "agreement", "mode", "sufficient share"):
         raters.add_column(col)
-    for r in summary["raters"]:
-        cal = r.get("calibration") or {}
-        shares = ", ".join(
-            f"{s} {value_ci(v.get('share'))}" for s, v in r.get("per_setting", {}).items()
+    for r in summary.raters:
+        agreement = r.agreement
+        shares = ", ".join(f"{s} {value_ci(v.share)}" for s, v in r.per_setting.items())
+        text = (
+            f"{agreement.metric} {value_ci(agreement)} (n={agreement.n})"
+            if agreement.value is not None
+            else agreement.reason or agreement.status or ""
         )
-        agreement = (
-            f"{cal.get('metric')} {value_ci(cal)} (n={cal.get('n')})"
-            if cal.get("value") is not None
-            else cal.get("reason") or cal.get("status", "")
-        )
-        star = " *" if r["name"] == summary["primary_rater"]["name"] else ""
-        raters.add_row(r["name"] + star, agreement, (r.get("gate") or {}).get("mode", ""), shares)
+        star = " *" if r.name == summary.primary_rater.name else ""
+        raters.add_row(r.name + star, text, agreement.mode or "", shares)
     console.print(raters)
-    console.print(f"* stratifies C/A/H: {summary['primary_rater']['reason']}", highlight=False)
-    table = Table(title=f"Correct / Abstain / Hallucinate of {summary.get('answerer')}")
+    console.print(f"* stratifies C/A/H: {summary.primary_rater.reason}", highlight=False)
+    table = Table(title=f"Correct / Abstain / Hallucinate of {summary.answerer}")
     for col in ("setting", "context", "label", "correct", "abstain", "hallucinate", "n"):
         table.add_column(col)
-    for row in summary["cah"]["table"]:
+    for row in summary.cah.table:
         table.add_row(
-            row["setting"],
-            row["sufficiency"],
-            row["label"],
-            *(value_ci(row.get(o)) for o in ("correct", "abstain", "hallucinate")),
-            str(row.get("n_scored", 0)),
+            row.setting,
+            row.sufficiency,
+            row.label,
+            *(value_ci(rate) for rate in (row.correct, row.abstain, row.hallucinate)),
+            str(row.n_scored),
         )
     console.print(table)
-    console.print(f"stored: {summary['stored']} (run {summary['run_id']})", highlight=False)
+    console.print(f"stored: {stored} (run {summary.run_id})", highlight=False)
 
 
-def _print_selective(summary: dict[str, Any]) -> None:
+def _print_selective(summary: SufficiencySummary) -> None:
     """The abstention policy's coverage-curve areas, or why no policy was fitted."""
-    selective = summary.get("selective") or {}
-    if selective.get("status") != "fitted":
-        reason = selective.get("reason") or summary.get("undefined", {}).get("selective")
+    selective = summary.selective
+    if selective is None or selective.status != "fitted":
+        reason = (selective.reason if selective else "") or summary.undefined.get("selective")
         console.print(f"selective generation: no policy ({reason})", highlight=False)
         return
-    auc = selective["auc"]
+    auc = selective.auc
+    gain_n = auc.gain.n if auc.gain is not None else None
     console.print(
-        f"area under the coverage curve: confidence alone {value_ci(auc.get('confidence'))}, "
-        f"sufficiency + confidence {value_ci(auc.get('sufficiency_confidence'))}, "
-        f"difference {value_ci(auc.get('gain'))} (n={auc.get('gain', {}).get('n')}); "
-        f"policy: {selective.get('policy_uri')}",
+        f"area under the coverage curve: confidence alone {value_ci(_figure(auc.confidence))}, "
+        f"sufficiency + confidence {value_ci(_figure(auc.sufficiency_confidence))}, "
+        f"difference {value_ci(_figure(auc.gain))} (n={gain_n}); "
+        f"policy: {selective.policy_uri}",
         highlight=False,
     )
+
+
+def _figure(aggregate: AggregateRow | None) -> Figure | None:
+    return None if aggregate is None else aggregate.figure()
 
 
 def _print_citations(summary: CitationSummary) -> None:

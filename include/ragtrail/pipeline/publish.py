@@ -53,6 +53,7 @@ from ragtrail.summaries.night_summary import (
 )
 from ragtrail.summaries.qa_sets import PlannedSet
 from ragtrail.summaries.retrieval_summary import RetrievalSummary
+from ragtrail.summaries.sufficiency_summary import SufficiencySummary
 
 if TYPE_CHECKING:  # GX loads slowly: imported where a report is built
     from ragtrail.quality.runner import QualityResult, QualityRunner
@@ -76,7 +77,7 @@ class SetToPublish:
     extra_quality: tuple[dict[str, Any], ...] = ()
     generation: dict[str, Any] | None = None
     citations: CitationSummary | None = None
-    sufficiency: dict[str, Any] | None = None
+    sufficiency: SufficiencySummary | None = None
     drift: dict[str, Any] | None = None
 
 
@@ -123,7 +124,7 @@ def publish_sets(
             quality += [r.as_dict() for r in cited]
             suffix = "" if entry.name is None else f".{entry.name}"
             sections += citation_sections(entry.citations, out, suffix)
-        if entry.sufficiency:
+        if entry.sufficiency is not None:
             rated = _validate_sufficiency(rt, runner, entry.sufficiency, entry.name)
             results += rated
             quality += [r.as_dict() for r in rated]
@@ -150,7 +151,11 @@ def publish_sets(
                 kind=entry.kind,
                 change=change,
                 citations=compact_citations(entry.citations) if entry.citations else None,
-                sufficiency=compact_sufficiency(entry.sufficiency) if entry.sufficiency else None,
+                sufficiency=(
+                    compact_sufficiency(entry.sufficiency)
+                    if entry.sufficiency is not None
+                    else None
+                ),
             )
         )
         views.append(
@@ -271,7 +276,7 @@ def _validate_citations(
 
 
 def _validate_sufficiency(
-    rt: Runtime, runner: QualityRunner, summary: dict[str, Any], name: str | None
+    rt: Runtime, runner: QualityRunner, summary: SufficiencySummary, name: str | None
 ) -> list[QualityResult]:
     """GX on one set's sufficiency results: the per-(question, setting) rows and every figure
     (raters' agreement, C/A/H rates, the selective policy's areas)."""
@@ -282,11 +287,11 @@ def _validate_sufficiency(
     )
 
     suffix = _validation_suffix(name)
-    queries = get_parquet(rt, sufficiency_queries_key(summary["run_id"]))
+    queries = get_parquet(rt, sufficiency_queries_key(summary.run_id))
     metrics = prepare_citation_metrics(metrics_frame(summary))
     return [
         runner.validate(
-            f"sufficiency_queries{suffix}", queries, sufficiency_queries_suite(summary["settings"])
+            f"sufficiency_queries{suffix}", queries, sufficiency_queries_suite(summary.settings)
         ),
         runner.validate(f"sufficiency_metrics{suffix}", metrics, sufficiency_metrics_suite()),
     ]

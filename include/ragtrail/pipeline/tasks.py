@@ -328,7 +328,7 @@ def evaluate_set_sufficiency(
         set_name=name,
         snapshot_id=snapshot_id,
     )
-    return {"name": name, **result}
+    return {"name": name, **result.to_json()}
 
 
 def announce_sufficiency(
@@ -339,7 +339,7 @@ def announce_sufficiency(
     from ragtrail.pipeline.sufficiency.views import compact, load_sufficiency
 
     stored = {s.name: load_sufficiency(rt, s.run_id) for s in _planned(sets)}
-    headlines = {name: compact(summary) for name, summary in stored.items() if summary}
+    headlines = {name: compact(summary) for name, summary in stored.items() if summary is not None}
     event = announce_headlines(rt, SufficiencyMetricsEvent, headlines, corpus, run_id, snapshot_id)
     return _announced(headlines, event)
 

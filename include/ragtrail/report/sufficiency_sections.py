@@ -1,32 +1,40 @@
 """Report sections for sufficient context, Correct / Abstain / Hallucinate and selective generation.
 
 Input is the summary a set's run stores (``runs/<run id>/sufficiency.json``, written by
-:mod:`ragtrail.pipeline.sufficiency.step`; strict JSON, so the sections can be rebuilt from the artifact
-alone). Every rate shows its 95% interval and n; undefined figures show "–" with the reason in the
-note, never "nan".
+:mod:`ragtrail.pipeline.sufficiency.step`) and read back as a
+:class:`~ragtrail.summaries.sufficiency_summary.SufficiencySummary`, so the sections can be rebuilt
+from the artifact alone. Every rate shows its 95% interval and n; undefined figures show "–" with
+the reason in the note, never "nan".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure as Plot
 
 from ragtrail.report.html import ReportSection, render_section
+from ragtrail.summaries.base import Figure
+from ragtrail.summaries.sufficiency_summary import (
+    Agreement,
+    CurvePointRow,
+    QueryRow,
+    RaterSetting,
+    SelectiveView,
+    SufficiencySummary,
+)
 
-OUTCOMES = ("correct", "abstain", "hallucinate")
 DRILL_DOWN_LIMIT = 40
 
 
-def _figure(agg: Mapping[str, Any] | None, digits: int = 2) -> str:
-    value = (agg or {}).get("value")
-    if value is None:
+def _figure(figure: Figure | None, digits: int = 2) -> str:
+    if figure is None or figure.value is None:
         return "–"
-    low, high = (agg or {}).get("ci_low"), (agg or {}).get("ci_high")
+    low, high = figure.ci_low, figure.ci_high
     ci = f" [{low:.{digits}f}, {high:.{digits}f}]" if low is not None and high is not None else ""
-    return f"{value:.{digits}f}{ci}"
+    return f"{figure.value:.{digits}f}{ci}"
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]], note: str) -> ReportSection:
@@ -34,45 +42,45 @@ def _table(title: str, columns: list[str], rows: list[list[Any]], note: str) -> 
     return ReportSection(title=title, html=str(html))
 
 
-def _calibration_text(calibration: Mapping[str, Any]) -> str:
-    if calibration.get("value") is None:
-        return calibration.get("reason") or calibration.get("status") or "not calibrated"
-    figure = _figure(calibration)
-    return f"{calibration.get('metric', '?')} {figure} (n={calibration.get('n', 0)})"
+def _calibration_text(agreement: Agreement) -> str:
+    if agreement.value is None:
+        return agreement.reason or agreement.status or "not calibrated"
+    return f"{agreement.metric or '?'} {_figure(agreement)} (n={agreement.n or 0})"
 
 
-def _share(share: Mapping[str, Any] | None) -> str:
+def _share(setting: RaterSetting | None) -> str:
     """A share with its interval and the verdicts it is over (failed ones are counted apart)."""
-    return f"{_figure(share)} (n={(share or {}).get('n', 0)})"
+    share = setting.share if setting is not None else None
+    return f"{_figure(share)} (n={share.n if share is not None else 0})"
 
 
-def raters_section(summary: Mapping[str, Any]) -> ReportSection:
+def raters_section(summary: SufficiencySummary) -> ReportSection:
     """One row per rater: its agreement with the golden references, whether it gates, and the
     share of contexts it called sufficient per rated setting."""
-    settings = [s for s in summary["settings"] if s != "none"]
-    primary = summary["primary_rater"]
+    settings = [s for s in summary.settings if s != "none"]
+    primary = summary.primary_rater
     rows = []
-    for rater in summary["raters"]:
-        gate = rater.get("gate") or {}
-        name = rater["name"] + (" (approximate)" if rater.get("approximate") else "")
-        if rater["name"] == primary["name"]:
+    for rater in summary.raters:
+        agreement = rater.agreement
+        name = rater.name + (" (approximate)" if rater.approximate else "")
+        if rater.name == primary.name:
             name += " ★"
-        per = rater.get("per_setting", {})
+        per = [rater.per_setting.get(s) for s in settings]
         rows.append(
             [
                 name,
-                _calibration_text(rater.get("calibration") or {}),
-                gate.get("mode", "advise"),
-                *(_share(per.get(s, {}).get("share")) for s in settings),
-                sum(per.get(s, {}).get("failed", 0) for s in settings),
-                sum(per.get(s, {}).get("truncated", 0) for s in settings),
+                _calibration_text(agreement),
+                agreement.mode or "advise",
+                *(_share(p) for p in per),
+                sum(p.failed for p in per if p is not None),
+                sum(p.truncated for p in per if p is not None),
             ]
         )
     note = (
         "Agreement (Cohen's kappa, 95% bootstrap interval) with golden references: answerable "
         "questions with their ground chunk are sufficient; unanswerable questions, and answerable "
         "ones given unrelated chunks, are not. ★ stratifies the C/A/H table: "
-        f"{primary['reason']}. A rater that has not met its bar only advises."
+        f"{primary.reason}. A rater that has not met its bar only advises."
     )
     return _table(
         "Sufficient context: raters and their agreement",
@@ -89,30 +97,29 @@ def raters_section(summary: Mapping[str, Any]) -> ReportSection:
     )
 
 
-def cah_section(summary: Mapping[str, Any]) -> ReportSection:
+def cah_section(summary: SufficiencySummary) -> ReportSection:
     """C/A/H rates per setting x sufficiency stratum x label, each with a Wilson interval."""
-    cah = summary["cah"]
+    cah = summary.cah
     rows = [
         [
-            row["setting"],
-            row["sufficiency"],
-            row["label"],
-            *(_figure(row.get(o)) for o in OUTCOMES),
-            row.get("n_scored", 0),
-            row.get("n_unscored", 0),
+            row.setting,
+            row.sufficiency,
+            row.label,
+            *(_figure(rate) for rate in (row.correct, row.abstain, row.hallucinate)),
+            row.n_scored,
+            row.n_unscored,
         ]
-        for row in cah["table"]
-        if row["label"] == "all" or row["sufficiency"] == "all"
+        for row in cah.table
+        if row.label == "all" or row.sufficiency == "all"
     ]
-    correctness = cah.get("correctness") or {}
-    gate = correctness.get("gate") or {}
-    unscored = cah.get("counts", {}).get("unscored", {})
+    correctness = cah.correctness_agreement
+    unscored = cah.counts.unscored
     note = (
-        f"Answers by {summary.get('answerer') or '?'} in each setting: retrieved = top "
-        f"{summary.get('retrieval_k')} chunks at text weight {summary.get('text_weight')}; gold = "
+        f"Answers by {summary.answerer or '?'} in each setting: retrieved = top "
+        f"{summary.retrieval_k} chunks at text weight {summary.text_weight}; gold = "
         "the ground chunk; none = no retrieval. Correct = the normalised gold answer appears in "
         "the answer, else the correctness judge "
-        f"{correctness.get('judge', '?')} decides ({gate.get('mode', 'advise')}: "
+        f"{correctness.judge or '?'} decides ({correctness.mode or 'advise'}: "
         f"{_calibration_text(correctness)}). An unanswerable question answered is a "
         "hallucination. Rows: setting x context over all labels, then setting x label over "
         "both contexts (every crossing is in sufficiency.json). Not scored: "
@@ -127,33 +134,36 @@ def cah_section(summary: Mapping[str, Any]) -> ReportSection:
     )
 
 
-def coverage_plot(selective: Mapping[str, Any], path: Path) -> None:
+def coverage_plot(selective: SelectiveView, path: Path) -> None:
     """Selective accuracy vs coverage for confidence alone and sufficiency + confidence."""
-    fig = Figure(figsize=(5.6, 3.6), dpi=110)
+    fig = Plot(figsize=(5.6, 3.6), dpi=110)
     ax = fig.subplots()
-    auc = selective.get("auc", {})
-    styles = {
-        "confidence": ("#999", "confidence alone"),
-        "sufficiency_confidence": ("#1f6feb", "sufficiency + confidence"),
-    }
-    for key, (colour, title) in styles.items():
-        points = selective.get("curves", {}).get(key) or []
+    auc, curves = selective.auc, selective.curves
+    drawn: list[tuple[list[CurvePointRow] | None, Figure | None, str, str]] = [
+        (curves.confidence, auc.confidence, "#999", "confidence alone"),
+        (
+            curves.sufficiency_confidence,
+            auc.sufficiency_confidence,
+            "#1f6feb",
+            "sufficiency + confidence",
+        ),
+    ]
+    for points, area, colour, title in drawn:
         if not points:
             continue
-        area = (auc.get(key) or {}).get("value")
-        label = title + (f" (area {area:.2f})" if area is not None else "")
+        value = area.value if area is not None else None
+        label = title + (f" (area {value:.2f})" if value is not None else "")
         ax.step(
-            [p["coverage"] for p in points],
-            [p["accuracy"] for p in points],
+            [p.coverage for p in points],
+            [p.accuracy for p in points],
             where="post",
             color=colour,
             label=label,
             marker="o",
             markersize=3,
         )
-    target = (selective.get("threshold") or {}).get("target_coverage")
-    if target is not None:
-        ax.axvline(target, color="#d29922", linestyle=":", linewidth=1)
+    if selective.threshold is not None:
+        ax.axvline(selective.threshold.target_coverage, color="#d29922", linestyle=":", linewidth=1)
     ax.set_xlim(0, 1.02)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("coverage (share of questions answered)")
@@ -164,46 +174,46 @@ def coverage_plot(selective: Mapping[str, Any], path: Path) -> None:
 
 
 def selective_sections(
-    summary: Mapping[str, Any], out_dir: Path, suffix: str
+    summary: SufficiencySummary, out_dir: Path, suffix: str
 ) -> list[ReportSection]:
     """The policy's areas under the coverage curve, their difference with its CI, and the plot."""
-    selective = summary.get("selective")
-    if not selective:
-        reason = summary.get("undefined", {}).get("selective", "not computed")
+    selective = summary.selective
+    if selective is None:
+        reason = summary.reason("selective", "not computed")
         return [_table("Selective generation", ["status"], [[reason]], "")]
-    if not selective.get("curves"):
+    if selective.curves.empty:
         return [
             _table(
                 "Selective generation",
                 ["status", "reason"],
-                [[selective.get("status", "undefined"), selective.get("reason", "")]],
+                [[selective.status, selective.reason]],
                 "The policy needs held-out questions with both hallucinated and other answers.",
             )
         ]
-    auc = selective.get("auc") or {}
-    threshold = selective.get("threshold") or {}
+    auc = selective.auc
+    threshold = selective.threshold
     status = (
         "policy fitted"
-        if selective.get("status") == "fitted"
-        else f"no policy ({selective.get('reason', '')}); confidence alone is shown"
+        if selective.status == "fitted"
+        else f"no policy ({selective.reason}); confidence alone is shown"
     )
     rows = [
-        ["confidence alone", _figure(auc.get("confidence")), selective.get("confidence_source")],
-        ["sufficiency + confidence", _figure(auc.get("sufficiency_confidence")), "policy"],
-        ["difference", _figure(auc.get("gain")), f"n={(auc.get('gain') or {}).get('n', 0)}"],
+        ["confidence alone", _figure(auc.confidence), selective.confidence_source],
+        ["sufficiency + confidence", _figure(auc.sufficiency_confidence), "policy"],
+        ["difference", _figure(auc.gain), f"n={auc.gain.n if auc.gain is not None else 0}"],
     ]
     note = (
-        f"{status}. Logistic regression on {', '.join(selective['features'])} predicting "
+        f"{status}. Logistic regression on {', '.join(selective.features)} predicting "
         "hallucination, "
-        f"fitted on the answers to {selective['n_train']} questions and evaluated on those to "
-        f"{selective['n_test']} other questions (seeded split; abstentions and unscored answers "
-        f"are not rated, {selective.get('excluded', 0)} held-out answers lacked a feature). The difference's interval is a bootstrap over held-out "
+        f"fitted on the answers to {selective.n_train} questions and evaluated on those to "
+        f"{selective.n_test} other questions (seeded split; abstentions and unscored answers "
+        f"are not rated, {selective.excluded} held-out answers lacked a feature). The difference's interval is a bootstrap over held-out "
         "questions."
     )
-    if threshold:
+    if threshold is not None:
         note += (
-            f" At {threshold.get('target_coverage')} coverage the policy answers when its score "
-            f"is at least {_figure(threshold, 3)}."
+            f" At {threshold.target_coverage} coverage the policy answers when its score "
+            f"is at least {threshold.value:.3f}."
         )
     table = _table(
         "Selective generation: area under the coverage curve",
@@ -229,19 +239,19 @@ def selective_sections(
     return [table, plot]
 
 
-def drill_down_section(queries: Sequence[Mapping[str, Any]]) -> ReportSection:
-    shown = sorted(queries, key=lambda q: (q["qid"], q["setting"]))[:DRILL_DOWN_LIMIT]
+def drill_down_section(queries: Sequence[QueryRow]) -> ReportSection:
+    shown = sorted(queries, key=lambda q: (q.qid, q.setting))[:DRILL_DOWN_LIMIT]
     html = render_section("sufficiency_drilldown.html", queries=shown, total=len(queries))
     return ReportSection(title="Sufficiency and answers: per-question drill-down", html=str(html))
 
 
 def sufficiency_sections(
-    summary: Mapping[str, Any], out_dir: Path, suffix: str = ""
+    summary: SufficiencySummary, out_dir: Path, suffix: str = ""
 ) -> list[ReportSection]:
     """Every sufficiency section of one set (``suffix`` keeps plot files of sets apart)."""
     return [
         raters_section(summary),
         cah_section(summary),
         *selective_sections(summary, out_dir, suffix),
-        drill_down_section(summary.get("queries", [])),
+        drill_down_section(summary.queries),
     ]

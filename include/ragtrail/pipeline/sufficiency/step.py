@@ -41,6 +41,7 @@ from ragtrail.evaluate.sufficiency.confidence import (
 )
 from ragtrail.evaluate.sufficiency.selective import (
     WITH_SUFFICIENCY,
+    CurveSummary,
     SelectiveEvalConfig,
     SelectiveEvaluator,
     SelectiveInputs,
@@ -74,6 +75,17 @@ from ragtrail.pipeline.sufficiency.views import (
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
+from ragtrail.summaries.sufficiency_summary import (
+    AggregateRow,
+    CurvePointRow,
+    PrimaryRater,
+    SelectiveAuc,
+    SelectiveCurves,
+    SelectiveView,
+    SufficiencyRun,
+    SufficiencySummary,
+    ThresholdPoint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +122,7 @@ def item_contexts(
 
 def choose_primary(
     raters: Sequence[Judge], calibrations: Mapping[str, Mapping[str, Any]]
-) -> dict[str, Any]:
+) -> PrimaryRater:
     """The rater whose verdicts split C/A/H into sufficient / insufficient: the gating rater
     with the highest calibration value, else the best advising one (named as advising), else
     the first configured one."""
@@ -128,7 +140,7 @@ def choose_primary(
         reason = f"no rater gates; the best-agreeing one ({value(best):.2f}) only advises"
     else:
         reason = "no rater has a calibration; the first configured one only advises"
-    return {"name": best, "gates": bool(gating), "reason": reason}
+    return PrimaryRater(name=best, gates=bool(gating), reason=reason)
 
 
 # ----------------------------------------------------------------------------- the step
@@ -146,10 +158,11 @@ def evaluate_sufficiency(
     max_items: int | None = None,
     seed: int | None = None,
     selective: bool | None = None,
-) -> dict[str, Any]:
+) -> SufficiencyRun:
     """Sufficiency, C/A/H and (optionally) selective generation on one QA set; see the module
     docstring. Arguments left None come from ``settings.sufficiency`` / ``settings.selective``.
-    Returns a compact strict-JSON summary; the full one is stored at :func:`sufficiency_key`."""
+    Returns the set's headline and where the full summary (:class:`SufficiencySummary`) is
+    stored (:func:`sufficiency_key`)."""
     ss = rt.settings.sufficiency
     selective = rt.settings.selective.enabled if selective is None else selective
     seed = rt.settings.seed if seed is None else seed
@@ -193,7 +206,7 @@ def evaluate_sufficiency(
     verdicts = {judge.spec.name: judge.judge(inputs) for judge in judges}
     sufficient = {
         (item.qid, setting): (v.value == SUFFICIENT) if v.ok else None
-        for (item, setting, _), v in zip(rated, verdicts[primary["name"]], strict=True)
+        for (item, setting, _), v in zip(rated, verdicts[primary.name], strict=True)
     }
     clock.lap("raters")
 
@@ -220,58 +233,60 @@ def evaluate_sufficiency(
             answer=answer,
             golds=(gold_answer(item),) if gold_answer(item) else (),
             sufficient=sufficient.get((item.qid, setting)),
-            sufficiency_judge=primary["name"] if setting in RATED_SETTINGS else None,
+            sufficiency_judge=primary.name if setting in RATED_SETTINGS else None,
         )
         for (item, setting, _), answer in zip(answered, answers, strict=True)
     ]
     cah = evaluate_cah(cases, correctness_judge(rt))
     clock.lap("correctness")
     gates = {
-        "sufficiency": (calibrations[primary["name"]].get("gate") or {}),
+        "sufficiency": (calibrations[primary.name].get("gate") or {}),
         "correctness": correctness.get("gate") or {},
     }
     runs.record_evaluation(run_id, cah.result, **record, judges=gates)
 
-    summary: dict[str, Any] = {
-        "run_id": run_id,
-        "set_name": set_name,
-        **opened.params,
-        "seed": seed,
-        "answerer": answerer,
-        "judge_model": judge_model,
-        "text_weight": text_weight,
-        "text_weight_source": weight_source,
-        "items": len(sample),
-        "settings": list(ss.settings),
-        "retrieval_k": ss.retrieval_k,
-        "raters": rater_view(judges, calibrations, rated, verdicts),
-        "primary_rater": primary,
-        "cah": cah_view(cah, correctness),
-    }
-
     confidence: dict[int, dict[str, ConfidenceScore]] = {}
     policy = None
+    selective_view: SelectiveView | None = None
+    undefined: dict[str, str] = {}
     if selective:
         rows, confidence = _selective_rows(rt, cah.records, answered, seed)
         evaluator = SelectiveEvaluator(_selective_config(rt, seed))
         run = evaluator.run(SelectiveInputs(rows))
         policy = run.policies.get(WITH_SUFFICIENCY)
         runs.record_evaluation(run_id, evaluator.result_of(run), **record, judges=gates)
-        summary["selective"] = _selective_view(rt, run_id, run, evaluator, confidence)
+        selective_view = _selective_view(rt, run_id, run, evaluator, confidence)
         clock.lap("selective")
     else:
-        jsonsafe.mark_undefined(summary, "selective", "selective generation was not requested")
+        undefined["selective"] = "selective generation was not requested"
     ratings = {
         (item.qid, setting): {name: vs[i].value for name, vs in verdicts.items()}
         for i, (item, setting, _) in enumerate(rated)
     }
-    summary["queries"] = query_rows(answered, cah.records, ratings, confidence, policy)
-    summary["seconds"], summary["model_calls"] = clock.seconds, clock.calls
-    uri = rt.artifacts.put_bytes(
-        sufficiency_key(run_id), jsonsafe.dumps(summary, "sufficiency.json", indent=1).encode()
+    summary = SufficiencySummary(
+        run_id=run_id,
+        set_name=set_name,
+        **opened.params,
+        seed=seed,
+        answerer=answerer,
+        judge_model=judge_model,
+        text_weight=text_weight,
+        text_weight_source=weight_source,
+        items=len(sample),
+        settings=list(ss.settings),
+        retrieval_k=ss.retrieval_k,
+        raters=rater_view(judges, calibrations, rated, verdicts),
+        primary_rater=primary,
+        cah=cah_view(cah, correctness),
+        selective=selective_view,
+        queries=query_rows(answered, cah.records, ratings, confidence, policy),
+        seconds=clock.seconds,
+        model_calls=clock.calls,
+        undefined=undefined,
     )
+    uri = rt.artifacts.put_bytes(sufficiency_key(run_id), summary.dumps(indent=1).encode())
     put_parquet(rt, sufficiency_queries_key(run_id), queries_frame(summary))
-    return {**compact(summary).to_json(), "sufficiency_uri": uri}
+    return SufficiencyRun(**dict(compact(summary)), sufficiency_uri=uri)
 
 
 class _Clock:
@@ -289,9 +304,6 @@ class _Clock:
         self.seconds[stage] = round(now - self._start, 3)
         self.calls[stage] = calls - self._calls
         self._start, self._calls = now, calls
-
-
-# ------------------------------------------------------------------------------- C/A/H
 
 
 # --------------------------------------------------------------------- selective generation
@@ -368,7 +380,7 @@ def _selective_view(
     run: SelectiveRun,
     evaluator: SelectiveEvaluator,
     confidence: Mapping[int, Mapping[str, ConfidenceScore]],
-) -> dict[str, Any]:
+) -> SelectiveView:
     """What the report and CLI read; the policy (with split and metrics) is its own artifact."""
     comparison = run.comparison
     aggregates = {a.metric: a.as_dict() for a in evaluator.result_of(run).aggregates}
@@ -384,50 +396,53 @@ def _selective_view(
         selective_policy_key(run_id),
         jsonsafe.dumps(document, "selective_policy.json", indent=1).encode(),
     )
-    curves, threshold = {}, None
-    for key, summary in (
-        ("confidence", comparison.confidence_only),
-        ("sufficiency_confidence", comparison.with_sufficiency),
-    ):
-        if summary is not None:
-            curves[key] = [p.as_dict() for p in summary.curve]
+
+    def curve(summary: CurveSummary | None) -> list[CurvePointRow] | None:
+        if summary is None:
+            return None
+        return [CurvePointRow.from_json(p.as_dict()) for p in summary.curve]
+
+    threshold = None
     if comparison.with_sufficiency is not None:
         point = comparison.with_sufficiency.at_target
-        threshold = {"target_coverage": comparison.target_coverage, **point.as_dict()}
-        threshold["value"] = point.threshold
+        threshold = ThresholdPoint(
+            target_coverage=comparison.target_coverage,
+            **point.as_dict(),
+            value=point.threshold,
+        )
     failed = {
         name: sum(1 for scores in confidence.values() if scores[name].value is None)
         for name in (P_TRUE, P_CORRECT)
         if any(name in scores for scores in confidence.values())
     }
-    view: dict[str, Any] = {
-        "status": status,
-        "reason": run.policy_undefined.get(WITH_SUFFICIENCY, ""),
-        "features": list(policy.features) if policy else [SUFFICIENT_FEATURE, P_TRUE],
-        "n_rows": len(confidence),
-        "n_train": len(run.train_qids),
-        "n_test": comparison.n_questions,
-        "excluded": comparison.excluded_missing,
-        "confidence_failed": failed,
-        "confidence_source": (
+
+    def auc(metric: str) -> AggregateRow | None:
+        found = aggregates.get(metric)
+        return None if found is None else AggregateRow.from_json(found)
+
+    return SelectiveView(
+        status=status,
+        reason=run.policy_undefined.get(WITH_SUFFICIENCY, ""),
+        features=list(policy.features) if policy else [SUFFICIENT_FEATURE, P_TRUE],
+        n_rows=len(confidence),
+        n_train=len(run.train_qids),
+        n_test=comparison.n_questions,
+        excluded=comparison.excluded_missing,
+        confidence_failed=failed,
+        confidence_source=(
             comparison.confidence_only.source if comparison.confidence_only else None
         ),
-        "auc": {
-            "confidence": aggregates.get("auc_confidence"),
-            "sufficiency_confidence": aggregates.get("auc_sufficiency_confidence"),
-            "gain": aggregates.get("auc_gain"),
-        },
-        "curves": curves,
-        "threshold": threshold,
-        "policy_uri": uri,
-        "undefined_reasons": dict(comparison.undefined),
-    }
-    if policy is not None:
-        view["policy"] = policy.as_dict()
-    return jsonsafe.check_finite(view, "selective view")
-
-
-# ------------------------------------------------------------------------ per-query rows
-
-
-# ------------------------------------------------------------------------------ reading
+        auc=SelectiveAuc(
+            confidence=auc("auc_confidence"),
+            sufficiency_confidence=auc("auc_sufficiency_confidence"),
+            gain=auc("auc_gain"),
+        ),
+        curves=SelectiveCurves(
+            confidence=curve(comparison.confidence_only),
+            sufficiency_confidence=curve(comparison.with_sufficiency),
+        ),
+        threshold=threshold,
+        policy_uri=uri,
+        undefined_reasons=dict(comparison.undefined),
+        policy=policy.as_dict() if policy is not None else None,
+    )

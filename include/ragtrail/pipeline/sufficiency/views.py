@@ -4,7 +4,6 @@ the stored summary."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,7 +24,18 @@ from ragtrail.quality.suites import SUFFICIENCY_QUERY_COLUMNS
 from ragtrail.records import QAItem, QuestionLabel
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.base import Figure
-from ragtrail.summaries.sufficiency_summary import SufficiencyHeadline
+from ragtrail.summaries.sufficiency_summary import (
+    AggregateRow,
+    CAHCounts,
+    CAHTableRow,
+    CAHView,
+    Proportion,
+    QueryRow,
+    RaterSetting,
+    RaterView,
+    SufficiencyHeadline,
+    SufficiencySummary,
+)
 
 
 def rater_view(
@@ -33,7 +43,7 @@ def rater_view(
     calibrations: Mapping[str, Mapping[str, Any]],
     rated: Sequence[tuple[QAItem, str, list[str]]],
     verdicts: Mapping[str, Sequence[Verdict]],
-) -> list[dict[str, Any]]:
+) -> list[RaterView]:
     """Per rater: identity, calibration and gate, and per rated setting the share of contexts
     it called sufficient (Wilson CI), its failures and truncations."""
     out = []
@@ -46,57 +56,59 @@ def rater_view(
             ]
             ok = [v for v in mine if v.ok]
             share = proportion(sum(v.value == SUFFICIENT for v in ok), len(ok), what="verdicts")
-            per_setting[setting] = {
-                "n": len(mine),
-                "failed": len(mine) - len(ok),
-                "truncated": sum("truncated" in v.reason for v in mine),
-                "share": share.as_dict(),
-            }
+            per_setting[setting] = RaterSetting(
+                n=len(mine),
+                failed=len(mine) - len(ok),
+                truncated=sum("truncated" in v.reason for v in mine),
+                share=Proportion.from_json(share.as_dict()),
+            )
         out.append(
-            {
-                "name": spec.name,
-                "judge": spec.ref,
-                "approximate": spec.approximate,
-                "description": spec.description,
-                "calibration": {k: v for k, v in calibration.items() if k != "gate"},
-                "gate": calibration.get("gate"),
-                "per_setting": per_setting,
-            }
+            RaterView(
+                name=spec.name,
+                judge=spec.ref,
+                approximate=spec.approximate,
+                description=spec.description,
+                calibration={k: v for k, v in calibration.items() if k != "gate"},
+                gate=calibration.get("gate"),
+                per_setting=per_setting,
+            )
         )
     return out
 
 
-def cah_view(cah: CAHEvaluation, correctness: Mapping[str, Any]) -> dict[str, Any]:
+def cah_view(cah: CAHEvaluation, correctness: Mapping[str, Any]) -> CAHView:
     """The C/A/H table with each rate beside its facets, the counts and the judge."""
     table = []
     for row in cah.table:
         data = row.as_dict()
         rates = data.pop("rates")
-        table.append({**data, **{o: rates[o] for o in OUTCOMES}})
+        table.append(CAHTableRow.from_json({**data, **{o: rates[o] for o in OUTCOMES}}))
     overall = next(r for r in cah.table if set(r.facets.values()) == {ALL})  # every answer
     decided = Counter(
         "judge" if "@" in r.decided_by else r.decided_by for r in cah.records if r.decided_by
     )
-    return {
-        "correctness": dict(correctness),
-        "table": table,
-        "aggregates": [a.as_dict() for a in cah.result.aggregates],
-        "counts": {
-            "answers": overall.n,
-            "scored": overall.n_scored,
-            "unscored": dict(overall.unscored_reasons),
-            "decided_by": dict(decided),
-        },
-    }
+    return CAHView(
+        correctness=dict(correctness),
+        table=table,
+        aggregates=[AggregateRow.from_json(a.as_dict()) for a in cah.result.aggregates],
+        counts=CAHCounts(
+            answers=overall.n,
+            scored=overall.n_scored,
+            unscored=dict(overall.unscored_reasons),
+            decided_by=dict(decided),
+        ),
+    )
 
 
 def query_rows(
     answered: Sequence[tuple[QAItem, str, list[str]]],
     records: Sequence[CAHRecord],
-    ratings: Mapping[tuple[str, str], Mapping[str, Any]],
+    ratings: Mapping[tuple[str, str], Mapping[str, str | int | float | None]],
     confidence: Mapping[int, Mapping[str, ConfidenceScore]],
     policy: SelectivePolicy | None,
-) -> list[dict[str, Any]]:
+) -> list[QueryRow]:
+    """One row per (question, setting): context, stratum, every rater's verdict, the answer, its
+    outcome and confidences, and the fitted policy's score when it can score the row."""
     rows = []
     for i, ((item, setting, passages), record) in enumerate(zip(answered, records, strict=True)):
         answer: ShortAnswer = record.case.answer
@@ -108,104 +120,108 @@ def query_rows(
         if policy is not None and policy.can_score(row):
             policy_score = policy.score(row)
         rows.append(
-            {
-                "qid": item.qid,
-                "label": item.label,
-                "setting": setting,
-                "question": item.question,
-                "passages": list(passages),
-                "sufficiency": record.case.sufficiency,
-                "ratings": dict(ratings.get((item.qid, setting), {})),
-                "gold": gold_answer(item),
-                "answer": answer.text,
-                "abstained": answer.abstained,
-                "error": answer.error,
-                "raw": "\n---\n".join(answer.raw),
-                "outcome": None if record.outcome is None else str(record.outcome),
-                "decided_by": record.decided_by,
-                "unscored_reason": record.unscored_reason,
-                "p_true": features.get(P_TRUE),
-                "p_correct": features.get(P_CORRECT),
-                "policy_score": policy_score,
-            }
+            QueryRow(
+                qid=item.qid,
+                label=str(item.label),
+                setting=setting,
+                question=item.question,
+                passages=list(passages),
+                sufficiency=record.case.sufficiency,
+                ratings=dict(ratings.get((item.qid, setting), {})),
+                gold=gold_answer(item),
+                answer=answer.text,
+                abstained=answer.abstained,
+                error=answer.error,
+                raw="\n---\n".join(answer.raw),
+                outcome=None if record.outcome is None else str(record.outcome),
+                decided_by=record.decided_by,
+                unscored_reason=record.unscored_reason,
+                p_true=features.get(P_TRUE),
+                p_correct=features.get(P_CORRECT),
+                policy_score=policy_score,
+            )
         )
     return rows
 
 
-def queries_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
+def queries_frame(summary: SufficiencySummary) -> pd.DataFrame:
     """One row per (question, setting): stratum, outcome (``unscored`` with its reason) and
     confidences — the GX input."""
     columns = list(SUFFICIENCY_QUERY_COLUMNS)
-    rows = [
-        {
-            **{c: q.get(c) for c in columns},
-            "outcome": q.get("outcome") or "unscored",
-        }
-        for q in summary["queries"]
-    ]
+    rows = []
+    for query in summary.queries:
+        data = query.to_json()
+        rows.append({**{c: data.get(c) for c in columns}, "outcome": query.outcome or "unscored"})
     frame = pd.DataFrame(rows, columns=columns)
     for col in ("p_true", "p_correct"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
     return frame
 
 
-def metrics_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
+def metrics_frame(summary: SufficiencySummary) -> pd.DataFrame:
     """Every figure of a sufficiency summary as (evaluation, metric, value, ci_low, ci_high, n)."""
     rows: list[dict[str, Any]] = [
-        {"evaluation": "cah", **a} for a in summary["cah"].get("aggregates", [])
+        {"evaluation": "cah", **a.to_json()} for a in summary.cah.aggregates
     ]
-    for rater in summary["raters"]:
-        cal = rater.get("calibration") or {}
-        if cal.get("metric"):
+    for rater in summary.raters:
+        agreement = rater.agreement
+        if agreement.metric:
             rows.append(
                 {
-                    "evaluation": f"calibration.{rater['name']}",
-                    **{k: cal.get(k) for k in ("metric", "value", "ci_low", "ci_high")},
-                    "n": cal.get("n") or 0,
+                    "evaluation": f"calibration.{rater.name}",
+                    "metric": agreement.metric,
+                    "value": agreement.value,
+                    "ci_low": agreement.ci_low,
+                    "ci_high": agreement.ci_high,
+                    "n": agreement.n or 0,
                 }
             )
-        for setting, per in rater.get("per_setting", {}).items():
+        for setting, per in rater.per_setting.items():
             rows.append(
                 {
-                    "evaluation": f"rater.{rater['name']}.{setting}",
+                    "evaluation": f"rater.{rater.name}.{setting}",
                     "metric": "sufficient_share",
-                    **per["share"],
+                    **per.share.to_json(),
                 }
             )
-    for agg in ((summary.get("selective") or {}).get("auc") or {}).values():
-        if agg:
-            rows.append({"evaluation": "selective", **agg})
+    if summary.selective is not None:
+        auc = summary.selective.auc
+        for agg in (auc.confidence, auc.sufficiency_confidence, auc.gain):
+            if agg is not None:
+                rows.append({"evaluation": "selective", **agg.to_json()})
     columns = ["evaluation", "metric", "value", "ci_low", "ci_high", "n"]
     frame = pd.DataFrame(rows, columns=None if rows else columns)
     return frame.drop(columns=["facets", "undefined"], errors="ignore")
 
 
-def compact(summary: Mapping[str, Any]) -> SufficiencyHeadline:
+def compact(summary: SufficiencySummary) -> SufficiencyHeadline:
     """The set's headline: hallucination rate per setting (all labels, all strata), the primary
     rater and the selective policy's AUC gain."""
-
-    def figure(agg: Mapping[str, Any]) -> Figure:
-        return Figure(**{k: agg.get(k) for k in ("value", "ci_low", "ci_high", "n")})
-
     hallucination = {
-        row["setting"]: figure(row["hallucinate"])
-        for row in summary["cah"]["table"]
-        if row["setting"] != ALL and row["sufficiency"] == ALL and row["label"] == ALL
+        row.setting: _figure(row.hallucinate)
+        for row in summary.cah.table
+        if row.setting != ALL and row.sufficiency == ALL and row.label == ALL
     }
-    gain = ((summary.get("selective") or {}).get("auc") or {}).get("gain")
+    gain = summary.selective.auc.gain if summary.selective is not None else None
     return SufficiencyHeadline(
-        run_id=summary["run_id"],
-        answerer=summary["answerer"],
-        primary_rater=summary["primary_rater"]["name"],
+        run_id=summary.run_id,
+        answerer=summary.answerer,
+        primary_rater=summary.primary_rater.name,
         hallucination=hallucination,
-        auc_gain=figure(gain) if gain else None,
+        auc_gain=gain.figure() if gain is not None else None,
     )
 
 
-def load_sufficiency(rt: Runtime, run_id: str) -> dict[str, Any] | None:
+def _figure(share: Proportion) -> Figure:
+    return Figure(value=share.value, ci_low=share.ci_low, ci_high=share.ci_high, n=share.n)
+
+
+def load_sufficiency(rt: Runtime, run_id: str) -> SufficiencySummary | None:
     """The stored sufficiency summary of a set's run (None when it was not rated)."""
     key = sufficiency_key(run_id)
-    return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None
+    if not rt.artifacts.exists(key):
+        return None
+    return SufficiencySummary.from_json(rt.artifacts.get_bytes(key))
 
 
 RATED_SETTINGS = ("retrieved", "gold")
