@@ -664,7 +664,7 @@ class _YamlSource(PydanticBaseSettingsSource):
         data = read_settings_yaml(path)
         leaked = SECRET_FIELDS & data.keys()
         if leaked:
-            raise ValueError(f"{path}: secrets {sorted(leaked)} belong in env vars, not in YAML")
+            raise ConfigError(f"{path}: secrets {sorted(leaked)} belong in env vars, not in YAML")
         check_yaml_keys(data, self.settings_cls, path)
         return data
 

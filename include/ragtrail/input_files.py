@@ -23,6 +23,7 @@ line is a file of another kind (a minified dump, a binary file), not a record.""
 StrPath = str | os.PathLike[str]
 
 UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 _SNIFF_BYTES = 8192
 
 
@@ -58,11 +59,15 @@ def check_text_file(path: StrPath, what: str) -> Path:
     """:func:`check_input_file`, then a look at the file's first bytes: a NUL byte (a binary
     file) or bytes that are not UTF-8 are refused before a parser sees them."""
     path = check_input_file(path, what)
+    if not path.is_file():
+        return path  # a pipe or device: reading a sample would consume it
     try:
         with path.open("rb") as fh:
             head = fh.read(_SNIFF_BYTES)
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    if head.startswith(UTF16_BOMS):
+        raise InputFileError(f"{path}: UTF-16 text; save the file as UTF-8")
     if b"\x00" in head:
         raise InputFileError(f"{path}: binary data (a NUL byte), expected a UTF-8 text file")
     try:
@@ -75,10 +80,12 @@ def check_text_file(path: StrPath, what: str) -> Path:
 
 def read_lines(path: StrPath, what: str) -> Iterator[str]:
     """Every line of a UTF-8 text file (line ends and a leading byte order mark removed), blank
-    lines included so that callers number lines as an editor does.
+    lines included so that callers number lines as an editor does. The file is read once, so a
+    pipe (``<(zcat qrels.gz)``) works.
 
-    InputFileError, naming the file and the line, for a line that is longer than
-    :data:`MAX_LINE_BYTES`, holds a NUL byte (binary data) or is not UTF-8.
+    InputFileError, naming the file, for a file whose first bytes are binary (a NUL byte) or
+    UTF-16; naming the line, for a line that is longer than :data:`MAX_LINE_BYTES`, holds a NUL
+    byte or is not UTF-8.
     """
     path = check_input_file(path, what)
     try:
@@ -86,6 +93,16 @@ def read_lines(path: StrPath, what: str) -> Iterator[str]:
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     with fh:
+        try:
+            head = fh.peek(_SNIFF_BYTES)[:_SNIFF_BYTES]  # not consumed: a pipe is read once
+        except OSError as exc:
+            raise InputFileError(
+                f"{path}: cannot read the {what} ({exc.strerror or exc})"
+            ) from None
+        if head.startswith(UTF16_BOMS):
+            raise InputFileError(f"{path}: UTF-16 text; save the file as UTF-8")
+        if b"\x00" in head:
+            raise InputFileError(f"{path}: binary data (a NUL byte), expected a UTF-8 text file")
         number = 0
         while True:
             try:
