@@ -673,8 +673,9 @@ def _config_path() -> Path | None:
     explicit = os.environ.get("RAGTRAIL_CONFIG")
     if explicit:
         path = Path(explicit)
-        if path.is_dir():
-            raise ConfigError(f"RAGTRAIL_CONFIG points at a directory, not a YAML file: {path}")
+        if path.exists() and not path.is_file():
+            kind = "a directory" if path.is_dir() else "something other than a file"
+            raise ConfigError(f"RAGTRAIL_CONFIG points at {kind}, not a YAML file: {path}")
         if not path.is_file():
             raise FileNotFoundError(f"RAGTRAIL_CONFIG points at a missing file: {path}")
         return path

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ StrPath = str | os.PathLike[str]
 
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SNIFF_BYTES = 8192
 
 
@@ -133,11 +135,22 @@ def read_lines(path: StrPath, what: str) -> Iterator[str]:
 
 
 def parse_json(text: str) -> Any:
-    """``json.loads(text)``; ValueError (never RecursionError) for JSON nested too deeply."""
+    """``json.loads(text)``; ValueError (never RecursionError) for JSON nested too deeply, and
+    for a ``\\uD800``-style escape that is half a surrogate pair: Python accepts it, but it is no
+    character and fails later, far from the file, when the text is encoded."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            half = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+            raise ValueError(
+                f"the escape {half} is half a surrogate pair, not a character"
+            ) from None
+    return value
 
 
 def json_type(value: Any) -> str:

@@ -196,6 +196,8 @@ def test_config_pointing_at_a_directory_or_nothing(
 ) -> None:
     monkeypatch.setenv("RAGTRAIL_CONFIG", str(tmp_path))
     _refused(rf"^RAGTRAIL_CONFIG points at a directory, not a YAML file: {tmp_path}$")
+    monkeypatch.setenv("RAGTRAIL_CONFIG", "/dev/null")
+    _refused(r"^RAGTRAIL_CONFIG points at something other than a file, not a YAML file: /dev/null$")
     monkeypatch.setenv("RAGTRAIL_CONFIG", str(tmp_path / "nope.yaml"))
     with pytest.raises(FileNotFoundError, match="RAGTRAIL_CONFIG points at a missing file"):
         load_settings()

@@ -127,3 +127,10 @@ def test_a_pipe_is_read_once(tmp_path: Path) -> None:
     assert check_text_file(fifo, "TREC file") == fifo  # no sample taken from a pipe
     assert list(read_lines(fifo, "TREC file")) == ["q1 0 d1 1", "q2 0 d2 0"]
     writer.join(timeout=10)
+
+
+def test_half_a_surrogate_pair_is_refused_but_a_whole_pair_is_a_character() -> None:
+    assert parse_json(r'{"a": "\ud83d\ude00"}') == {"a": "\N{GRINNING FACE}"}
+    with pytest.raises(ValueError, match=r"the escape \\ud800 is half a surrogate pair"):
+        parse_json(r'{"question": "Leave \ud800?"}')
+    assert parse_json(r'["\\ud800"]') == ["\\ud800"]  # an escaped backslash: plain text

@@ -229,3 +229,9 @@ def test_an_overlong_line_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "qa.jsonl"
     path.write_text(json.dumps({**ROWS[0], "question": "x" * 5000}) + "\n")
     _refused(path, r"qa.jsonl:1: line longer than .* MiB; the QA set takes one record per line")
+
+
+def test_half_a_surrogate_pair_names_its_line(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({**ROWS[1], "question": "\ud800?"}))
+    _refused(path, r"qa.jsonl:2: invalid JSON \(the escape \\ud800 is half a surrogate pair")
