@@ -341,11 +341,11 @@ def calibrate_entailment(
     """
     from ragtrail.judges.references import hagrid_attribution_pairs, load_entailment_reference
 
+    judge = entailment_judge(rt, name)
     if reference_path.suffix.lower() == ".csv":
         examples = hagrid_attribution_pairs(reference_path)
     else:
         examples = load_entailment_reference(reference_path)
-    judge = entailment_judge(rt, name)  # after the reference: a bad file fails before a model loads
     if sample is not None and sample < len(examples):
         examples = random.Random(rt.settings.seed).sample(examples, sample)
     calibration, verdicts = calibrate_categorical(
