@@ -24,6 +24,7 @@ from pydantic_settings import SettingsError as PydanticSettingsError
 
 from ragtrail.config_checks import (
     ConfigError,
+    check_database_url,
     check_env_names,
     check_yaml_keys,
     describe_settings_error,
@@ -697,6 +698,7 @@ def load_settings(**overrides: Any) -> Settings:
     except (ValidationError, PydanticSettingsError) as exc:
         path = _config_path()
         raise describe_settings_error(exc, Settings, os.environ, path, overrides) from exc
+    check_database_url(settings.database_url)
     try:
         settings.home.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

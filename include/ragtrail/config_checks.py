@@ -331,3 +331,21 @@ def describe_settings_error(
         return ConfigError("; ".join(lines))
     unparsable = _unparsable_env(environ, model)
     return ConfigError(unparsable or " ".join(str(exc).split()))
+
+
+def check_database_url(url: str | None) -> None:
+    """ConfigError when ``database_url`` is no SQLAlchemy URL of an installed dialect. The value
+    is not echoed: it may hold a password."""
+    if url is None:
+        return
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(url).get_dialect()
+    except ArgumentError as exc:
+        reason = " ".join(str(exc).split())
+        raise ConfigError(
+            f"invalid setting database_url (RAGTRAIL_DATABASE_URL): {reason}; expected e.g. "
+            "sqlite:///path/ragtrail.db or postgresql+psycopg://user@host/db"
+        ) from None

@@ -153,6 +153,13 @@ def parse_json(text: str) -> Any:
     return value
 
 
+def jsonl_hint(line: str) -> str:
+    """A hint for an invalid JSONL line that opens an indented JSON document ("" otherwise)."""
+    if line.strip() in ("[", "{"):
+        return "; a JSONL file holds one JSON object per line, not one indented document"
+    return ""
+
+
 def json_type(value: Any) -> str:
     """The JSON name of a parsed value's type, for messages ("an array", "a string", "null")."""
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}

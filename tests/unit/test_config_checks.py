@@ -236,6 +236,19 @@ def test_a_structured_variable_that_is_not_json_is_named(
     )
 
 
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [("not a url", "Could not parse SQLAlchemy URL"),
+     ("postgresql+nodriver://u:secret@h/db", "Can't load plugin")],
+)  # fmt: skip
+def test_a_database_url_that_is_no_url_is_one_line_without_the_password(
+    monkeypatch: pytest.MonkeyPatch, url: str, reason: str
+) -> None:
+    monkeypatch.setenv("RAGTRAIL_DATABASE_URL", url)
+    message = _refused(r"^invalid setting database_url \(RAGTRAIL_DATABASE_URL\): ")
+    assert reason in message and "secret" not in message
+
+
 def test_a_home_that_cannot_be_created_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -235,3 +235,14 @@ def test_half_a_surrogate_pair_names_its_line(tmp_path):
     path = tmp_path / "qa.jsonl"
     path.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({**ROWS[1], "question": "\ud800?"}))
     _refused(path, r"qa.jsonl:2: invalid JSON \(the escape \\ud800 is half a surrogate pair")
+
+
+def test_hints_for_an_indented_json_file_and_a_semicolon_csv(tmp_path):
+    pretty = tmp_path / "qa.jsonl"
+    pretty.write_text(json.dumps(ROWS, indent=2))
+    _refused(
+        pretty, r"qa.jsonl:1: invalid JSON \(.*\); a JSONL file holds one JSON object per line"
+    )
+    semicolons = tmp_path / "qa.csv"
+    semicolons.write_text("qid;question;label;ground_doc_ids\na;Q?;summary;x.md\n")
+    _refused(semicolons, r"is it separated by ';' instead of ','\?$")

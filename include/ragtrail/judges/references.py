@@ -30,6 +30,7 @@ from ragtrail.input_files import (
     InputFileError,
     check_text_file,
     json_type,
+    jsonl_hint,
     parse_json,
     read_lines,
 )
@@ -137,7 +138,7 @@ def _json_object(line: str) -> dict[str, Any]:
     try:
         row = parse_json(line)
     except ValueError as exc:
-        raise ValueError(f"not valid JSON ({exc})") from None
+        raise ValueError(f"not valid JSON ({exc}){jsonl_hint(line)}") from None
     if not isinstance(row, dict):
         raise ValueError(f"expected a JSON object, got {json_type(row)}")
     return row

@@ -21,6 +21,7 @@ from ragtrail.input_files import (
     check_input_file,
     check_text_file,
     json_type,
+    jsonl_hint,
     parse_json,
     read_lines,
 )
@@ -104,7 +105,7 @@ def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
             row = parse_json(line)
         except ValueError as exc:
             reason = getattr(exc, "msg", None) or str(exc)
-            raise QASetError(f"{path}:{lineno}: invalid JSON ({reason})") from exc
+            raise QASetError(f"{path}:{lineno}: invalid JSON ({reason}){jsonl_hint(line)}") from exc
         if not isinstance(row, dict):
             raise QASetError(
                 f"{path}:{lineno}: expected a JSON object (one question per line), "
@@ -122,8 +123,11 @@ def _check_columns(path: Path, columns: Iterable[Any]) -> None:
         missing.append("ground_doc_ids")
     if missing:
         shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+        separator = next((c for c in ";\t|" if len(names) == 1 and c in names[0]), None)
+        hint = f"; is it separated by {separator!r} instead of ','?" if separator else ""
         raise QASetError(
             f"{path}: missing column(s) {', '.join(missing)} (the file has: {shown or 'none'})"
+            + hint
         )
 
 

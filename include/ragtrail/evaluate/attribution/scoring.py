@@ -57,7 +57,7 @@ from ragtrail.evaluate.contract import (
     register_evaluator,
 )
 from ragtrail.evaluate.metrics import bootstrap_ci
-from ragtrail.input_files import json_type, parse_json, read_lines
+from ragtrail.input_files import json_type, jsonl_hint, parse_json, read_lines
 from ragtrail.jsonsafe import check_finite, write_jsonl
 from ragtrail.judges.contract import Judge, JudgeSpec
 from ragtrail.records import INCLUSIVE
@@ -155,7 +155,7 @@ def parse_answers(lines: Iterable[str], source: str = "answers") -> list[AnswerR
         try:
             data = parse_json(line)
         except ValueError as exc:
-            problems.append(f"line {number}: not valid JSON ({exc})")
+            problems.append(f"line {number}: not valid JSON ({exc}){jsonl_hint(line)}")
             continue
         if not isinstance(data, dict):
             problems.append(f"line {number}: expected a JSON object, got {json_type(data)}")
