@@ -21,6 +21,7 @@ import json
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
@@ -79,8 +80,10 @@ def _unoptional(annotation: Any) -> list[Any]:
     return [annotation]
 
 
+@cache
 def key_tree(model: type[BaseModel], prefix: str = "") -> dict[str, Key]:
-    """The keys of ``model``: nested models are sections, every other field a value."""
+    """The keys of ``model``: nested models are sections, every other field a value (computed
+    once per model; do not modify the result)."""
     tree: dict[str, Key] = {}
     for name, info in model.model_fields.items():
         dotted = f"{prefix}{name}"
@@ -137,24 +140,32 @@ def _unknown(data: Mapping[Any, Any], tree: Mapping[str, Key], prefix: str = "")
     return unknown
 
 
-def _refuse(unknown: Sequence[str], where: str, choices: Sequence[str]) -> None:
-    """Raise one ConfigError line for ``unknown`` names found ``where`` (empty: no error)."""
+def _refuse(unknown: Sequence[str], hints: Mapping[str, str | None], where: str = "",
+            where_many: str | None = None) -> None:  # fmt: skip
+    """Raise one ConfigError line for the ``unknown`` names (none: no error), each with its
+    suggestion from ``hints``; ``where`` follows one name, ``where_many`` (default ``where``)
+    the list of several."""
     if not unknown:
         return
-    hints = {name: _closest(name, choices) for name in unknown}
     if len(unknown) == 1:
         (name,) = unknown
-        hint = f"; did you mean {hints[name]}?" if hints[name] else ""
+        hint = f"; did you mean {hints[name]}?" if hints.get(name) else ""
         raise ConfigError(f"unknown setting {name}{where}{hint}")
     listed = ", ".join(
-        f"{name} (did you mean {hints[name]}?)" if hints[name] else name for name in unknown
+        f"{name} (did you mean {hints[name]}?)" if hints.get(name) else name for name in unknown
     )
-    raise ConfigError(f"unknown settings{where}: {listed}")
+    raise ConfigError(f"unknown settings{where if where_many is None else where_many}: {listed}")
+
+
+def _dotted_hints(unknown: Sequence[str], model: type[BaseModel]) -> dict[str, str | None]:
+    choices = known_keys(model)
+    return {name: _closest(name, choices) for name in unknown}
 
 
 def check_yaml_keys(data: Mapping[Any, Any], model: type[BaseModel], source: Path | str) -> None:
     """ConfigError for every key of ``data`` (the YAML file ``source``) that is no setting."""
-    _refuse(_unknown(data, key_tree(model)), f" in {source}", known_keys(model))
+    unknown = _unknown(data, key_tree(model))
+    _refuse(unknown, _dotted_hints(unknown, model), f" in {source}")
 
 
 def check_env_names(environ: Mapping[str, str], model: type[BaseModel]) -> None:
@@ -173,27 +184,17 @@ def check_env_names(environ: Mapping[str, str], model: type[BaseModel]) -> None:
         elif key.children is not None:
             try:
                 value = json.loads(environ[name])
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue  # not JSON: pydantic reports the value
             if isinstance(value, Mapping):
                 inner = _unknown(value, key.children, f"{key.dotted}.")
-                _refuse(inner, f" in {name}", known_keys(model))
-    settings = setting_env_names(model)
-    choices = [n.removeprefix(ENV_PREFIX) for n in (*settings, *NON_SETTING_VARIABLES)]
+                _refuse(inner, _dotted_hints(inner, model), f" in {name}")
     if unknown:
+        names = (*setting_env_names(model), *NON_SETTING_VARIABLES)
+        choices = [n.removeprefix(ENV_PREFIX) for n in names]
         hints = {n: _closest(n.upper().removeprefix(ENV_PREFIX), choices) for n in unknown}
-        _refuse_env(unknown, {n: ENV_PREFIX + h for n, h in hints.items() if h})
-
-
-def _refuse_env(unknown: Sequence[str], hints: Mapping[str, str]) -> None:
-    if len(unknown) == 1:
-        (name,) = unknown
-        hint = f"; did you mean {hints[name]}?" if name in hints else ""
-        raise ConfigError(f"unknown setting {name}{hint}")
-    listed = ", ".join(
-        f"{name} (did you mean {hints[name]}?)" if name in hints else name for name in unknown
-    )
-    raise ConfigError(f"unknown settings in the environment: {listed}")
+        env_hints = {n: ENV_PREFIX + h if h else None for n, h in hints.items()}
+        _refuse(unknown, env_hints, where_many=" in the environment")
 
 
 def _env_key(upper: str, tree: Mapping[str, Key]) -> Key | None:
@@ -272,7 +273,14 @@ def read_settings_yaml(path: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- bad values
 
 
-def _shown(value: Any) -> str:
+_SECRET_WORDS = ("password", "api_key", "token", "secret", "database_url")
+
+
+def _shown(value: Any, name: str = "") -> str:
+    """``value`` for a message: shortened, and hidden when ``name`` looks like a secret's."""
+    last = name.lower().replace(ENV_DELIMITER, ".").rsplit(".", 1)[-1]
+    if any(last == word or last.endswith(f"_{word}") for word in _SECRET_WORDS):
+        return "<hidden>"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -287,14 +295,15 @@ def _error_line(
     dotted = ".".join(loc)
     message = " ".join(str(error["msg"]).split()).removeprefix("Value error, ")
     upper_env = {name.upper(): name for name in environ}
+    got = _shown(error.get("input"), dotted)
     if loc and loc[0] in overrides:
-        return f"invalid setting {dotted}: {message} (got {_shown(error.get('input'))})"
+        return f"invalid setting {dotted}: {message} (got {got})"
     for depth in range(len(loc), 0, -1):
         name = upper_env.get(env_name(".".join(loc[:depth])))
         if name is not None:
-            return f"invalid setting {name}={_shown(environ[name])}: {message}"
+            return f"invalid setting {name}={_shown(environ[name], name)}: {message}"
     where = f" in {yaml_path}" if yaml_path is not None else ""
-    return f"invalid setting {dotted}{where}: {message} (got {_shown(error.get('input'))})"
+    return f"invalid setting {dotted}{where}: {message} (got {got})"
 
 
 def _unparsable_env(environ: Mapping[str, str], model: type[BaseModel]) -> str | None:
@@ -309,10 +318,12 @@ def _unparsable_env(environ: Mapping[str, str], model: type[BaseModel]) -> str |
             continue
         try:
             json.loads(environ[name])
+        except RecursionError:
+            return f"invalid setting {name}: JSON nested too deeply"
         except ValueError as exc:
             return (
-                f"invalid setting {name}={_shown(environ[name])}: lists and mappings are written "
-                f"as JSON in the environment, e.g. [0.3, 0.5] ({exc})"
+                f"invalid setting {name}={_shown(environ[name], name)}: lists and mappings "
+                f"are written as JSON in the environment, e.g. [0.3, 0.5] ({exc})"
             )
     return None
 

@@ -226,6 +226,24 @@ def test_a_bad_value_names_the_setting_and_its_source(
     assert f"; invalid setting seed in {path}: Input should be a valid integer" in message
 
 
+def test_a_secret_value_is_never_echoed() -> None:
+    from pydantic import BaseModel
+
+    from ragtrail.config_checks import describe_settings_error
+
+    class Secretive(BaseModel):
+        es_password: int = 0
+
+    try:
+        Secretive(es_password="hunter2")  # type: ignore[arg-type]
+    except Exception as exc:
+        env = {"RAGTRAIL_ES_PASSWORD": "hunter2"}
+        message = str(describe_settings_error(exc, Secretive, env, None, {}))
+        assert message.startswith("invalid setting RAGTRAIL_ES_PASSWORD=<hidden>: ")
+        message = str(describe_settings_error(exc, Secretive, {}, Path("x.yaml"), {}))
+        assert message.endswith("(got <hidden>)") and "hunter2" not in message
+
+
 def test_a_structured_variable_that_is_not_json_is_named(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
