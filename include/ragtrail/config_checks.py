@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import reprlib
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -273,6 +274,11 @@ def read_settings_yaml(path: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- bad values
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlevel = 2
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
+_MAX_LISTED = 5
 _SECRET_WORDS = ("password", "api_key", "token", "secret", "database_url")
 
 
@@ -281,8 +287,7 @@ def _shown(value: Any, name: str = "") -> str:
     last = name.lower().replace(ENV_DELIMITER, ".").rsplit(".", 1)[-1]
     if any(last == word or last.endswith(f"_{word}") for word in _SECRET_WORDS):
         return "<hidden>"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return _REPR.repr(value)  # bounded: YAML aliases can make a value exponentially large
 
 
 def _error_line(
@@ -338,8 +343,10 @@ def describe_settings_error(
     """One ConfigError line for a failure to build the settings: each invalid value with its
     source (the variable, the YAML file or the caller), or the variable that is not JSON."""
     if isinstance(exc, ValidationError):
-        lines = [_error_line(e, environ, yaml_path, overrides) for e in exc.errors()]
-        return ConfigError("; ".join(lines))
+        errors = exc.errors()
+        lines = [_error_line(e, environ, yaml_path, overrides) for e in errors[:_MAX_LISTED]]
+        more = f" (+{len(errors) - _MAX_LISTED} more)" if len(errors) > _MAX_LISTED else ""
+        return ConfigError("; ".join(lines) + more)
     unparsable = _unparsable_env(environ, model)
     return ConfigError(unparsable or " ".join(str(exc).split()))
 

@@ -226,6 +226,17 @@ def test_a_bad_value_names_the_setting_and_its_source(
     assert f"; invalid setting seed in {path}: Input should be a valid integer" in message
 
 
+def test_many_bad_values_and_alias_bombs_stay_one_short_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    levels = ['    l0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    levels += [f"    l{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 6)]
+    _yaml(tmp_path, monkeypatch, "drift:\n  exclude_facets:\n" + "\n".join(levels) + "\n")
+    message = _refused(r"^invalid setting drift\.exclude_facets\.l1\.0 in ")
+    assert message.endswith(" more)") and message.count("invalid setting") == 5
+    assert len(message) < 2000
+
+
 def test_a_secret_value_is_never_echoed() -> None:
     from pydantic import BaseModel
 

@@ -10,6 +10,7 @@ object) is refused at once with a :class:`QASetError` naming the file (and the l
 from __future__ import annotations
 
 import numbers
+import reprlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ def _as_ids(value: Any, field: str = "ground_doc_ids") -> tuple[str, ...]:
 
 def _kind(value: Any) -> str:
     """What a value is, for messages: its JSON type and, when short, the value itself."""
-    shown = repr(value)
+    shown = reprlib.repr(value)
     return f"{json_type(value)} ({shown})" if len(shown) <= 40 else json_type(value)
 
 
