@@ -40,12 +40,18 @@ from ragtrail.judges.contract import NOT_SUPPORTED, SUPPORTED
 T = TypeVar("T")
 
 
+MAX_LISTED = 20
+"""Problems shown in the message (all are in ``problems``): a file of garbage stays readable."""
+
+
 class ReferenceFormatError(ValueError):
     """A reference file has bad rows; the message lists every one (line or row numbers)."""
 
     def __init__(self, path: Path | str, problems: Sequence[str]) -> None:
         self.problems = list(problems)
-        listing = "\n".join(f"  {p}" for p in self.problems)
+        listing = "\n".join(f"  {p}" for p in self.problems[:MAX_LISTED])
+        if len(self.problems) > MAX_LISTED:
+            listing += f"\n  (+{len(self.problems) - MAX_LISTED} more)"
         super().__init__(f"{path}: {len(self.problems)} problem(s):\n{listing}")
 
 

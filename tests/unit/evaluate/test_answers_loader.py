@@ -124,3 +124,11 @@ def test_deeply_nested_json_is_a_line_problem() -> None:
     with pytest.raises(AnswersFormatError) as caught:
         parse_answers(["[" * 50_000 + "]" * 50_000], "log.jsonl")
     assert caught.value.problems == ["line 1: not valid JSON (JSON nested too deeply)"]
+
+
+def test_a_file_of_garbage_lists_twenty_problems_and_counts_the_rest() -> None:
+    with pytest.raises(AnswersFormatError) as caught:
+        parse_answers(["a,b,c"] * 500, "log.csv")
+    message = str(caught.value)
+    assert len(caught.value.problems) == 500 and message.startswith("log.csv: 500 problem(s):")
+    assert message.count("not valid JSON") == 20 and message.endswith("\n  (+480 more)")

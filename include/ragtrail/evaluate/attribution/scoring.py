@@ -68,12 +68,18 @@ NO_BOOTSTRAP = "no bootstrap interval: bootstrap_samples is 0"
 # ------------------------------------------------------------------------------------ loading
 
 
+MAX_LISTED = 20
+"""Problems shown in the message (all are in ``problems``): a file of garbage stays readable."""
+
+
 class AnswersFormatError(ValueError):
     """An answers file has bad lines; the message lists every problem with its line number."""
 
     def __init__(self, source: str, problems: Sequence[str]) -> None:
         self.problems = list(problems)
-        listing = "\n".join(f"  {p}" for p in self.problems)
+        listing = "\n".join(f"  {p}" for p in self.problems[:MAX_LISTED])
+        if len(self.problems) > MAX_LISTED:
+            listing += f"\n  (+{len(self.problems) - MAX_LISTED} more)"
         super().__init__(f"{source}: {len(self.problems)} problem(s):\n{listing}")
 
 
