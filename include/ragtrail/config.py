@@ -14,14 +14,22 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+from pydantic_settings import SettingsError as PydanticSettingsError
 
+from ragtrail.config_checks import (
+    ConfigError,
+    check_database_url,
+    check_env_names,
+    check_yaml_keys,
+    describe_settings_error,
+    read_settings_yaml,
+)
 from ragtrail.records import DEFAULT_TEXT_WEIGHTS
 
 SECRET_FIELDS = frozenset({"database_url", "es_api_key", "es_password", "llm_api_key"})
@@ -640,6 +648,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        check_env_names(os.environ, settings_cls)  # a typo'd variable must not run on defaults
         return (init_settings, env_settings, _YamlSource(settings_cls))
 
 
@@ -653,12 +662,11 @@ class _YamlSource(PydanticBaseSettingsSource):
         path = _config_path()
         if path is None:
             return {}
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: the top level must be a mapping")
+        data = read_settings_yaml(path)
         leaked = SECRET_FIELDS & data.keys()
         if leaked:
-            raise ValueError(f"{path}: secrets {sorted(leaked)} belong in env vars, not in YAML")
+            raise ConfigError(f"{path}: secrets {sorted(leaked)} belong in env vars, not in YAML")
+        check_yaml_keys(data, self.settings_cls, path)
         return data
 
 
@@ -666,6 +674,9 @@ def _config_path() -> Path | None:
     explicit = os.environ.get("RAGTRAIL_CONFIG")
     if explicit:
         path = Path(explicit)
+        if path.exists() and not path.is_file():
+            kind = "a directory" if path.is_dir() else "something other than a file"
+            raise ConfigError(f"RAGTRAIL_CONFIG points at {kind}, not a YAML file: {path}")
         if not path.is_file():
             raise FileNotFoundError(f"RAGTRAIL_CONFIG points at a missing file: {path}")
         return path
@@ -677,7 +688,22 @@ def _config_path() -> Path | None:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build settings from overrides, environment and YAML; create the home directory."""
-    settings = Settings(**overrides)
-    settings.home.mkdir(parents=True, exist_ok=True)
+    """Build settings from overrides, environment and YAML; create the home directory.
+
+    Every problem is a :class:`~ragtrail.config_checks.ConfigError` of one line naming the
+    setting and where it came from (an unknown key, unreadable YAML, a value of the wrong type).
+    """
+    try:
+        settings = Settings(**overrides)
+    except (ValidationError, PydanticSettingsError) as exc:
+        path = _config_path()
+        raise describe_settings_error(exc, Settings, os.environ, path, overrides) from exc
+    check_database_url(settings.database_url)
+    try:
+        settings.home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the ragtrail home {settings.home} ({exc.strerror or exc}); "
+            "set RAGTRAIL_HOME to a writable directory"
+        ) from exc
     return settings

@@ -97,3 +97,45 @@ def test_an_unknown_corpus_is_a_clear_error(cli: CliRunner) -> None:
     result = cli.invoke(app, args)
     assert result.exit_code == 2
     assert "corpus 'nope' has no complete snapshot" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [("[1, 2]", "an array"), ('"x"', "a string"), ("null", "null"), ("42", "a number")],
+)
+def test_a_line_that_is_not_an_object_is_one_line_naming_it(
+    cli: CliRunner, tmp_path: Path, line: str, kind: str
+) -> None:
+    """Both readers of QA-set files (golden registration, ``eval retrieval --qa-set``)."""
+    good = json.loads(sample_qa_set().read_text(encoding="utf-8").splitlines()[0])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(good) + "\n" + line + "\n")
+    expected = f"error: {bad}:2: expected a JSON object (one question per line), got {kind}"
+    for args in (
+        ["qaset", "add", str(bad), "--corpus", CORPUS, "--name", "bad"],
+        ["eval", "retrieval", "--corpus", CORPUS, "--qa-set", str(bad), "--no-report"],
+    ):
+        result = cli.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip() == expected
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_bom_and_malformed_files_in_qaset_add(cli: CliRunner, tmp_path: Path) -> None:
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + sample_qa_set().read_bytes())
+    added = cli.invoke(app, ["qaset", "add", str(bom), "--corpus", CORPUS, "--name", "bom"])
+    assert added.exit_code == 0, added.output
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    types = tmp_path / "types.jsonl"
+    types.write_text(
+        json.dumps({"qid": "a", "question": "Q?", "label": "summary", "ground_doc_ids": 5}) + "\n"
+    )
+    for path, expected in (
+        (empty, f"error: {empty}: empty file, no header row"),
+        (types, f"error: {types}: 1 invalid rows: row 1: ground_doc_ids must be a list of ids"),
+    ):
+        result = cli.invoke(app, ["qaset", "add", str(path), "--corpus", CORPUS, "--name", "x"])
+        assert result.exit_code == 2 and result.stderr.startswith(expected), result.output
+        assert "\n" not in result.stderr.strip()

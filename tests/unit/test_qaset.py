@@ -94,3 +94,155 @@ def test_missing_and_unsupported_files(tmp_path):
     other.write_bytes(b"x")
     with pytest.raises(QASetError, match="unsupported"):
         load_qa_set(other)
+
+
+# ------------------------------------------------------------------ malformed files, one line each
+
+
+def _refused(path, pattern: str) -> str:
+    """load_qa_set(path) fails with one line matching ``pattern``; the message is returned."""
+    with pytest.raises(QASetError, match=pattern) as err:
+        load_qa_set(path)
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [("[1, 2]", "an array"), ('"x"', "a string"), ("null", "null"), ("42", "a number"),
+     ("true", "a boolean")],
+)  # fmt: skip
+def test_a_jsonl_line_that_is_not_an_object_names_its_line(tmp_path, line, kind):
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n\n" + line + "\n")
+    _refused(path, rf"qa.jsonl:3: expected a JSON object \(one question per line\), got {kind}$")
+
+
+def test_deeply_nested_json_is_an_invalid_line(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + "[" * 50_000 + "]" * 50_000 + "\n")
+    _refused(path, r"qa.jsonl:2: invalid JSON \(JSON nested too deeply\)")
+
+
+def test_a_bom_is_skipped_in_jsonl_as_in_csv(tmp_path):
+    jsonl = tmp_path / "qa.jsonl"
+    jsonl.write_bytes(b"\xef\xbb\xbf" + "\n".join(json.dumps(r) for r in ROWS).encode())
+    csv_path = tmp_path / "qa.csv"
+    frame = pd.DataFrame([{**r, "ground_doc_ids": ";".join(r["ground_doc_ids"])} for r in ROWS])
+    csv_path.write_bytes(b"\xef\xbb\xbf" + frame.to_csv(index=False).encode())
+    assert load_qa_set(jsonl)[0] == load_qa_set(csv_path)[0]
+    assert load_qa_set(jsonl)[0][0].qid == "a"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "pattern"),
+    [
+        ("qa.csv", b"", r"qa.csv: empty file, no header row"),
+        ("qa.csv", b"qid,question,label,ground_doc_ids\n", r"qa.csv: no questions"),
+        ("qa.csv", b"qid,question\n1,Q?\n",
+         r"qa.csv: missing column\(s\) label, ground_doc_ids \(the file has: qid, question\)"),
+        ("qa.csv", b'question,label,ground_doc_ids\n"Q?,summary\n', r"qa.csv: not a valid CSV"),
+        ("qa.csv", "question,label,ground_doc_ids\ncafé?,summary,x\n".encode("latin-1"),
+         r"qa.csv: not UTF-8 text \(byte 0xe9"),
+        ("qa.csv", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", r"qa.csv: binary data"),
+        ("qa.jsonl", b"", r"qa.jsonl: no questions"),
+        ("qa.jsonl", '{"question": "café?"}\n'.encode("latin-1"),
+         r"qa.jsonl:1: not UTF-8 text \(byte 0xe9"),
+        ("qa.jsonl", b"\x7fELF\x02\x01\x01\x00\x00\x00", r"qa.jsonl: binary data"),
+        ("qa.jsonl", "\n".join(json.dumps(r) for r in ROWS).encode("utf-16"),
+         r"qa.jsonl: UTF-16 text"),
+        ("qa.parquet", b"not parquet at all", r"qa.parquet: not a readable Parquet file"),
+        ("qa.parquet", b"", r"qa.parquet: not a readable Parquet file"),
+    ],
+)  # fmt: skip
+def test_unreadable_files_name_the_file(tmp_path, name, data, pattern):
+    path = tmp_path / name
+    path.write_bytes(data)
+    _refused(path, pattern)
+
+
+def test_a_directory_and_a_missing_file_are_named(tmp_path):
+    folder = tmp_path / "qa.jsonl"
+    folder.mkdir()
+    _refused(folder, r"qa.jsonl: is a directory, not a file")
+    _refused(tmp_path / "nope.csv", r"QA set not found: .*nope.csv")
+
+
+def test_a_parquet_file_without_the_columns_is_named(tmp_path):
+    path = tmp_path / "qa.parquet"
+    pd.DataFrame({"q": ["x"]}).to_parquet(path)
+    _refused(path, r"qa.parquet: missing column\(s\) question, label, ground_doc_ids")
+
+
+def test_values_of_the_wrong_type_are_row_errors(tmp_path):
+    base = {"question": "Q?", "label": "summary", "ground_doc_ids": ["x.md"]}
+    rows = [
+        {**base, "qid": "a", "ground_doc_ids": 5},  # a number where a list belongs
+        {**base, "qid": "b", "question": {"text": "Q?"}},
+        {**base, "qid": "c", "ground_doc_ids": {"x.md": 1}},
+        {**base, "qid": "d", "ground_doc_ids": [["x.md"]]},
+        {**base, "qid": "e", "ground_chunk_ids": True},
+        {**base, "qid": "f", "answer": ["27", "days"]},
+        {**base, "qid": ["g"]},
+        {**base, "qid": "h", "label": None},
+        {**base, "qid": "i", "ground_doc_ids": "[not json"},
+        {**base, "qid": "j", "ground_doc_ids": [None]},
+    ]
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    message = _refused(path, r"qa.jsonl: 10 invalid rows: ")
+    for fragment in (
+        "row 1: ground_doc_ids must be a list of ids, not a number (5)",
+        "row 2: question must be text, not an object",
+        "row 3: ground_doc_ids must be a list of ids, not an object",
+        "row 4: ground_doc_ids must hold ids (text), not an array",
+        "row 5: ground_chunk_ids must be a list of ids, not a boolean",
+        "row 6: answer must be text, not an array",
+        "row 7: qid must be text, not an array",
+        "row 8: label '' is not one of",
+        "row 9: ground_doc_ids is not a JSON list",
+        "row 10: ground_doc_ids must hold ids (text), not null",
+    ):
+        assert fragment in message
+
+
+def test_numbers_stay_usable_as_ids_and_text(tmp_path):
+    rows = [
+        {"qid": 1, "question": "Q?", "label": "summary", "answer": 27, "ground_doc_ids": [12, "b"]},
+        {"qid": 2, "question": "R?", "label": "summary", "ground_doc_id": 12},
+    ]
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    first, second = load_qa_set(path)[0]
+    assert (first.qid, first.answer, first.ground_doc_ids) == ("1", "27", ("12", "b"))
+    assert second.ground_doc_ids == ("12",)
+    parquet = tmp_path / "qa.parquet"
+    pd.DataFrame([{**rows[1], "qid": 3}]).to_parquet(parquet)
+    assert load_qa_set(parquet)[0][0].ground_doc_ids == ("12",)
+
+
+def test_an_overlong_line_is_refused(tmp_path, monkeypatch):
+    from ragtrail import input_files
+
+    monkeypatch.setattr(input_files, "MAX_LINE_BYTES", 1024)
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps({**ROWS[0], "question": "x" * 5000}) + "\n")
+    _refused(path, r"qa.jsonl:1: line longer than .* MiB; the QA set takes one record per line")
+
+
+def test_half_a_surrogate_pair_names_its_line(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({**ROWS[1], "question": "\ud800?"}))
+    _refused(path, r"qa.jsonl:2: invalid JSON \(the escape \\ud800 is half a surrogate pair")
+
+
+def test_hints_for_an_indented_json_file_and_a_semicolon_csv(tmp_path):
+    pretty = tmp_path / "qa.jsonl"
+    pretty.write_text(json.dumps(ROWS, indent=2))
+    _refused(
+        pretty, r"qa.jsonl:1: invalid JSON \(.*\); a JSONL file holds one JSON object per line"
+    )
+    semicolons = tmp_path / "qa.csv"
+    semicolons.write_text("qid;question;label;ground_doc_ids\na;Q?;summary;x.md\n")
+    _refused(semicolons, r"is it separated by ';' instead of ','\?$")

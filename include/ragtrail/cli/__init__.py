@@ -19,9 +19,12 @@ inside the commands, so ``ragtrail --help`` stays fast.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from ragtrail.cli import (
+    common,
     corpus_commands,
     drift_commands,
     eval_commands,
@@ -35,6 +38,23 @@ from ragtrail.cli import (
 __all__ = ["app"]
 
 app = typer.Typer(help="ragtrail: keeps RAG systems honest every night.", no_args_is_help=True)
+
+
+@app.callback()
+def _options(
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Print the traceback along with an error message (for bug reports); "
+            "RAGTRAIL_DEBUG=1 does the same.",
+        ),
+    ] = False,
+) -> None:
+    """Options of every command (given before the command: ``ragtrail --debug qaset add ...``)."""
+    common.set_debug(debug)
+
+
 # Root-level commands, in the order the help lists them.
 app.command()(corpus_commands.ingest)
 app.command()(corpus_commands.search)

@@ -3,7 +3,9 @@ clear user errors (exit code 2), the runtime context and the progress bars of lo
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -38,15 +40,35 @@ def emit(data: Any, what: str = "output") -> None:
     sys.stdout.write(jsonsafe.dumps(data, what, indent=2) + "\n")
 
 
+DEBUG_ENV = "RAGTRAIL_DEBUG"
+_debug = False
+
+
+def set_debug(enabled: bool) -> None:
+    """Turn the tracebacks of user errors on or off (the root ``--debug`` option)."""
+    global _debug
+    _debug = enabled
+
+
+def debug_enabled() -> bool:
+    """``--debug`` was given or ``RAGTRAIL_DEBUG`` is 1/true/yes/on."""
+    return _debug or os.environ.get(DEBUG_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Errors caused by input (files, names, parameters) end in one clear line and exit code 2."""
+    """Errors caused by input (files, names, parameters, settings) end in one clear line and
+    exit code 2; the traceback is printed above it only with ``--debug`` / ``RAGTRAIL_DEBUG=1``
+    (for bug reports). Any other exception is a bug and keeps its traceback."""
     from ragtrail.embed.embedder import ModelLoadError
     from ragtrail.ingest.sources import SourceError
 
     try:
         yield
     except (ValueError, FileNotFoundError, SourceError, ModelLoadError) as exc:
+        if debug_enabled():
+            sys.stderr.write("".join(traceback.format_exception(exc)))
+            sys.stderr.flush()
         console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from exc
 

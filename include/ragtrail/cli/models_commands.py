@@ -187,7 +187,8 @@ def models_register_generator(
     from ragtrail.config import load_settings
     from ragtrail.train.registration import register_generator
 
-    settings = load_settings()
+    with user_errors():
+        settings = load_settings()
     model = name or settings.registry.generator_model_name
     with _registry() as registry:
         version = register_generator(

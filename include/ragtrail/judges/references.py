@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import json
 import re
 import sys
 from collections import Counter
@@ -27,10 +26,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ragtrail.input_files import (
+    InputFileError,
+    check_text_file,
+    json_type,
+    jsonl_hint,
+    parse_json,
+    read_lines,
+)
 from ragtrail.jsonsafe import write_jsonl
 from ragtrail.judges.contract import NOT_SUPPORTED, SUPPORTED
 
 T = TypeVar("T")
+
+
+MAX_LISTED = 20
+"""Problems shown in the message (all are in ``problems``): a file of garbage stays readable."""
 
 
 class ReferenceFormatError(ValueError):
@@ -38,7 +49,9 @@ class ReferenceFormatError(ValueError):
 
     def __init__(self, path: Path | str, problems: Sequence[str]) -> None:
         self.problems = list(problems)
-        listing = "\n".join(f"  {p}" for p in self.problems)
+        listing = "\n".join(f"  {p}" for p in self.problems[:MAX_LISTED])
+        if len(self.problems) > MAX_LISTED:
+            listing += f"\n  (+{len(self.problems) - MAX_LISTED} more)"
         super().__init__(f"{path}: {len(self.problems)} problem(s):\n{listing}")
 
 
@@ -95,7 +108,8 @@ def read_reference_jsonl(
     """Read a JSONL reference with ``parse(row, default_id)`` per line; every bad line is
     reported at once (:class:`ReferenceFormatError`).
 
-    Blank lines are ignored. ``default_id`` is ``"<file name>:<line>"`` for a line without an
+    Blank lines are ignored; a file that is not UTF-8 text is an
+    :class:`~ragtrail.input_files.InputFileError` naming the line. ``default_id`` is ``"<file name>:<line>"`` for a line without an
     id; an id (``id_of``, named ``id_name`` in messages) used twice is an error (calibration
     results are keyed by it).
     """
@@ -103,23 +117,22 @@ def read_reference_jsonl(
     examples: list[T] = []
     problems: list[str] = []
     first_line: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                example = parse(_json_object(line), f"{path.name}:{number}")
-            except ValueError as exc:
-                problems.append(f"line {number}: {exc}")
-                continue
-            key = id_of(example)
-            if key in first_line:
-                problems.append(
-                    f"line {number}: {id_name} {key!r} already used on line {first_line[key]}"
-                )
-                continue
-            first_line[key] = number
-            examples.append(example)
+    for number, line in enumerate(read_lines(path, "reference file"), start=1):
+        if not line.strip():
+            continue
+        try:
+            example = parse(_json_object(line), f"{path.name}:{number}")
+        except ValueError as exc:
+            problems.append(f"line {number}: {exc}")
+            continue
+        key = id_of(example)
+        if key in first_line:
+            problems.append(
+                f"line {number}: {id_name} {key!r} already used on line {first_line[key]}"
+            )
+            continue
+        first_line[key] = number
+        examples.append(example)
     if not examples and not problems:
         problems.append("no examples (the file is empty)")
     if problems:
@@ -129,11 +142,11 @@ def read_reference_jsonl(
 
 def _json_object(line: str) -> dict[str, Any]:
     try:
-        row = json.loads(line)
+        row = parse_json(line)
     except ValueError as exc:
-        raise ValueError(f"not valid JSON ({exc})") from None
+        raise ValueError(f"not valid JSON ({exc}){jsonl_hint(line)}") from None
     if not isinstance(row, dict):
-        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+        raise ValueError(f"expected a JSON object, got {json_type(row)}")
     return row
 
 
@@ -250,11 +263,22 @@ def read_hagrid_attribution(csv_path: Path | str) -> HagridPairs:
     """
     path = Path(csv_path)
     csv.field_size_limit(sys.maxsize)
+    check_text_file(path, "HAGRID CSV")
+    try:
+        return _read_hagrid_rows(path)
+    except UnicodeDecodeError as exc:
+        raise InputFileError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save the file as UTF-8"
+        ) from None
+
+
+def _read_hagrid_rows(path: Path) -> HagridPairs:
+    """The body of :func:`read_hagrid_attribution` on a file that looked like UTF-8 text."""
     examples: list[EntailmentExample] = []
     skipped: Counter[str] = Counter({reason: 0 for reason in SKIP_REASONS})
     problems: list[str] = []
     sentences = 0
-    with path.open(encoding="utf-8", newline="") as fh:
+    with path.open(encoding="utf-8-sig", newline="") as fh:
         reader = csv.DictReader(fh)
         missing = {"query_id", "gold_quotes", "answers"} - set(reader.fieldnames or ())
         if missing:
@@ -304,6 +328,8 @@ def literal_list(row: Mapping[str, str], column: str) -> list[dict[str, Any]]:
         value = ast.literal_eval(row[column])
     except (SyntaxError, ValueError) as exc:
         raise ValueError(f"column {column!r} is not a Python literal ({exc})") from None
+    except (RecursionError, MemoryError):
+        raise ValueError(f"column {column!r} is nested too deeply") from None
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
         raise ValueError(f"column {column!r} is not a list of dicts")
     return value

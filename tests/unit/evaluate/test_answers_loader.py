@@ -15,6 +15,7 @@ from ragtrail.evaluate.attribution.scoring import (
     record_as_json,
     write_answers,
 )
+from ragtrail.input_files import InputFileError
 
 FULL = {
     "qid": "q1",
@@ -98,3 +99,36 @@ def test_write_then_load_gives_the_same_records(tmp_path: Path) -> None:
     assert write_answers(records, path) == 2
     assert load_answers(path) == records
     assert record_as_json(records[1]) == MINIMAL
+
+
+def test_load_answers_skips_a_bom_and_names_undecodable_lines(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(MINIMAL).encode() + b"\n")
+    assert [r.qid for r in load_answers(path)] == ["q2"]
+    path.write_bytes(json.dumps(MINIMAL).encode() + b"\n\xff\n")
+    with pytest.raises(InputFileError, match=rf"^{path}:2: not UTF-8 text"):
+        load_answers(path)
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [("[1, 2]", "an array"), ('"x"', "a string"), ("null", "null"), ("42", "a number")],
+)
+def test_a_line_that_is_not_an_object_is_a_line_problem(line: str, kind: str) -> None:
+    with pytest.raises(AnswersFormatError) as caught:
+        parse_answers([json.dumps(MINIMAL), line], "log.jsonl")
+    assert caught.value.problems == [f"line 2: expected a JSON object, got {kind}"]
+
+
+def test_deeply_nested_json_is_a_line_problem() -> None:
+    with pytest.raises(AnswersFormatError) as caught:
+        parse_answers(["[" * 50_000 + "]" * 50_000], "log.jsonl")
+    assert caught.value.problems == ["line 1: not valid JSON (JSON nested too deeply)"]
+
+
+def test_a_file_of_garbage_lists_twenty_problems_and_counts_the_rest() -> None:
+    with pytest.raises(AnswersFormatError) as caught:
+        parse_answers(["a,b,c"] * 500, "log.csv")
+    message = str(caught.value)
+    assert len(caught.value.problems) == 500 and message.startswith("log.csv: 500 problem(s):")
+    assert message.count("not valid JSON") == 20 and message.endswith("\n  (+480 more)")

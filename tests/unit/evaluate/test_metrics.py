@@ -25,6 +25,7 @@ from ragtrail.evaluate.metrics import (
     success,
 )
 from ragtrail.evaluate.retrieval.trec import TrecFormatError, read_qrels, read_run, write_run
+from ragtrail.input_files import InputFileError
 
 # Binary judgments: a, c, e relevant (e is never retrieved), x judged non-relevant.
 BINARY = {"a": 1, "c": 1, "e": 1, "x": 0}
@@ -373,6 +374,16 @@ def test_read_qrels_and_run(tmp_path: Path) -> None:
     run_path = tmp_path / "run.txt"
     run_path.write_text("q1 Q0 d1 1 2.5 tag\nq1 Q0 d2 2 -1e-3 tag\n")
     assert read_run(run_path) == {"q1": {"d1": 2.5, "d2": -0.001}}
+
+
+def test_trec_files_skip_a_bom_and_name_the_line_of_undecodable_bytes(tmp_path: Path) -> None:
+    qrels_path = tmp_path / "qrels.txt"
+    qrels_path.write_bytes(b"\xef\xbb\xbfq1 0 d1 1\n")
+    assert read_qrels(qrels_path) == {"q1": {"d1": 1}}  # not "\ufeffq1"
+    run_path = tmp_path / "run.txt"
+    run_path.write_bytes(b"q1 Q0 d1 1 2.5 tag\nq1 Q0 d\xe9 2 1.0 tag\n")
+    with pytest.raises(InputFileError, match=rf"^{run_path}:2: not UTF-8 text"):
+        read_run(run_path)
 
 
 @pytest.mark.parametrize(

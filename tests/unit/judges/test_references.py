@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ragtrail.input_files import InputFileError
 from ragtrail.judges.contract import NOT_SUPPORTED, SUPPORTED
 from ragtrail.judges.references import (
     EntailmentExample,
@@ -179,3 +180,32 @@ def test_real_hagrid_file(shared_dir: Path) -> None:
     assert first.premise == quote_2["text"]
     second = examples[1]  # cites [1, 2]: both quotes, in citation order
     assert second.premise.count("\n\n") == 1 and second.premise.endswith(quote_2["text"])
+
+
+def test_a_reference_jsonl_with_a_bom_deep_nesting_or_latin1(tmp_path: Path) -> None:
+    row = {"premise": "P.", "hypothesis": "H.", "label": 1, "source_id": "s1"}
+    path = tmp_path / "ref.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(row).encode() + b"\n")
+    assert [e.source_id for e in load_entailment_reference(path)] == ["s1"]
+    path.write_text(json.dumps(row) + "\n" + "[" * 50_000 + "\n")
+    with pytest.raises(ReferenceFormatError) as info:
+        load_entailment_reference(path)
+    assert info.value.problems == ["line 2: not valid JSON (JSON nested too deeply)"]
+    path.write_bytes(json.dumps(row).encode() + b"\n" + '{"premise": "é"}'.encode("latin-1"))
+    with pytest.raises(InputFileError, match=rf"^{path}:2: not UTF-8 text \(byte 0xe9"):
+        load_entailment_reference(path)
+
+
+def test_a_hagrid_csv_with_a_bom_latin1_or_deep_literals(tmp_path: Path) -> None:
+    good = {"query": "q", "gold_quotes": "[]", "answers": "[]", "query_id": "1"}
+    path = _hagrid_csv(tmp_path / "h.csv", [good])
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert read_hagrid_attribution(path).sentences == 0  # the BOM is not part of "query"
+    deep = {**good, "answers": "[" * 100_000}
+    with pytest.raises(ReferenceFormatError) as info:
+        read_hagrid_attribution(_hagrid_csv(tmp_path / "deep.csv", [deep]))
+    assert info.value.problems[0].startswith("row 2: ValueError: column 'answers'")
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("query,gold_quotes,answers,query_id\ncafé,[],[],1\n".encode("latin-1"))
+    with pytest.raises(InputFileError, match=rf"^{latin}: not UTF-8 text"):
+        read_hagrid_attribution(latin)

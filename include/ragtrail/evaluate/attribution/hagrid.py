@@ -40,7 +40,7 @@ def read_hagrid(csv_path: Path | str) -> list[AnswerRecord]:
     records: list[AnswerRecord] = []
     problems: list[str] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8", newline="") as fh:
+    with path.open(encoding="utf-8-sig", newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
         if missing:

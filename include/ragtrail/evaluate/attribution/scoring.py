@@ -21,7 +21,6 @@ and why.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from ragtrail.evaluate.contract import (
     register_evaluator,
 )
 from ragtrail.evaluate.metrics import bootstrap_ci
+from ragtrail.input_files import json_type, jsonl_hint, parse_json, read_lines
 from ragtrail.jsonsafe import check_finite, write_jsonl
 from ragtrail.judges.contract import Judge, JudgeSpec
 from ragtrail.records import INCLUSIVE
@@ -68,12 +68,18 @@ NO_BOOTSTRAP = "no bootstrap interval: bootstrap_samples is 0"
 # ------------------------------------------------------------------------------------ loading
 
 
+MAX_LISTED = 20
+"""Problems shown in the message (all are in ``problems``): a file of garbage stays readable."""
+
+
 class AnswersFormatError(ValueError):
     """An answers file has bad lines; the message lists every problem with its line number."""
 
     def __init__(self, source: str, problems: Sequence[str]) -> None:
         self.problems = list(problems)
-        listing = "\n".join(f"  {p}" for p in self.problems)
+        listing = "\n".join(f"  {p}" for p in self.problems[:MAX_LISTED])
+        if len(self.problems) > MAX_LISTED:
+            listing += f"\n  (+{len(self.problems) - MAX_LISTED} more)"
         super().__init__(f"{source}: {len(self.problems)} problem(s):\n{listing}")
 
 
@@ -153,12 +159,12 @@ def parse_answers(lines: Iterable[str], source: str = "answers") -> list[AnswerR
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            data = parse_json(line)
         except ValueError as exc:
-            problems.append(f"line {number}: not valid JSON ({exc})")
+            problems.append(f"line {number}: not valid JSON ({exc}){jsonl_hint(line)}")
             continue
         if not isinstance(data, dict):
-            problems.append(f"line {number}: expected a JSON object, got {type(data).__name__}")
+            problems.append(f"line {number}: expected a JSON object, got {json_type(data)}")
             continue
         try:
             parsed = AnswerLine.model_validate(data)
@@ -180,10 +186,10 @@ def parse_answers(lines: Iterable[str], source: str = "answers") -> list[AnswerR
 
 
 def load_answers(path: Path | str) -> list[AnswerRecord]:
-    """Read and validate an answers JSONL file (see :func:`parse_answers`)."""
-    path = Path(path)
-    with path.open(encoding="utf-8") as fh:
-        return parse_answers(fh, str(path))
+    """Read and validate an answers JSONL file (see :func:`parse_answers`); a file that is not
+    UTF-8 text, or has a line over :data:`ragtrail.input_files.MAX_LINE_BYTES`, is an
+    :class:`~ragtrail.input_files.InputFileError` naming the file and the line."""
+    return parse_answers(read_lines(path, "answers file"), str(path))
 
 
 def record_as_json(record: AnswerRecord) -> dict[str, Any]:

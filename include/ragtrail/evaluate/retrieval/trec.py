@@ -5,7 +5,8 @@
 
 Fields are separated by any whitespace. Blank lines and lines starting with ``#`` are skipped.
 Every malformed line raises :class:`TrecFormatError` naming the file and the 1-based line number,
-so a bad nightly artifact fails loudly instead of silently dropping judgments.
+so a bad nightly artifact fails loudly instead of silently dropping judgments. A UTF-8 byte order
+mark is skipped.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from ragtrail.evaluate.metrics import rank_documents
+from ragtrail.input_files import read_lines
 
 __all__ = ["TrecFormatError", "read_qrels", "read_run", "write_run"]
 
@@ -32,12 +34,12 @@ class TrecFormatError(ValueError):
 
 
 def _lines(path: StrPath) -> Iterator[tuple[int, list[str]]]:
-    """Yield ``(line number, fields)`` for every non-blank, non-comment line."""
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            fields = line.split()
-            if fields and not fields[0].startswith("#"):
-                yield line_no, fields
+    """Yield ``(line number, fields)`` for every non-blank, non-comment line; a file that is not
+    UTF-8 text (or has an overlong line) is an InputFileError naming the line."""
+    for line_no, line in enumerate(read_lines(path, "TREC file"), start=1):
+        fields = line.split()
+        if fields and not fields[0].startswith("#"):
+            yield line_no, fields
 
 
 def read_qrels(path: StrPath) -> dict[str, dict[str, int]]:
