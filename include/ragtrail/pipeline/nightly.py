@@ -29,6 +29,7 @@ from ragtrail.pipeline.night import (
 from ragtrail.report.judge_notes import label_source_note
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
+from ragtrail.summaries.drift_summary import DriftCheck
 from ragtrail.summaries.night_summary import NightPublication, NightReport, SetResult
 from ragtrail.testset.golden import DuplicateContentError
 
@@ -49,7 +50,7 @@ class NightlyResult:
     sets: dict[str, SetResult]
     report: NightReport
     golden: list[JsonObject] = field(default_factory=list)
-    drift: JsonObject | None = None
+    drift: DriftCheck | None = None
     retraining: JsonObject | None = None
 
     def to_json(self) -> JsonObject:
@@ -62,7 +63,7 @@ class NightlyResult:
             "evaluation": {"sets": {name: s.to_json() for name, s in self.sets.items()}},
             "report": self.report.to_json(),
             "golden": self.golden,
-            "drift": self.drift,
+            "drift": self.drift.to_json() if self.drift else None,
             "retraining": self.retraining,
         }
 
@@ -140,7 +141,7 @@ def run_nightly(
         sets=published.sets,
         report=published.report(),
         golden=golden_added,
-        drift=evaluated.results.get("drift"),
+        drift=_drift_check(evaluated.results.get("drift")),
         retraining=retraining,
     )
 
@@ -182,3 +183,8 @@ def _is_sample_corpus(source: str) -> bool:
 
 def _without_event(result: JsonObject | None) -> Any:
     return None if result is None else {k: v for k, v in result.items() if k != "event"}
+
+
+def _drift_check(result: JsonObject | None) -> DriftCheck | None:
+    """The drift step's result (None when the evaluation flow has no drift step)."""
+    return None if result is None else DriftCheck.from_json(result)

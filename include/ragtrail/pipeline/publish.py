@@ -43,6 +43,7 @@ from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.base import Record
+from ragtrail.summaries.drift_summary import DriftView
 from ragtrail.summaries.night_summary import (
     NightDocument,
     NightPublication,
@@ -76,7 +77,7 @@ class SetToPublish:
     generation: dict[str, Any] | None = None
     citations: dict[str, Any] | None = None
     sufficiency: dict[str, Any] | None = None
-    drift: dict[str, Any] | None = None
+    drift: DriftView | None = None
 
 
 def publish_sets(
@@ -130,7 +131,7 @@ def publish_sets(
             sections += sufficiency_sections(entry.sufficiency, out, suffix)
         if entry.drift:
             suffix = "" if entry.name is None else f".{entry.name}"
-            sections += drift_sections(entry.drift["decision"], entry.drift["history"], out, suffix)
+            sections += drift_sections(entry.drift, out, suffix)
         change = (
             change_since_previous(
                 rt,
