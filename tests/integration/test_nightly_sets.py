@@ -63,7 +63,8 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
     assert any("golden set team-qa" in line for line in log)
     sets = first.sets
     assert list(sets) == SETS
-    assert sets["generated"].qa_set_version == first.generation["version"]
+    assert first.generation is not None
+    assert sets["generated"].qa_set_version == first.generation.version
     assert sets["handbook-sample"].qa_set_version == first.golden[0]["version"]
     assert sets["team-qa"].n_questions == 12
     runs = RunStore(rt.engine)
@@ -109,7 +110,8 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
 
     second, _ = night(rt, "night-2", team_file)
     assert [g["created"] for g in second.golden] == [False, False]
-    assert second.generation["regenerated"] is False  # unchanged corpus: the version is reused
+    assert second.generation is not None
+    assert second.generation.regenerated is False  # unchanged corpus: the version is reused
     for name, summary in second.sets.items():
         change = summary.change
         assert change is not None and change.previous_run == f"night-1.{name}"

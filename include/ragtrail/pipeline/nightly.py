@@ -30,6 +30,7 @@ from ragtrail.report.judge_notes import label_source_note
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
 from ragtrail.summaries.drift_summary import DriftCheck
+from ragtrail.summaries.generation_summary import GenerationOutcome
 from ragtrail.summaries.night_summary import NightPublication, NightReport, SetResult
 from ragtrail.testset.golden import DuplicateContentError
 
@@ -46,7 +47,7 @@ class NightlyResult:
     run_id: str
     ingest: IngestSummary
     corpus_quality: JsonObject
-    generation: JsonObject | None
+    generation: GenerationOutcome | None
     sets: dict[str, SetResult]
     report: NightReport
     golden: list[JsonObject] = field(default_factory=list)
@@ -59,7 +60,7 @@ class NightlyResult:
             "run_id": self.run_id,
             "ingest": self.ingest.as_dict(),
             "corpus_quality": self.corpus_quality,
-            "generation": self.generation,
+            "generation": self.generation.to_json() if self.generation else None,
             "evaluation": {"sets": {name: s.to_json() for name, s in self.sets.items()}},
             "report": self.report.to_json(),
             "golden": self.golden,
@@ -110,15 +111,14 @@ def run_nightly(
     generation = None
     if generate:
         generated = run(GENERATE, "2/3", event)
-        generation = generated.results["finalize"]
+        generation = GenerationOutcome.from_json(_without_event(generated.results["finalize"]))
         log(
-            f"      version {generation['version']}: accepted {generation['accepted']}, "
-            f"model calls {generation['model_calls']}, cache hits {generation['cache_hits']}"
+            f"      version {generation.version}: accepted {generation.accepted}, "
+            f"model calls {generation.model_calls}, cache hits {generation.cache_hits}"
         )
-        judges = generation.get("judges") or {}
-        gating = sorted(name for name, d in judges.items() if d.get("mode") == "gate")
-        log(f"      judges gating: {', '.join(gating) or 'none'} (of {len(judges)})")
-        log(f"      {label_source_note(judges)}")
+        gating = generation.gating_judges
+        log(f"      judges gating: {', '.join(gating) or 'none'} (of {len(generation.judges)})")
+        log(f"      {label_source_note(generation.judges)}")
         event = generated.event
     else:
         log("[2/3] generate_testset skipped")
@@ -137,7 +137,7 @@ def run_nightly(
         run_id=run_id,
         ingest=IngestSummary(**summary),
         corpus_quality=_without_event(ingested.results["quality"]),
-        generation=_without_event(generation),
+        generation=generation,
         sets=published.sets,
         report=published.report(),
         golden=golden_added,

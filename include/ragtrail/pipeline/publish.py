@@ -44,6 +44,7 @@ from ragtrail.storage.db import utcnow
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.base import Record
 from ragtrail.summaries.drift_summary import DriftView
+from ragtrail.summaries.generation_summary import GenerationSummary
 from ragtrail.summaries.night_summary import (
     NightDocument,
     NightPublication,
@@ -74,7 +75,7 @@ class SetToPublish:
     name: str | None = None
     kind: SetKind | None = None
     extra_quality: tuple[dict[str, Any], ...] = ()
-    generation: dict[str, Any] | None = None
+    generation: GenerationSummary | None = None
     citations: dict[str, Any] | None = None
     sufficiency: dict[str, Any] | None = None
     drift: DriftView | None = None
@@ -306,7 +307,7 @@ def publish_retrieval_report(
     run_id: str,
     *,
     extra_quality: list[dict[str, Any]] | None = None,
-    generation: dict[str, Any] | None = None,
+    generation: GenerationSummary | None = None,
 ) -> PublishedReport:
     """Validate one run's metrics with GX, render its HTML report and upload both
     (:func:`publish_sets` with a single, unnamed set)."""

@@ -33,6 +33,7 @@ from ragtrail.records import QASetRef, SetKind
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.base import Record
 from ragtrail.summaries.drift_summary import DriftCheck
+from ragtrail.summaries.generation_summary import GenerationOutcome
 from ragtrail.summaries.qa_sets import PlannedSet
 
 XCom = dict[str, Any]
@@ -186,40 +187,27 @@ def finalize_generation(rt: Runtime, *, corpus: str, run_id: str, reuse: str | N
     else:
         summary = run_finalize(rt, corpus, run_id)
         regenerated = True
-        if summary["version"]:
-            out = rt.settings.home / "reports" / "testsets" / corpus / summary["version"]
+        if summary.version:
+            out = rt.settings.home / "reports" / "testsets" / corpus / summary.version
             quality = check_testset_quality(rt, summary, out)
             rt.artifacts.put_bytes(
-                testset_quality_key(corpus, summary["version"]),
+                testset_quality_key(corpus, summary.version),
                 jsonsafe.dumps(quality, "test-set quality").encode(),
             )
-    version = summary["version"]
-    keys = (
-        "version",
-        "corpus",
-        "snapshot_id",
-        "accepted",
-        "targets",
-        "model_calls",
-        "cache_hits",
-        "judges",
-    )
+    outcome = GenerationOutcome.of(summary, regenerated=regenerated)
+    version = outcome.version
     event = TestsetEvent(
         corpus=corpus,
-        snapshot_id=summary["snapshot_id"],
+        snapshot_id=outcome.snapshot_id,
         qa_set=str(QASetRef.generated(version)) if version else None,
         qa_set_version=version,
-        accepted=summary["accepted"],
+        accepted=outcome.accepted,
         regenerated=regenerated,
     )
     if not version:
         reason = "generation accepted no item"
         event = event.with_undefined("qa_set", reason).with_undefined("qa_set_version", reason)
-    return {
-        **{k: summary.get(k) for k in keys},
-        "regenerated": regenerated,
-        "event": event.to_extra(),
-    }
+    return {**outcome.to_json(), "event": event.to_extra()}
 
 
 # -------------------------------------------------------------------------------- evaluation
