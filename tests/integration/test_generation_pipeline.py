@@ -73,11 +73,11 @@ def _request(run_id: str = "gen-1", **kw) -> GenerationRequest:
 def test_balanced_versioned_set_with_lineage(rt, tmp_path):
     _client(rt, _backend())
     summary = generate_testset(rt, _request())
-    assert summary["version"].startswith("ts-")
-    assert summary["accepted"] == dict.fromkeys(LABELS, 2)
+    assert summary.version.startswith("ts-")
+    assert summary.accepted == dict.fromkeys(LABELS, 2)
 
     store = TestSetStore(rt.engine)
-    items = store.version_items(summary["version"])
+    items = store.version_items(summary.version)
     assert Counter(c.observed_label for c in items) == Counter(dict.fromkeys(LABELS, 2))
     for c in items:
         assert c.observed_label == c.requested_label
@@ -100,40 +100,38 @@ def test_balanced_versioned_set_with_lineage(rt, tmp_path):
         if cand.status == CandidateStatus.FAILED:
             assert cand.failure_cause and cand.raw_outputs
 
-    counts = [step["count"] for step in summary["funnel"]]
+    counts = [step.count for step in summary.funnel]
     assert counts == sorted(counts, reverse=True) and counts[-1] == 8
-    assert summary["distribution"]["baseline"], "the single-prompt baseline was labelled"
+    assert summary.distribution.baseline, "the single-prompt baseline was labelled"
 
     quality = check_testset_quality(rt, summary, tmp_path / "gx")
     assert all(q["success"] for q in quality)
 
-    exported = write_jsonl(
-        items, tmp_path / "set.jsonl", qids=store.version_qids(summary["version"])
-    )
+    exported = write_jsonl(items, tmp_path / "set.jsonl", qids=store.version_qids(summary.version))
     loaded, _ = load_qa_set(exported)
     assert len(loaded) == 8 and all(it.ground_chunk_ids for it in loaded)
 
-    result = evaluate_retrieval(rt, "hb", run_id="eval-1", qa_set=f"testset:{summary['version']}")
-    assert result.qa_set_version == summary["version"] and result.n_questions == 8
+    result = evaluate_retrieval(rt, "hb", run_id="eval-1", qa_set=f"testset:{summary.version}")
+    assert result.qa_set_version == summary.version and result.n_questions == 8
 
 
 def test_rerun_makes_zero_model_calls_and_the_same_version(rt):
     _client(rt, _backend())
     first = generate_testset(rt, _request())
-    assert first["model_calls"] > 0
+    assert first.model_calls > 0
 
     again_backend = _backend()
     _client(rt, again_backend)
     same_run = generate_testset(rt, _request())
-    assert again_backend.calls == [] and same_run["model_calls"] == 0
-    assert same_run["version"] == first["version"]
+    assert again_backend.calls == [] and same_run.model_calls == 0
+    assert same_run.version == first.version
 
     next_backend = _backend()
     _client(rt, next_backend)
     next_night = generate_testset(rt, _request("gen-2"))
     assert next_backend.calls == []  # quotas met by the kept items: nothing to generate
-    assert next_night["version"] == first["version"]
-    assert next_night["kept_from_previous"] == 8
+    assert next_night.version == first.version
+    assert next_night.kept_from_previous == 8
 
 
 def test_killed_run_resumes_from_cache_and_matches_a_clean_run(make_runtime, corpus_dir, tmp_path):
@@ -157,11 +155,11 @@ def test_killed_run_resumes_from_cache_and_matches_a_clean_run(make_runtime, cor
     _client(clean, clean_backend)
     reference = generate_testset(clean, _request())
 
-    assert resumed["version"] == reference["version"]
+    assert resumed.version == reference.version
     assert len(resumed_backend.calls) + done_before == len(clean_backend.calls)
-    questions = [c.question for c in TestSetStore(killed.engine).version_items(resumed["version"])]
+    questions = [c.question for c in TestSetStore(killed.engine).version_items(resumed.version)]
     assert questions == [
-        c.question for c in TestSetStore(clean.engine).version_items(reference["version"])
+        c.question for c in TestSetStore(clean.engine).version_items(reference.version)
     ]
 
 
@@ -169,7 +167,7 @@ def test_changed_document_retires_its_items_and_regenerates_only_there(rt, corpu
     _client(rt, _backend())
     first = generate_testset(rt, _request())
     store = TestSetStore(rt.engine)
-    items = store.version_items(first["version"])
+    items = store.version_items(first.version)
     victim = items[0].context.doc_id
     victim_items = {c.candidate_id for c in items if c.context.doc_id == victim}
     path = corpus_dir / victim
@@ -182,13 +180,13 @@ def test_changed_document_retires_its_items_and_regenerates_only_there(rt, corpu
     backend = _backend()
     _client(rt, backend)
     second = generate_testset(rt, _request("gen-2"))
-    assert second["retired"] == len(victim_items)
-    new_items = store.version_items(second["version"])
+    assert second.retired == len(victim_items)
+    new_items = store.version_items(second.version)
     kept = {c.candidate_id for c in new_items} & {c.candidate_id for c in items}
     assert kept == {c.candidate_id for c in items} - victim_items
     assert not victim_items & {c.candidate_id for c in new_items}
-    version = store.get_version(second["version"])
-    assert version["parent_version"] == first["version"]
+    version = store.get_version(second.version)
+    assert version["parent_version"] == first.version
     plan = load_plan(rt, "hb", "gen-2")
     assert plan.shards and all(
         cid.startswith(f"{victim}#") for shard in plan.shards for cid in shard
@@ -228,7 +226,7 @@ def test_injected_instructions_cannot_leave_the_schema(rt, corpus_dir):
             assert score.get("rating") in (None, 1, 2, 3, 4, 5)
         if INJECTION in cand.context.text and cand.status == CandidateStatus.FAILED:
             assert cand.raw_outputs  # the hostile output is kept as evidence
-    for cand in store.version_items(summary["version"]):
+    for cand in store.version_items(summary.version):
         assert INJECTION not in cand.context.text or all(
             s["rating"] <= 5 for s in cand.critiques.values()
         )
@@ -256,7 +254,7 @@ def test_faulty_backend_loses_nothing(rt):
     failed = [c for c in cands if c.status == CandidateStatus.FAILED]
     assert failed, "injected faults surface as recorded failures"
     assert all(c.failure_cause for c in failed)
-    assert sum(f["count"] for f in summary["failures"]) == sum(
+    assert sum(f.count for f in summary.failures) == sum(
         1 for c in cands if c.status in {CandidateStatus.FAILED, CandidateStatus.REJECTED}
     )
 
@@ -288,7 +286,7 @@ def test_each_role_prompts_its_own_model(make_runtime, corpus_dir):
     )
     assume_calibrated(rt)
     summary = generate_testset(rt, _request())
-    assert summary["accepted"] == dict.fromkeys(LABELS, 2)
+    assert summary.accepted == dict.fromkeys(LABELS, 2)
 
     asked = {
         name: set(calls_by_prompt(backend))
@@ -302,14 +300,14 @@ def test_each_role_prompts_its_own_model(make_runtime, corpus_dir):
     used = {(stage, model) for stage, _backend, model in rt.llm_usage.snapshot()}
     assert (LABEL_STAGE, "labeller-double") in used
     assert {model for stage, model in used if stage.startswith("critique.")} == {"critic-double"}
-    items = TestSetStore(rt.engine).version_items(summary["version"])
+    items = TestSetStore(rt.engine).version_items(summary.version)
     assert {c.generator["model"] for c in items if c.statement_kind != "foreign"} == {
         "generator-double"
     }
-    assert summary["backends"]["llm (labeller)"] == labeller_spec
-    assert summary["backends"]["llm (critic)"] == critic_spec
-    assert summary["backends"]["llm (generator, answerer, judge)"] == rt.settings.generation.llm
-    version = TestSetStore(rt.engine).get_version(summary["version"])
+    assert summary.backends["llm (labeller)"] == labeller_spec
+    assert summary.backends["llm (critic)"] == critic_spec
+    assert summary.backends["llm (generator, answerer, judge)"] == rt.settings.generation.llm
+    version = TestSetStore(rt.engine).get_version(summary.version)
     assert version["params"]["models"] == {
         "generator": rt.settings.generation.llm,
         "labeller": labeller_spec,

@@ -70,14 +70,14 @@ def test_weak_judges_only_advise_and_labels_stay_requested(rt):
     assert not any(decisions[critique_judge_name(c)].gates for c in CRITERIA)  # constant 4s
 
     summary = generate_testset(rt, GenerationRequest(corpus="hb", run_id="weak", seed=7))
-    items = TestSetStore(rt.engine).version_items(summary["version"])
+    items = TestSetStore(rt.engine).version_items(summary.version)
     assert items and all(c.label_source == LabelSource.REQUESTED for c in items)
     assert all(c.label_judge == decisions[LABELLER].judge_ref for c in items)
     assert all(c.effective_label == c.requested_label for c in items)
     all_cands = TestSetStore(rt.engine).get_candidates("hb")
     assert not any((c.reject_reason or "").startswith("label_mismatch") for c in all_cands)
-    assert summary["judges"][LABELLER]["mode"] == "advise"
-    html = judges_section(summary["judges"]).html
+    assert summary.judges[LABELLER].mode == "advise"
+    html = judges_section(summary.judges).html
     assert "Labels are the requested ones" in html and "advised only" in html
 
     again = calibrate_missing(rt, "hb")  # a version already calibrated is not measured again
@@ -102,9 +102,9 @@ def test_calibrated_judges_gate(rt):
     )
 
     summary = generate_testset(rt, GenerationRequest(corpus="hb", run_id="strong", seed=7))
-    items = TestSetStore(rt.engine).version_items(summary["version"])
+    items = TestSetStore(rt.engine).version_items(summary.version)
     assert items and all(c.label_source == LabelSource.JUDGE for c in items)
     assert all(c.observed_label == c.requested_label for c in items)
-    assert summary["judges"][LABELLER]["mode"] == "gate"
+    assert summary.judges[LABELLER].mode == "gate"
     rejected = TestSetStore(rt.engine).get_candidates("hb", status=CandidateStatus.REJECTED)
     assert any((c.reject_reason or "").startswith("label_mismatch") for c in rejected)

@@ -63,7 +63,8 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
     assert any("golden set team-qa" in line for line in log)
     sets = first.sets
     assert list(sets) == SETS
-    assert sets["generated"].qa_set_version == first.generation["version"]
+    assert first.generation is not None
+    assert sets["generated"].qa_set_version == first.generation.version
     assert sets["handbook-sample"].qa_set_version == first.golden[0]["version"]
     assert sets["team-qa"].n_questions == 12
     runs = RunStore(rt.engine)
@@ -101,15 +102,16 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
     stored_metrics = json.loads(rt.artifacts.get_bytes("runs/night-1/metrics.json"))
     assert stored_metrics == document
     # The first night has no baseline: stored as such for every set, nothing announced.
-    assert first.drift is not None and first.drift["fired"] is False
-    assert list(first.drift["sets"]) == SETS
-    assert {d["status"] for d in first.drift["sets"].values()} == {"no_baseline"}
+    assert first.drift is not None and first.drift.fired is False
+    assert list(first.drift.sets) == SETS
+    assert {d.status for d in first.drift.sets.values()} == {"no_baseline"}
     assert len(DriftStore(rt.engine).decisions(corpus="handbook")) == 3
     assert html.count("No baseline yet for this corpus and QA-set version") == 3
 
     second, _ = night(rt, "night-2", team_file)
     assert [g["created"] for g in second.golden] == [False, False]
-    assert second.generation["regenerated"] is False  # unchanged corpus: the version is reused
+    assert second.generation is not None
+    assert second.generation.regenerated is False  # unchanged corpus: the version is reused
     for name, summary in second.sets.items():
         change = summary.change
         assert change is not None and change.previous_run == f"night-1.{name}"
@@ -125,10 +127,11 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
             assert row.mean_a == row.mean_b == best[label].best_recall
             assert (row.diff, row.ci_low, row.ci_high) == (0.0, 0.0, 0.0)
     # Nothing changed: each set is checked against night 1 (its first run) and nothing drifts.
-    for name, decision in second.drift["sets"].items():
-        assert (decision["baseline_run"], decision["baseline_kind"]) == (f"night-1.{name}", "first")
-        assert decision["status"] == "checked" and decision["n_tested"] > 0
-        assert not decision["fired"] and decision["drifted"] == []
+    assert second.drift is not None
+    for name, decision in second.drift.sets.items():
+        assert (decision.baseline_run, decision.baseline_kind) == (f"night-1.{name}", "first")
+        assert decision.status == "checked" and decision.n_tested > 0
+        assert not decision.fired and decision.drifted == []
     html = Path(second.report.report_path).read_text()
     assert html.count("No drift. Run night-2.") == 3 and "DRIFT:" not in html
     assert (Path(second.report.report_path).parent / "drift_history.team-qa.png").is_file()

@@ -117,6 +117,7 @@ def test_drift_retrains_gates_and_registers(
     from ragtrail.pipeline.night import RETRAIN
     from ragtrail.runtime import Runtime
     from ragtrail.storage.drift_store import DriftStore
+    from ragtrail.summaries.drift_summary import DriftCheck
 
     rt = Runtime(load_settings())
     rt.__dict__["embedder"] = embedder
@@ -134,7 +135,12 @@ def test_drift_retrains_gates_and_registers(
         corpus=CORPUS,
         run_id="night-2",
         snapshot_id=snapshot,
-        drift={"sets": {"sample": compact(decision)}},
+        drift=DriftCheck(
+            run_id="night-2",
+            snapshot_id=snapshot,
+            fired=decision.fired,
+            sets={"sample": compact(decision)},
+        ).to_json(),
     )
     assert decision.fired, (decision.status, decision.evidence)
     assert announced["fired"] is True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ragtrail.cli.common import CorpusOpt, JsonFlag, console, emit, runtime
 from ragtrail.cli.render import num
+from ragtrail.summaries.drift_summary import DriftDecision, DriftEvidence
 
 drift_app = typer.Typer(
     help="Drift of nightly runs against their baselines (pinned, champion or first).",
@@ -45,8 +46,7 @@ def drift_check(
         run_ids = runs_to_check(rt.engine, corpus, run)
         decisions = check_runs(rt.engine, run_ids, rt.settings.drift, corpus=corpus)
     if as_json:
-        payload = [d.as_dict() for d in decisions]
-        emit(payload, "drift decisions")
+        emit([d.to_json() for d in decisions], "drift decisions")
     else:
         for decision in decisions:
             _print_decision(decision)
@@ -66,8 +66,7 @@ def drift_list(
     with runtime() as rt:
         decisions = DriftStore(rt.engine).decisions(corpus=corpus, limit=limit)
     if as_json:
-        payload = [d.as_dict() for d in decisions]
-        emit(payload, "drift decisions")
+        emit([d.to_json() for d in decisions], "drift decisions")
         return
     table = Table("decision", "run", "baseline", "status", "fired", "drifted", "at")
     for d in decisions:
@@ -78,13 +77,13 @@ def drift_list(
             baseline,
             d.status,
             "yes" if d.fired else "no",
-            str(len(d.evidence.get("drifted", []))),
+            str(len(d.evidence.drifted)),
             f"{d.created_at:%Y-%m-%d %H:%M}",
         )
     Console().print(table)
 
 
-def _print_decision(decision: Any) -> None:
+def _print_decision(decision: DriftDecision) -> None:
     """One decision: verdict, baseline, corpus and QA-set changes, then the evidence table."""
     evidence = decision.evidence
     verdict = "[red]DRIFT[/red]" if decision.fired else "no drift"
@@ -93,13 +92,13 @@ def _print_decision(decision: Any) -> None:
         return
     console.print(
         f"{decision.run_id} vs {decision.baseline_run_id} ({decision.baseline_kind}): {verdict} "
-        f"[{decision.status}, {evidence.get('n_tested', 0)} cells tested, "
+        f"[{decision.status}, {evidence.n_tested} cells tested, "
         f"decision {decision.decision_id}]",
         highlight=False,
     )
     console.print(_corpus_drift_line(evidence), highlight=False)
-    if evidence.get("undefined", {}).get("rows"):
-        console.print(f"  not compared: {evidence['undefined']['rows']}", highlight=False)
+    if evidence.undefined.get("rows"):
+        console.print(f"  not compared: {evidence.undefined['rows']}", highlight=False)
     table = Table(
         "metric",
         "facets",
@@ -112,37 +111,37 @@ def _print_decision(decision: Any) -> None:
         "direction",
         "drift",
     )
-    for row in evidence.get("rows", []):
-        ci = "" if row["ci_low"] is None else f" [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
+    for row in evidence.rows:
+        ci = "" if row.ci_low is None else f" [{row.ci_low:+.3f}, {row.ci_high:+.3f}]"
         table.add_row(
-            f"{row['evaluation']}:{row['metric']}",
-            ", ".join(f"{k}={v}" for k, v in row["facets"].items()),
-            num(row["baseline"]),
-            num(row["current"]),
-            num(row["diff"], "+.3f") + ci,
-            num(row["p_value"], ".4f"),
-            num(row["p_holm"], ".4f") if row["tested"] else "untested",
-            f"{row['threshold']:.3f}",
-            row["direction"] or "",
-            "yes" if row["drifted"] else "",
+            f"{row.evaluation}:{row.metric}",
+            row.facets_text,
+            num(row.baseline),
+            num(row.current),
+            num(row.diff, "+.3f") + ci,
+            num(row.p_value, ".4f"),
+            num(row.p_holm, ".4f") if row.tested else "untested",
+            f"{row.threshold:.3f}",
+            row.direction or "",
+            "yes" if row.drifted else "",
         )
     Console().print(table)
 
 
-def _corpus_drift_line(evidence: dict[str, Any]) -> str:
+def _corpus_drift_line(evidence: DriftEvidence) -> str:
     """Corpus changes since the baseline's snapshot and retired items of the QA set."""
-    drift = evidence.get("corpus_drift")
+    drift = evidence.corpus_drift
     corpus = (
         "corpus drift undefined"
         if drift is None
-        else f"corpus since baseline: +{drift['added']} added, {drift['updated']} updated, "
-        f"-{drift['removed']} removed of {drift['n_baseline']} "
-        f"(changed {num(drift['changed_share'], '.0%')})"
+        else f"corpus since baseline: +{drift.added} added, {drift.updated} updated, "
+        f"-{drift.removed} removed of {drift.n_baseline} "
+        f"(changed {num(drift.changed_share, '.0%')})"
     )
-    qa = evidence.get("qa_set") or {}
+    qa = evidence.qa_set
     retired = (
         "retirement unknown"
-        if qa.get("retired") is None
-        else f"{qa['n_retired']} of {qa['n_items']} QA items retired"
+        if qa.retired is None
+        else f"{qa.n_retired} of {qa.n_items} QA items retired"
     )
     return f"  {corpus}; {retired}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -19,6 +19,7 @@ from ragtrail.cli.common import (
 from ragtrail.cli.render import print_best, value_ci
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.citation_summary import CitationHeadline
+from ragtrail.summaries.drift_summary import DriftCheck
 from ragtrail.summaries.sufficiency_summary import SufficiencyHeadline
 
 
@@ -109,19 +110,19 @@ def _n(figure: Figure | None) -> int:
     return (figure.n or 0) if figure else 0
 
 
-def _drift_line(drift: dict[str, Any]) -> str:
+def _drift_line(drift: DriftCheck) -> str:
     """The nightly's one drift line: per set, fired or not and against which baseline."""
-    if drift.get("skipped"):
-        return f"drift: skipped ({drift['skipped']})"
+    if drift.skipped:
+        return f"drift: skipped ({drift.skipped})"
     parts = []
-    for name, d in drift.get("sets", {}).items():
-        if d["baseline_run"] is None:
+    for name, d in drift.sets.items():
+        if d.baseline_run is None:
             parts.append(f"{name} no baseline")
             continue
         verdict = (
-            "DRIFT in " + ", ".join(f"{r['evaluation']}:{r['metric']}" for r in d["drifted"])
-            if d["fired"]
+            "DRIFT in " + ", ".join(f"{r.evaluation}:{r.metric}" for r in d.drifted)
+            if d.fired
             else "no drift"
         )
-        parts.append(f"{name} {verdict} vs {d['baseline_run']} ({d['baseline_kind']})")
+        parts.append(f"{name} {verdict} vs {d.baseline_run} ({d.baseline_kind})")
     return "drift: " + ("; ".join(parts) or "no run checked")

@@ -48,12 +48,13 @@ def generate(
         summary = generate_testset(rt, request)
     if as_json:
         keys = ("version", "accepted", "targets", "model_calls", "cache_hits", "funnel", "retired")
-        emit({k: summary[k] for k in keys} | {"artifact_uri": summary.get("artifact_uri")})
+        document = summary.to_json()
+        emit({k: document[k] for k in keys} | {"artifact_uri": summary.artifact_uri})
         return
     console.print(
-        f"version {summary['version']}: accepted {summary['accepted']} (targets "
-        f"{summary['targets']}); model calls {summary['model_calls']}, cache hits "
-        f"{summary['cache_hits']}"
+        f"version {summary.version}: accepted {summary.accepted} (targets "
+        f"{summary.targets}); model calls {summary.model_calls}, cache hits "
+        f"{summary.cache_hits}"
     )
 
 

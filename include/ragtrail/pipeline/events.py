@@ -111,7 +111,7 @@ class TestsetEvent(AssetEvent):
     snapshot_id: str
     qa_set: str | None
     qa_set_version: str | None
-    accepted: int
+    accepted: dict[str, int]  # accepted items per label
     regenerated: bool
 
 

@@ -29,6 +29,8 @@ from ragtrail.pipeline.night import (
 from ragtrail.report.judge_notes import label_source_note
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
+from ragtrail.summaries.drift_summary import DriftCheck
+from ragtrail.summaries.generation_summary import GenerationOutcome
 from ragtrail.summaries.night_summary import NightPublication, NightReport, SetResult
 from ragtrail.testset.golden import DuplicateContentError
 
@@ -45,11 +47,11 @@ class NightlyResult:
     run_id: str
     ingest: IngestSummary
     corpus_quality: JsonObject
-    generation: JsonObject | None
+    generation: GenerationOutcome | None
     sets: dict[str, SetResult]
     report: NightReport
     golden: list[JsonObject] = field(default_factory=list)
-    drift: JsonObject | None = None
+    drift: DriftCheck | None = None
     retraining: JsonObject | None = None
 
     def to_json(self) -> JsonObject:
@@ -58,11 +60,11 @@ class NightlyResult:
             "run_id": self.run_id,
             "ingest": self.ingest.as_dict(),
             "corpus_quality": self.corpus_quality,
-            "generation": self.generation,
+            "generation": self.generation.to_json() if self.generation else None,
             "evaluation": {"sets": {name: s.to_json() for name, s in self.sets.items()}},
             "report": self.report.to_json(),
             "golden": self.golden,
-            "drift": self.drift,
+            "drift": self.drift.to_json() if self.drift else None,
             "retraining": self.retraining,
         }
 
@@ -109,15 +111,14 @@ def run_nightly(
     generation = None
     if generate:
         generated = run(GENERATE, "2/3", event)
-        generation = generated.results["finalize"]
+        generation = GenerationOutcome.from_json(_without_event(generated.results["finalize"]))
         log(
-            f"      version {generation['version']}: accepted {generation['accepted']}, "
-            f"model calls {generation['model_calls']}, cache hits {generation['cache_hits']}"
+            f"      version {generation.version}: accepted {generation.accepted}, "
+            f"model calls {generation.model_calls}, cache hits {generation.cache_hits}"
         )
-        judges = generation.get("judges") or {}
-        gating = sorted(name for name, d in judges.items() if d.get("mode") == "gate")
-        log(f"      judges gating: {', '.join(gating) or 'none'} (of {len(judges)})")
-        log(f"      {label_source_note(judges)}")
+        gating = generation.gating_judges
+        log(f"      judges gating: {', '.join(gating) or 'none'} (of {len(generation.judges)})")
+        log(f"      {label_source_note(generation.judges)}")
         event = generated.event
     else:
         log("[2/3] generate_testset skipped")
@@ -136,11 +137,11 @@ def run_nightly(
         run_id=run_id,
         ingest=IngestSummary(**summary),
         corpus_quality=_without_event(ingested.results["quality"]),
-        generation=_without_event(generation),
+        generation=generation,
         sets=published.sets,
         report=published.report(),
         golden=golden_added,
-        drift=evaluated.results.get("drift"),
+        drift=_drift_check(evaluated.results.get("drift")),
         retraining=retraining,
     )
 
@@ -182,3 +183,8 @@ def _is_sample_corpus(source: str) -> bool:
 
 def _without_event(result: JsonObject | None) -> Any:
     return None if result is None else {k: v for k, v in result.items() if k != "event"}
+
+
+def _drift_check(result: JsonObject | None) -> DriftCheck | None:
+    """The drift step's result (None when the evaluation flow has no drift step)."""
+    return None if result is None else DriftCheck.from_json(result)

@@ -44,6 +44,8 @@ from ragtrail.storage.db import utcnow
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.base import Record
 from ragtrail.summaries.citation_summary import CitationSummary
+from ragtrail.summaries.drift_summary import DriftView
+from ragtrail.summaries.generation_summary import GenerationSummary
 from ragtrail.summaries.night_summary import (
     NightDocument,
     NightPublication,
@@ -75,10 +77,10 @@ class SetToPublish:
     name: str | None = None
     kind: SetKind | None = None
     extra_quality: tuple[dict[str, Any], ...] = ()
-    generation: dict[str, Any] | None = None
+    generation: GenerationSummary | None = None
     citations: CitationSummary | None = None
     sufficiency: SufficiencySummary | None = None
-    drift: dict[str, Any] | None = None
+    drift: DriftView | None = None
 
 
 def publish_sets(
@@ -132,7 +134,7 @@ def publish_sets(
             sections += sufficiency_sections(entry.sufficiency, out, suffix)
         if entry.drift:
             suffix = "" if entry.name is None else f".{entry.name}"
-            sections += drift_sections(entry.drift["decision"], entry.drift["history"], out, suffix)
+            sections += drift_sections(entry.drift, out, suffix)
         change = (
             change_since_previous(
                 rt,
@@ -311,7 +313,7 @@ def publish_retrieval_report(
     run_id: str,
     *,
     extra_quality: list[dict[str, Any]] | None = None,
-    generation: dict[str, Any] | None = None,
+    generation: GenerationSummary | None = None,
 ) -> PublishedReport:
     """Validate one run's metrics with GX, render its HTML report and upload both
     (:func:`publish_sets` with a single, unnamed set)."""

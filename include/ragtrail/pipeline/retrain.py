@@ -55,8 +55,8 @@ def _items_of_sets(rt: Runtime, corpus: str, run_id: str) -> tuple[list[QAItem],
     items: dict[str, QAItem] = {}
     names = []
     for entry in plan_sets(rt, corpus, run_id, None):
-        loaded, version, _ = load_items(rt, entry["qa_set"])
-        names.append(f"{entry['name']}@{version}")
+        loaded, version, _ = load_items(rt, entry.qa_set)
+        names.append(f"{entry.name}@{version}")
         for item in loaded:
             items.setdefault(item.qid, item)
     return list(items.values()), names

@@ -32,6 +32,8 @@ from ragtrail.pipeline.run_io import evaluated_snapshot
 from ragtrail.records import QASetRef, SetKind
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.base import Record
+from ragtrail.summaries.drift_summary import DriftCheck
+from ragtrail.summaries.generation_summary import GenerationOutcome
 from ragtrail.summaries.qa_sets import PlannedSet
 
 XCom = dict[str, Any]
@@ -185,40 +187,27 @@ def finalize_generation(rt: Runtime, *, corpus: str, run_id: str, reuse: str | N
     else:
         summary = run_finalize(rt, corpus, run_id)
         regenerated = True
-        if summary["version"]:
-            out = rt.settings.home / "reports" / "testsets" / corpus / summary["version"]
+        if summary.version:
+            out = rt.settings.home / "reports" / "testsets" / corpus / summary.version
             quality = check_testset_quality(rt, summary, out)
             rt.artifacts.put_bytes(
-                testset_quality_key(corpus, summary["version"]),
+                testset_quality_key(corpus, summary.version),
                 jsonsafe.dumps(quality, "test-set quality").encode(),
             )
-    version = summary["version"]
-    keys = (
-        "version",
-        "corpus",
-        "snapshot_id",
-        "accepted",
-        "targets",
-        "model_calls",
-        "cache_hits",
-        "judges",
-    )
+    outcome = GenerationOutcome.of(summary, regenerated=regenerated)
+    version = outcome.version
     event = TestsetEvent(
         corpus=corpus,
-        snapshot_id=summary["snapshot_id"],
+        snapshot_id=outcome.snapshot_id,
         qa_set=str(QASetRef.generated(version)) if version else None,
         qa_set_version=version,
-        accepted=summary["accepted"],
+        accepted=outcome.accepted,
         regenerated=regenerated,
     )
     if not version:
         reason = "generation accepted no item"
         event = event.with_undefined("qa_set", reason).with_undefined("qa_set_version", reason)
-    return {
-        **{k: summary.get(k) for k in keys},
-        "regenerated": regenerated,
-        "event": event.to_extra(),
-    }
+    return {**outcome.to_json(), "event": event.to_extra()}
 
 
 # -------------------------------------------------------------------------------- evaluation
@@ -363,7 +352,8 @@ def check_drift(
     """Every set's run of the night against its baseline; every decision is stored (a first
     night's too, as ``no_baseline``). ``fired``: any set drifted."""
     if not rt.settings.drift.enabled:
-        return {"run_id": run_id, "fired": False, "sets": {}, "skipped": "drift.enabled is false"}
+        skipped = DriftCheck(run_id=run_id, fired=False, sets={}, skipped="drift.enabled is false")
+        return skipped.to_json()
     from ragtrail.pipeline.drift.step import check_runs
     from ragtrail.pipeline.drift.views import compact
 
@@ -374,37 +364,36 @@ def check_drift(
         log.info(
             "drift %s: %s against %s (%s), %d cells tested, %d drifted",
             name,
-            "FIRED" if d["fired"] else d["status"],
-            d["baseline_run"],
-            d["baseline_kind"],
-            d["n_tested"],
-            len(d["drifted"]),
+            "FIRED" if d.fired else d.status,
+            d.baseline_run,
+            d.baseline_kind,
+            d.n_tested,
+            len(d.drifted),
         )
-    fired = any(d["fired"] for d in per_set.values())
-    return {"run_id": run_id, "snapshot_id": snapshot_id, "fired": fired, "sets": per_set}
+    fired = any(d.fired for d in per_set.values())
+    check = DriftCheck(run_id=run_id, snapshot_id=snapshot_id, fired=fired, sets=per_set)
+    return check.to_json()
 
 
-def announce_drift(
-    rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str, drift: dict[str, Any]
-) -> XCom:
+def announce_drift(rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str, drift: XCom) -> XCom:
     """The drift Asset event when a decision fired (led by the first fired set, all fired sets
     under ``decisions``); no event otherwise, so that a negative decision triggers nothing."""
-    fired = {name: d for name, d in (drift.get("sets") or {}).items() if d["fired"]}
+    fired = DriftCheck.from_json(drift).fired_sets
     if not fired:
         return {"fired": False, "event": None}
     lead = next(iter(fired.values()))
     event = DriftEvent(
-        decision_id=lead["decision_id"],
-        run_id=lead["run_id"],
+        decision_id=lead.decision_id,
+        run_id=lead.run_id,
         night_run_id=run_id,
         corpus=corpus,
         snapshot_id=snapshot_id,
-        qa_set_version=lead["qa_set_version"],
-        baseline_run=lead["baseline_run"],
-        baseline_kind=lead["baseline_kind"],
+        qa_set_version=lead.qa_set_version,
+        baseline_run=lead.baseline_run,
+        baseline_kind=lead.baseline_kind,
         fired=True,
-        metrics=lead["drifted"],
-        decisions=fired,
+        metrics=[cell.to_json() for cell in lead.drifted],
+        decisions={name: headline.to_json() for name, headline in fired.items()},
     )
     return {"fired": True, "event": event.to_extra()}
 

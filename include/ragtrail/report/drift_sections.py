@@ -1,20 +1,25 @@
 """Report sections for a set's drift decision: the verdict, its evidence table and a history plot.
 
-Input is the stored decision (``DecisionRecord.as_dict()``, strict JSON) and, per watched series
-(``evaluation:metric [facets]``), the metric's history on the set's QA-set version: one point per
-run, oldest first, with its interval. Undefined figures show "–" (the reason is in the evidence
-JSON), never "nan".
+Input is the set's :class:`~ragtrail.summaries.drift_summary.DriftView`: the stored decision with
+its evidence and, per watched series (``evaluation:metric [facets]``), the metric's history on the
+set's QA-set version: one point per run, oldest first, with its interval. Undefined figures show
+"–" (the reason is in the evidence), never "nan".
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from matplotlib.figure import Figure
 
 from ragtrail.report.html import ReportSection, render_section
+from ragtrail.summaries.drift_summary import (
+    DriftDecision,
+    DriftEvidence,
+    DriftView,
+    HistoryPoint,
+)
 
 EVIDENCE_COLUMNS = [
     "metric",
@@ -34,98 +39,83 @@ def _num(value: float | None, spec: str = ".3f") -> str:
     return "–" if value is None else f"{value:{spec}}"
 
 
-def _facets(facets: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in facets.items()) or "–"
-
-
-def verdict(decision: Mapping[str, Any]) -> str:
+def verdict(decision: DriftDecision) -> str:
     """One sentence: fired or not, against which baseline and why that one."""
-    if decision["baseline_run_id"] is None:
+    if decision.baseline_run_id is None:
         return "No baseline yet for this corpus and QA-set version: nothing to compare with."
-    evidence = decision["evidence"]
-    head = "DRIFT: retraining is asked for." if decision["fired"] else "No drift."
+    evidence = decision.evidence
+    head = "DRIFT: retraining is asked for." if decision.fired else "No drift."
     text = (
-        f"{head} Run {decision['run_id']} against {decision['baseline_run_id']} "
-        f"({decision['baseline_kind']} baseline); {evidence.get('n_tested', 0)} cells tested, "
-        f"{len(evidence.get('drifted', []))} drifted."
+        f"{head} Run {decision.run_id} against {decision.baseline_run_id} "
+        f"({decision.baseline_kind} baseline); {evidence.n_tested} cells tested, "
+        f"{len(evidence.drifted)} drifted."
     )
-    if evidence.get("undefined", {}).get("rows"):
-        text += f" Not compared: {evidence['undefined']['rows']}"
+    if evidence.undefined.get("rows"):
+        text += f" Not compared: {evidence.undefined['rows']}"
     return text
 
 
-def changes_text(evidence: Mapping[str, Any]) -> str:
+def changes_text(evidence: DriftEvidence) -> str:
     """Corpus changes since the baseline's snapshot and retired items of the QA set."""
-    drift = evidence.get("corpus_drift")
+    drift = evidence.corpus_drift
     if drift is None:
-        corpus = (
-            "Corpus drift: undefined ("
-            + evidence.get("undefined", {}).get("corpus_drift", "no baseline")
-            + ")."
-        )
+        corpus = f"Corpus drift: undefined ({evidence.reason('corpus_drift', 'no baseline')})."
     else:
         corpus = (
-            f"Corpus since the baseline snapshot {drift['baseline_snapshot']}: "
-            f"{drift['added']} added, {drift['updated']} updated, {drift['removed']} removed of "
-            f"{drift['n_baseline']} documents (changed share {_num(drift['changed_share'], '.1%')})."
+            f"Corpus since the baseline snapshot {drift.baseline_snapshot}: "
+            f"{drift.added} added, {drift.updated} updated, {drift.removed} removed of "
+            f"{drift.n_baseline} documents (changed share {_num(drift.changed_share, '.1%')})."
         )
-    qa = evidence.get("qa_set") or {}
-    if qa.get("retired") is None:
-        retired = "Retired QA items: unknown (" + qa.get("undefined", {}).get("retired", "") + ")."
+    qa = evidence.qa_set
+    if qa.retired is None:
+        retired = f"Retired QA items: unknown ({qa.undefined.get('retired', '')})."
     else:
-        retired = f"Retired QA items: {qa['n_retired']} of {qa['n_items']} {qa.get('reasons', {})}."
+        retired = f"Retired QA items: {qa.n_retired} of {qa.n_items} {qa.reasons or {}}."
     return f"{corpus} {retired} Only metric drops fire a decision."
 
 
-def evidence_rows(evidence: Mapping[str, Any]) -> list[list[str]]:
+def evidence_rows(evidence: DriftEvidence) -> list[list[str]]:
     """The evidence table: drifted rows first, then worse, then the rest, as evaluated."""
     order = {"worse": 1, "unchanged": 2, "better": 3, None: 4}
-    rows = sorted(evidence.get("rows", []), key=lambda r: (not r["drifted"], order[r["direction"]]))
+    rows = sorted(evidence.rows, key=lambda r: (not r.drifted, order[r.direction]))
     out = []
     for r in rows:
-        ci = "" if r["ci_low"] is None else f" [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+        ci = "" if r.ci_low is None else f" [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
         out.append(
             [
-                f"{r['evaluation']}:{r['metric']}" + ("" if r["greater_is_better"] else " (↓)"),
-                _facets(r["facets"]),
-                _num(r["baseline"]),
-                _num(r["current"]),
-                _num(r["diff"], "+.3f") + ci + f" (n={r['n']})",
-                _num(r["p_value"], ".4f"),
-                _num(r["p_holm"], ".4f") if r["tested"] else "untested",
-                f"{r['threshold']:.3f}",
-                r["direction"] or "–",
-                "yes" if r["drifted"] else "",
+                f"{r.evaluation}:{r.metric}" + ("" if r.greater_is_better else " (↓)"),
+                r.facets_text or "–",
+                _num(r.baseline),
+                _num(r.current),
+                _num(r.diff, "+.3f") + ci + f" (n={r.n})",
+                _num(r.p_value, ".4f"),
+                _num(r.p_holm, ".4f") if r.tested else "untested",
+                f"{r.threshold:.3f}",
+                r.direction or "–",
+                "yes" if r.drifted else "",
             ]
         )
     return out
 
 
 def history_plot(
-    history: Mapping[str, Sequence[Mapping[str, Any]]], baseline_run: str | None, path: Path
+    history: Mapping[str, Sequence[HistoryPoint]], baseline_run: str | None, path: Path
 ) -> None:
     """One panel per watched series: the value per run with its interval, baseline starred."""
     series = list(history.items())
     fig = Figure(figsize=(6.4, 1.0 + 2.0 * len(series)), dpi=110)
     axes = fig.subplots(len(series), 1, squeeze=False)[:, 0]
     for ax, (name, points) in zip(axes, series, strict=True):
-        defined = [(i, p) for i, p in enumerate(points) if p.get("value") is not None]
-        xs = [i for i, _ in defined]
-        values = [p["value"] for _, p in defined]
-        lows = [
-            p["value"] - (p.get("ci_low") if p.get("ci_low") is not None else p["value"])
-            for _, p in defined
-        ]
-        highs = [
-            (p.get("ci_high") if p.get("ci_high") is not None else p["value"]) - p["value"]
-            for _, p in defined
-        ]
+        xs = list(range(len(points)))
+        values = [p.value for p in points]
+        lows = [p.value - (p.ci_low if p.ci_low is not None else p.value) for p in points]
+        highs = [(p.ci_high if p.ci_high is not None else p.value) - p.value for p in points]
         ax.errorbar(xs, values, yerr=[lows, highs], marker="o", capsize=3, color="#1f6feb")
-        for i, p in defined:
-            if p["run_id"] == baseline_run:
+        for i, p in enumerate(points):
+            if p.run_id == baseline_run:
                 ax.plot(
                     [i],
-                    [p["value"]],
+                    [p.value],
                     marker="*",
                     markersize=14,
                     color="#d97706",
@@ -134,35 +124,30 @@ def history_plot(
                 )
                 ax.legend(loc="best", frameon=False, fontsize=8)
         # Every point is a run of the same set (<night>.<set>): the night tells them apart.
-        ticks = [str(p["run_id"]).rsplit(".", 1)[0][-24:] for p in points]
+        ticks = [p.run_id.rsplit(".", 1)[0][-24:] for p in points]
         ax.set_xticks(range(len(points)), ticks, rotation=20, fontsize=7)
         ax.set_title(name, fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
 
 
-def drift_sections(
-    decision: Mapping[str, Any],
-    history: Mapping[str, Sequence[Mapping[str, Any]]],
-    out: Path,
-    suffix: str = "",
-) -> list[ReportSection]:
+def drift_sections(view: DriftView, out: Path, suffix: str = "") -> list[ReportSection]:
     """The drift verdict with its evidence table, then the history plot (when there is one)."""
-    evidence = decision["evidence"]
+    decision, evidence = view.decision, view.decision.evidence
     note = (
         f"{verdict(decision)} {changes_text(evidence)} Drift = the primary metric worse by more "
-        f"than its threshold with Holm p < {evidence['policy']['alpha']} (Holm across every "
+        f"than its threshold with Holm p < {evidence.policy.alpha} (Holm across every "
         "tested cell of the decision; cells with fewer paired questions than "
-        f"{evidence['policy']['min_n']} are untested). ↓: lower is better. "
-        f"Decision {decision['decision_id']}."
+        f"{evidence.policy.min_n} are untested). ↓: lower is better. "
+        f"Decision {decision.decision_id}."
     )
     table = render_section(
         "table_section.html", columns=EVIDENCE_COLUMNS, rows=evidence_rows(evidence), note=note
     )
     sections = [ReportSection(title="Drift against the baseline", html=str(table))]
-    if any(any(p.get("value") is not None for p in points) for points in history.values()):
+    if any(view.history.values()):
         file = f"drift_history{suffix}.png"
-        history_plot(history, decision["baseline_run_id"], out / file)
+        history_plot(view.history, decision.baseline_run_id, out / file)
         figure = render_section(
             "figure_section.html",
             src=file,

@@ -1,66 +1,67 @@
 """The report's "judges" section: every judge of the run, its calibration and whether it gated.
 
-Input is the ``judges`` mapping a run records (judge name -> its gate decision as a dict, see
-:meth:`ragtrail.judges.gate.GateDecision.as_dict`), so the section can be rebuilt from stored
-summaries alone.
+Input is the ``judges`` mapping a run records (judge name -> its
+:class:`~ragtrail.summaries.generation_summary.JudgeGate`, the stored form of
+:class:`ragtrail.judges.gate.GateDecision`), so the section can be rebuilt from stored summaries
+alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ragtrail.generate.judges import LABELLER
 from ragtrail.report.html import ReportSection, render_section
+from ragtrail.summaries.generation_summary import JudgeGate
 
 
-def _figure(decision: Mapping[str, Any]) -> str:
-    value = decision.get("value")
+def _figure(decision: JudgeGate) -> str:
+    value = decision.value
     if value is None:
-        return "not calibrated" if not decision.get("n") else "undefined"
-    low, high = decision.get("ci_low"), decision.get("ci_high")
+        return "not calibrated" if not decision.n else "undefined"
+    low, high = decision.ci_low, decision.ci_high
     ci = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
-    return f"{decision.get('metric')} {value:.2f}{ci}"
+    return f"{decision.metric} {value:.2f}{ci}"
 
 
-def _bar(decision: Mapping[str, Any]) -> str:
-    bar = decision.get("bar")
-    return f"{bar['metric']} >= {bar['minimum']:.2f}" if bar else "–"
+def _bar(decision: JudgeGate) -> str:
+    bar = decision.bar
+    return f"{bar.metric} >= {bar.minimum:.2f}" if bar else "–"
 
 
-def label_source_note(judges: Mapping[str, Mapping[str, Any]]) -> str:
+def label_source_note(judges: Mapping[str, JudgeGate]) -> str:
     """One sentence saying where the test set's labels come from, and why."""
     labeller = judges.get(LABELLER)
     if labeller is None:
         return "No labeller decision was recorded for this run."
-    if labeller.get("mode") == "gate":
+    if labeller.mode == "gate":
         return (
             "Labels are the labeller's: its calibration met the bar "
-            f"({_figure(labeller)}, n={labeller.get('n')}, bar {_bar(labeller)})."
+            f"({_figure(labeller)}, n={labeller.n}, bar {_bar(labeller)})."
         )
     return (
         "Labels are the requested ones, unverified: the labeller only advised because "
-        f"{labeller.get('reason') or 'it has no calibration'}."
+        f"{labeller.reason or 'it has no calibration'}."
     )
 
 
-def _mode(decision: Mapping[str, Any]) -> str:
+def _mode(decision: JudgeGate) -> str:
     """ "gated" or "advised only"; with the reason when no calibration figure shows it."""
-    if decision.get("mode") == "gate":
+    if decision.mode == "gate":
         return "gated"
-    if decision.get("value") is None:
-        return f"advised only: {decision.get('reason') or 'no calibration'}"
+    if decision.value is None:
+        return f"advised only: {decision.reason or 'no calibration'}"
     return "advised only"
 
 
-def judges_section(judges: Mapping[str, Mapping[str, Any]]) -> ReportSection:
+def judges_section(judges: Mapping[str, JudgeGate]) -> ReportSection:
     """A table of the run's judges with their calibration (CI, n), bar and gate/advise mode."""
     rows = [
         [
             name,
-            str(decision.get("judge", name)).rpartition("@")[2],
+            decision.judge.rpartition("@")[2],
             _figure(decision),
-            decision.get("n") or "–",
+            decision.n or "–",
             _bar(decision),
             _mode(decision),
         ]

@@ -1,7 +1,8 @@
 """Report sections for a test-set generation run.
 
-Input is the generation summary dict written by :mod:`ragtrail.pipeline.generate` (JSON-safe, so a
-report can be rebuilt from the artifact alone). Output is a list of :class:`ReportSection` that
+Input is the :class:`~ragtrail.summaries.generation_summary.GenerationSummary` written by
+:mod:`ragtrail.pipeline.generate` (stored as ``generation.json``, so a report can be rebuilt from the
+artifact alone). Output is a list of :class:`ReportSection` that
 :func:`ragtrail.report.html.render_retrieval_report` appends to the evaluation report, plus a bar
 chart of the label distribution (ours vs the single-prompt baseline).
 """
@@ -17,6 +18,7 @@ from ragtrail.generate.prompts import CRITIQUE_NAMES
 from ragtrail.records import LABELS
 from ragtrail.report.html import ReportSection, render_section
 from ragtrail.report.judge_notes import judges_section
+from ragtrail.summaries.generation_summary import GenerationSummary
 
 LABEL_CHART = "label_distribution.png"
 
@@ -30,11 +32,11 @@ def _table(title: str, columns: list[str], rows: list[list[Any]], note: str = ""
     return ReportSection(title=title, html=str(html))
 
 
-def funnel_section(summary: dict[str, Any]) -> ReportSection:
-    funnel = summary["funnel"]
-    first = funnel[0]["count"] if funnel else 0
+def funnel_section(summary: GenerationSummary) -> ReportSection:
+    funnel = summary.funnel
+    first = funnel[0].count if funnel else 0
     rows = [
-        [step["stage"], step["count"], f"{100 * step['count'] / first:.0f}%" if first else "–"]
+        [step.stage, step.count, f"{100 * step.count / first:.0f}%" if first else "–"]
         for step in funnel
     ]
     return _table(
@@ -46,10 +48,10 @@ def funnel_section(summary: dict[str, Any]) -> ReportSection:
     )
 
 
-def balance_section(summary: dict[str, Any]) -> ReportSection:
-    ours, base = summary["distribution"]["ours"], summary["distribution"]["baseline"]
+def balance_section(summary: GenerationSummary) -> ReportSection:
+    ours, base = summary.distribution.ours, summary.distribution.baseline
     n_ours, n_base = sum(ours.values()), sum(base.values())
-    targets, achieved = summary["targets"], summary["achieved"]
+    targets, achieved = summary.targets, summary.achieved
     rows = [
         [
             label,
@@ -63,7 +65,7 @@ def balance_section(summary: dict[str, Any]) -> ReportSection:
     note = (
         f"Baseline: one prompt asking for a factoid question and answer per context, labelled by "
         f"the same labeller ({n_base} labelled items). Ours: statement extraction, accepted items "
-        f"of version {summary['version']}."
+        f"of version {summary.version}."
     )
     return _table(
         "Test set: label balance, ours vs single-prompt baseline",
@@ -73,8 +75,8 @@ def balance_section(summary: dict[str, Any]) -> ReportSection:
     )
 
 
-def label_matrix_section(summary: dict[str, Any]) -> ReportSection:
-    matrix: dict[str, dict[str, int]] = summary["label_matrix"]
+def label_matrix_section(summary: GenerationSummary) -> ReportSection:
+    matrix = summary.label_matrix
     observed = [*LABELS, "failed"]
     rows = [
         [requested, *[matrix.get(requested, {}).get(obs, 0) for obs in observed]]
@@ -90,8 +92,8 @@ def label_matrix_section(summary: dict[str, Any]) -> ReportSection:
     )
 
 
-def critique_section(summary: dict[str, Any]) -> ReportSection:
-    per_label: dict[str, dict[str, dict[str, Any]]] = summary["critiques"]
+def critique_section(summary: GenerationSummary) -> ReportSection:
+    per_label = summary.critiques
     rows = []
     for label in LABELS:
         scores = per_label.get(label)
@@ -100,9 +102,7 @@ def critique_section(summary: dict[str, Any]) -> ReportSection:
         cells = []
         for criterion in CRITIQUE_NAMES:
             cell = scores.get(criterion)
-            cells.append(
-                "–" if not cell or not cell["n"] else f"{cell['mean']:.2f} ({cell['hist']})"
-            )
+            cells.append("–" if not cell or not cell.n else f"{cell.mean:.2f} ({cell.hist})")
         rows.append([label, *cells])
     return _table(
         "Test set: critique ratings per label (mean, histogram of 1..5)",
@@ -125,20 +125,20 @@ def llm_models_line(backends: dict[str, str]) -> str:
     )
 
 
-def usage_section(summary: dict[str, Any]) -> ReportSection:
+def usage_section(summary: GenerationSummary) -> ReportSection:
     rows = [
         [
-            u["stage"],
-            u["calls"],
-            u["cache_hits"],
-            u["failures"],
-            u["prompt_tokens"],
-            u["completion_tokens"],
-            "–" if u.get("cost_usd") is None else f"${u['cost_usd']:.4f}",
+            u.stage,
+            u.calls,
+            u.cache_hits,
+            u.failures,
+            u.prompt_tokens,
+            u.completion_tokens,
+            "–" if u.cost_usd is None else f"${u.cost_usd:.4f}",
         ]
-        for u in summary["usage"]
+        for u in summary.usage
     ]
-    model = llm_models_line(summary.get("backends", {}))
+    model = llm_models_line(summary.backends)
     return _table(
         "Test set: model calls, tokens and cost per stage",
         [
@@ -155,10 +155,10 @@ def usage_section(summary: dict[str, Any]) -> ReportSection:
     )
 
 
-def failures_section(summary: dict[str, Any]) -> ReportSection:
+def failures_section(summary: GenerationSummary) -> ReportSection:
     rows = [
-        [f["cause"], f["count"], " | ".join(ex[:160] for ex in f["examples"][:2]) or "–"]
-        for f in summary["failures"]
+        [f.cause, f.count, " | ".join(ex[:160] for ex in f.examples[:2]) or "–"]
+        for f in summary.failures
     ]
     return _table(
         "Test set: failures and rejections by cause (with examples)",
@@ -167,9 +167,9 @@ def failures_section(summary: dict[str, Any]) -> ReportSection:
     )
 
 
-def plot_label_distribution(summary: dict[str, Any], out_dir: Path) -> Path:
+def plot_label_distribution(summary: GenerationSummary, out_dir: Path) -> Path:
     """Grouped bars of label shares: ours vs the single-prompt baseline."""
-    ours, base = summary["distribution"]["ours"], summary["distribution"]["baseline"]
+    ours, base = summary.distribution.ours, summary.distribution.baseline
     n_ours, n_base = sum(ours.values()) or 1, sum(base.values()) or 1
     fig = Figure(figsize=(7, 3.5))
     ax = fig.subplots()
@@ -192,7 +192,7 @@ def plot_label_distribution(summary: dict[str, Any], out_dir: Path) -> Path:
     return path
 
 
-def testset_sections(summary: dict[str, Any], out_dir: Path) -> list[ReportSection]:
+def testset_sections(summary: GenerationSummary, out_dir: Path) -> list[ReportSection]:
     """All generation sections, in reading order; writes the label chart into ``out_dir``."""
     plot_label_distribution(summary, out_dir)
     chart = ReportSection(
@@ -200,7 +200,7 @@ def testset_sections(summary: dict[str, Any], out_dir: Path) -> list[ReportSecti
         html=f'<img src="{LABEL_CHART}" alt="label distribution, ours vs baseline">',
     )
     return [
-        judges_section(summary.get("judges", {})),
+        judges_section(summary.judges),
         funnel_section(summary),
         balance_section(summary),
         chart,

@@ -22,11 +22,11 @@ from typing import Any, Literal
 from sqlalchemy import delete, select
 from sqlalchemy.engine import RowMapping
 
-from ragtrail.jsonsafe import check_finite
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import utcnow, write_transaction
 from ragtrail.storage.runs_store import RunRecord, RunStore
 from ragtrail.storage.sql import SqlStore, as_dict, upsert
+from ragtrail.summaries.drift_summary import DriftDecision
 
 PINNED, CHAMPION, FIRST = "pinned", "champion", "first"
 BaselineKind = Literal["pinned", "champion", "first"]
@@ -62,26 +62,6 @@ class ResolvedBaseline:
 
     run: RunRecord
     kind: BaselineKind
-
-
-@dataclass(frozen=True)
-class DecisionRecord:
-    """One stored drift decision (a ``drift_decisions`` row)."""
-
-    decision_id: str
-    run_id: str
-    corpus: str | None
-    snapshot_id: str | None
-    qa_set_version: str | None
-    baseline_run_id: str | None
-    baseline_kind: str | None
-    status: str  # checked | no_baseline
-    fired: bool
-    evidence: dict[str, Any]
-    created_at: datetime
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "created_at": self.created_at.isoformat()}
 
 
 def decision_id_for(run_id: str, baseline_run_id: str | None) -> str:
@@ -210,16 +190,13 @@ class DriftStore(SqlStore):
 
     # -- decisions ---------------------------------------------------------------------------
 
-    def save_decision(self, record: DecisionRecord) -> None:
+    def save_decision(self, record: DriftDecision) -> None:
         """Insert or replace the decision (same id: same run and baseline run)."""
-        row = dict(record.__dict__)
-        row["evidence"] = check_finite(
-            dict(record.evidence), f"drift decision {record.decision_id}"
-        )
+        row = {**dict(record), "evidence": record.evidence.to_json()}  # strict JSON
         with write_transaction(self.engine) as conn:
             upsert(conn, t.drift_decisions, [row], ["decision_id"])
 
-    def get_decision(self, decision_id: str) -> DecisionRecord | None:
+    def get_decision(self, decision_id: str) -> DriftDecision | None:
         d = t.drift_decisions
         with self.engine.connect() as conn:
             row = conn.execute(select(d).where(d.c.decision_id == decision_id)).mappings().first()
@@ -227,7 +204,7 @@ class DriftStore(SqlStore):
 
     def decisions(
         self, *, corpus: str | None = None, run_id: str | None = None, limit: int = 100
-    ) -> list[DecisionRecord]:
+    ) -> list[DriftDecision]:
         """Stored decisions, newest first, optionally of one corpus or one run."""
         d = t.drift_decisions
         query = select(d)
@@ -240,7 +217,7 @@ class DriftStore(SqlStore):
             return [_decision(r) for r in conn.execute(query).mappings()]
 
 
-def _decision(row: RowMapping) -> DecisionRecord:
+def _decision(row: RowMapping) -> DriftDecision:
     values = as_dict(row)
     values["fired"] = bool(values["fired"])
-    return DecisionRecord(**values)
+    return DriftDecision.model_validate(values)

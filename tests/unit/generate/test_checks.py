@@ -253,9 +253,9 @@ def test_label_and_critique_rejects_failed_checks_before_any_model_call(make_run
     assert sum(n for name, n in counts.items() if name.startswith("critique_")) == len(CRITERIA)
 
     # the report data counts the new kind: its own funnel stage and one group per check
-    stages = {s["stage"]: s["count"] for s in funnel(cands)}
+    stages = {s.stage: s.count for s in funnel(cands)}
     assert stages["parsed"] == 6 and stages["model-free checks passed"] == 2
-    causes = {f["cause"]: f["count"] for f in failures(cands)}
+    causes = {f.cause: f.count for f in failures(cands)}
     assert causes["rejected:check:mentions_passage"] == 1
     assert causes["rejected:check:unrelated_statement"] == 1
     assert causes["rejected:label_mismatch"] == 1

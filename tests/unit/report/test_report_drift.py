@@ -4,58 +4,91 @@ drifted rows first and undefined figures as "–", and the history plot only whe
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
+from ragtrail.config import DriftSettings
 from ragtrail.report.drift_sections import drift_sections, evidence_rows
+from ragtrail.summaries.drift_summary import (
+    CorpusChanges,
+    DriftDecision,
+    DriftEvidence,
+    DriftPolicyUsed,
+    DriftRowEvidence,
+    DriftView,
+    HistoryPoint,
+    QASetRetirement,
+)
 
 
-def _row(facets: dict, diff: float | None, *, drifted: bool = False, tested: bool = True) -> dict:
+def _row(
+    facets: dict, diff: float | None, *, drifted: bool = False, tested: bool = True
+) -> DriftRowEvidence:
     defined = diff is not None
-    return {
-        "evaluation": "retrieval",
-        "metric": "recall@5",
-        "facets": facets,
-        "greater_is_better": True,
-        "n": 10 if defined else 0,
-        "baseline": 0.8 if defined else None,
-        "current": 0.8 + diff if defined else None,
-        "diff": diff,
-        "ci_low": diff - 0.1 if defined else None,
-        "ci_high": diff + 0.1 if defined else None,
-        "p_value": 0.001 if defined else None,
-        "p_holm": 0.002 if tested else None,
-        "threshold": 0.05,
-        "direction": None if not defined else "worse" if diff < 0 else "better",
-        "tested": tested,
-        "drifted": drifted,
-        "undefined": {} if defined else {"diff": "no question has a value in both runs"},
-    }
+    return DriftRowEvidence(
+        evaluation="retrieval",
+        metric="recall@5",
+        facets=facets,
+        greater_is_better=True,
+        n=10 if defined else 0,
+        baseline=0.8 if defined else None,
+        current=0.8 + diff if diff is not None else None,
+        diff=diff,
+        ci_low=diff - 0.1 if diff is not None else None,
+        ci_high=diff + 0.1 if diff is not None else None,
+        p_value=0.001 if defined else None,
+        p_holm=0.002 if tested else None,
+        threshold=0.05,
+        direction=None if diff is None else "worse" if diff < 0 else "better",
+        tested=tested,
+        drifted=drifted,
+        undefined={} if defined else {"diff": "no question has a value in both runs"},
+    )
 
 
-def _decision(rows: list[dict], baseline: str | None = "n1") -> dict:
-    return {
-        "decision_id": "drift-abc",
-        "run_id": "n2",
-        "baseline_run_id": baseline,
-        "baseline_kind": "first" if baseline else None,
-        "status": "checked" if baseline else "no_baseline",
-        "fired": any(r["drifted"] for r in rows),
-        "evidence": {
-            "policy": {"alpha": 0.05, "min_n": 5},
-            "rows": rows,
-            "drifted": [r for r in rows if r["drifted"]],
-            "n_tested": sum(r["tested"] for r in rows),
-            "corpus_drift": {
-                "baseline_snapshot": "s1",
-                "added": 0,
-                "updated": 1,
-                "removed": 3,
-                "n_baseline": 20,
-                "changed_share": 0.2,
-            },
-            "qa_set": {"kind": "file", "retired": None, "undefined": {"retired": "a file"}},
-        },
-    }
+def _decision(rows: list[DriftRowEvidence], baseline: str | None = "n1") -> DriftDecision:
+    evidence = DriftEvidence(
+        fires_on="a primary metric worse by more than its threshold",
+        policy=DriftPolicyUsed(**DriftSettings().model_dump(), primary_metrics=None),
+        qa_set=QASetRetirement(
+            version="gs-1",
+            undefined={"retired": "a file"},
+            kind="file",
+            n_items=None,
+            retired=None,
+            n_retired=None,
+        ),
+        corpus_drift=CorpusChanges(
+            baseline_snapshot="s1",
+            current_snapshot="s2",
+            n_baseline=20,
+            n_current=17,
+            added=0,
+            updated=1,
+            removed=3,
+            unchanged=16,
+            added_share=0.0,
+            updated_share=0.05,
+            removed_share=0.15,
+            changed_share=0.2,
+        ),
+        rows=rows,
+        drifted=[f"{r.evaluation}:{r.metric} [{r.facets_text}]" for r in rows if r.drifted],
+        n_tested=sum(r.tested for r in rows),
+    )
+    return DriftDecision(
+        decision_id="drift-abc",
+        run_id="n2",
+        corpus="hb",
+        snapshot_id="s2",
+        qa_set_version="gs-1",
+        baseline_run_id=baseline,
+        baseline_kind="first" if baseline else None,
+        status="checked" if baseline else "no_baseline",
+        fired=any(r.drifted for r in rows),
+        evidence=evidence,
+        created_at=datetime(2026, 11, 25, tzinfo=UTC),
+    )
 
 
 def test_the_evidence_table_puts_drifted_rows_first_and_shows_undefined_as_dashes() -> None:
@@ -64,7 +97,7 @@ def test_the_evidence_table_puts_drifted_rows_first_and_shows_undefined_as_dashe
         _row({"label": "gone"}, None, tested=False),
         _row({"label": "inclusive"}, -0.3, drifted=True),
     ]
-    table = evidence_rows(_decision(rows)["evidence"])
+    table = evidence_rows(_decision(rows).evidence)
     assert [r[1] for r in table] == ["label=inclusive", "label=summary", "label=gone"]
     assert table[0][4] == "-0.300 [-0.400, -0.200] (n=10)" and table[0][-1] == "yes"
     assert table[2][2:5] == ["–", "–", "– (n=0)"] and table[2][6] == "untested"
@@ -74,11 +107,12 @@ def test_sections_render_the_verdict_changes_and_the_history(tmp_path: Path) -> 
     decision = _decision([_row({"label": "inclusive"}, -0.3, drifted=True)])
     history = {
         "retrieval:recall@5 [label=inclusive]": [
-            {"run_id": "n1", "value": 0.8, "ci_low": 0.7, "ci_high": 0.9},
-            {"run_id": "n2", "value": 0.5, "ci_low": None, "ci_high": None},
+            HistoryPoint(run_id="n1", value=0.8, ci_low=0.7, ci_high=0.9),
+            HistoryPoint(run_id="n2", value=0.5, ci_low=None, ci_high=None),
         ]
     }
-    table, figure = drift_sections(decision, history, tmp_path, ".gold")
+    view = DriftView(decision=decision, history=history)
+    table, figure = drift_sections(view, tmp_path, ".gold")
     assert "DRIFT: retraining is asked for. Run n2 against n1 (first baseline)" in table.html
     assert "3 removed of 20 documents (changed share 20.0%)" in table.html
     assert "Retired QA items: unknown (a file)" in table.html
@@ -88,6 +122,7 @@ def test_sections_render_the_verdict_changes_and_the_history(tmp_path: Path) -> 
 
 
 def test_a_first_night_has_a_verdict_and_no_plot(tmp_path: Path) -> None:
-    (only,) = drift_sections(_decision([], baseline=None), {}, tmp_path)
+    view = DriftView(decision=_decision([], baseline=None), history={})
+    (only,) = drift_sections(view, tmp_path)
     assert "No baseline yet for this corpus and QA-set version" in only.html
     assert not list(tmp_path.glob("*.png"))

@@ -74,7 +74,7 @@ def test_first_night_has_no_baseline_and_the_decision_is_stored(db: Engine) -> N
     _run(db, "n1", [1.0] * 10, status=None)
     decision = _check(db, "n1")
     assert (decision.status, decision.fired, decision.baseline_run_id) == (NO_BASELINE, False, None)
-    assert decision.evidence["undefined"]["baseline"].startswith("no pinned baseline")
+    assert decision.evidence.undefined["baseline"].startswith("no pinned baseline")
     assert DriftStore(db).decisions(corpus=CORPUS) == [decision]
 
 
@@ -88,13 +88,14 @@ def test_the_first_finished_run_is_the_baseline_and_a_drop_fires_once(db: Engine
         "n1",
         FIRST,
     )
-    assert decision.fired and decision.evidence["drifted"] == ["citations:citation_f1 [mixture=m1]"]
-    (row,) = decision.evidence["rows"]
-    assert (row["baseline"], row["current"], row["diff"]) == (1.0, 0.0, -1.0)
-    assert row["p_holm"] == pytest.approx(2 / 1024) and row["direction"] == "worse"
-    drift = decision.evidence["corpus_drift"]  # the snapshot has no documents: no shares
-    assert drift["changed_share"] is None and "no documents" in drift["undefined"]["changed_share"]
-    jsonsafe.dumps(decision.evidence, "evidence")  # strict JSON
+    assert decision.fired and decision.evidence.drifted == ["citations:citation_f1 [mixture=m1]"]
+    (row,) = decision.evidence.rows
+    assert (row.baseline, row.current, row.diff) == (1.0, 0.0, -1.0)
+    assert row.p_holm == pytest.approx(2 / 1024) and row.direction == "worse"
+    drift = decision.evidence.corpus_drift  # the snapshot has no documents: no shares
+    assert drift is not None
+    assert drift.changed_share is None and "no documents" in drift.undefined["changed_share"]
+    jsonsafe.dumps(decision.evidence.to_json(), "evidence")  # strict JSON
     again = _check(db, "n3")
     assert again.decision_id == decision.decision_id
     stored = DriftStore(db).decisions(run_id="n3")
@@ -169,16 +170,13 @@ def test_corpus_drift_and_a_retired_golden_item_are_evidence_not_triggers(db: En
     _run(db, "n1", [1.0] * 10, version=version, snapshot="s1")
     _run(db, "n2", [1.0] * 10, version=version, snapshot="s2", status=None)
     decision = _check(db, "n2")
-    drift = decision.evidence["corpus_drift"]
-    assert (drift["added"], drift["updated"], drift["removed"], drift["unchanged"]) == (1, 1, 1, 2)
-    assert (drift["added_share"], drift["removed_share"], drift["changed_share"]) == (
-        0.25,
-        0.25,
-        0.75,
-    )
-    qa = decision.evidence["qa_set"]
-    assert (qa["kind"], qa["n_items"], qa["n_retired"], qa["retired"]) == ("golden", 2, 1, True)
-    assert qa["reasons"] == {"ground_document_removed": 1}
+    drift = decision.evidence.corpus_drift
+    assert drift is not None
+    assert (drift.added, drift.updated, drift.removed, drift.unchanged) == (1, 1, 1, 2)
+    assert (drift.added_share, drift.removed_share, drift.changed_share) == (0.25, 0.25, 0.75)
+    qa = decision.evidence.qa_set
+    assert (qa.kind, qa.n_items, qa.n_retired, qa.retired) == ("golden", 2, 1, True)
+    assert qa.reasons == {"ground_document_removed": 1}
     assert not decision.fired  # the metric did not move
 
 
@@ -187,7 +185,7 @@ def test_runs_that_cannot_be_paired_are_a_stored_non_decision(db: Engine) -> Non
     _run(db, "n2", [1.0] * 10, status=None)
     decision = _check(db, "n2")
     assert (decision.status, decision.fired) == (INCOMPARABLE, False)
-    assert "no per-query results" in decision.evidence["undefined"]["rows"]
+    assert "no per-query results" in decision.evidence.undefined["rows"]
 
 
 def test_runs_to_check_picks_the_newest_night_or_the_named_one(db: Engine) -> None:
@@ -230,7 +228,8 @@ def test_history_plots_the_pooled_cell_the_check_compared(db: Engine) -> None:
     decision = _check(db, "n2")
     history = drift_history(db, decision)
     points = history["citations:citation_f1 [label=inclusive, mixture=m1]"]
-    assert [p["run_id"] for p in points] == ["n1", "n2"]
-    assert [p["value"] for p in points] == [pytest.approx(5 / 6), 0.0]
-    assert points[0]["ci_low"] <= 5 / 6 <= points[0]["ci_high"]
-    assert (points[1]["ci_low"], points[1]["ci_high"]) == (0.0, 0.0)
+    assert [p.run_id for p in points] == ["n1", "n2"]
+    assert [p.value for p in points] == [pytest.approx(5 / 6), 0.0]
+    assert points[0].ci_low is not None and points[0].ci_high is not None
+    assert points[0].ci_low <= 5 / 6 <= points[0].ci_high
+    assert (points[1].ci_low, points[1].ci_high) == (0.0, 0.0)

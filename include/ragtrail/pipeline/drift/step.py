@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Literal
 
 from sqlalchemy import Engine
 
@@ -38,11 +38,20 @@ from ragtrail.storage.document_store import DocumentStore
 from ragtrail.storage.drift_store import (
     CHECKED,
     NO_BASELINE,
-    DecisionRecord,
     DriftStore,
     decision_id_for,
 )
 from ragtrail.storage.runs_store import RunRecord, RunStore
+from ragtrail.summaries.drift_summary import (
+    BaselineUsed,
+    CorpusChanges,
+    DriftDecision,
+    DriftEvidence,
+    DriftPolicyUsed,
+    DriftRowEvidence,
+    PrimaryMetricUsed,
+    QASetRetirement,
+)
 from ragtrail.testset.golden import GoldenSetStore
 from ragtrail.testset.store import TestSetStore
 
@@ -91,7 +100,7 @@ def check_run(
     *,
     corpus: str | None = None,
     primaries: dict[str, PrimaryMetric] | None = None,
-) -> DecisionRecord:
+) -> DriftDecision:
     """Check ``run_id`` against its baseline and store the decision (see the module docstring)."""
     run = RunStore(engine).get_run(run_id)
     if run is None:
@@ -100,35 +109,43 @@ def check_run(
         raise DriftCheckError(f"run {run_id!r} is of corpus {run.corpus!r}, not {corpus!r}")
     store = DriftStore(engine)
     baseline = store.resolve_baseline(run)
-    evidence: dict[str, Any] = {
-        "fires_on": FIRES_ON,
-        "policy": {**settings.model_dump(), "primary_metrics": None},
-        "qa_set": qa_set_retirement(engine, run),
-        "undefined": {},
-    }
+    qa_set = qa_set_retirement(engine, run)
     if baseline is None:
-        evidence["rows"], evidence["drifted"], evidence["n_tested"] = [], [], 0
-        evidence["undefined"]["baseline"] = NO_BASELINE_REASON
-        evidence["undefined"]["corpus_drift"] = NO_BASELINE_REASON
-        evidence["corpus_drift"] = None
+        evidence = DriftEvidence(
+            fires_on=FIRES_ON,
+            policy=DriftPolicyUsed(**settings.model_dump(), primary_metrics=None),
+            qa_set=qa_set,
+            undefined={"baseline": NO_BASELINE_REASON, "corpus_drift": NO_BASELINE_REASON},
+            corpus_drift=None,
+            rows=[],
+            drifted=[],
+            n_tested=0,
+        )
         record = _decision(run, None, None, NO_BASELINE, False, evidence)
         store.save_decision(record)
         return record
     primaries = primaries if primaries is not None else registered_primary_metrics()
-    evidence["policy"]["primary_metrics"] = {
-        name: {"metric": p.metric, "greater_is_better": p.greater_is_better}
-        for name, p in sorted(primaries.items())
-    }
-    evidence["baseline"] = {
-        "run_id": baseline.run.run_id,
-        "kind": baseline.kind,
-        "snapshot_id": baseline.run.snapshot_id,
-        "started_at": baseline.run.started_at.isoformat(),
-    }
-    evidence["corpus_drift"] = corpus_evidence(engine, baseline.run, run)
-    if evidence["corpus_drift"] is None:
-        evidence["undefined"]["corpus_drift"] = "a run records no corpus snapshot"
+    policy = DriftPolicyUsed(
+        **settings.model_dump(),
+        primary_metrics={
+            name: PrimaryMetricUsed(metric=p.metric, greater_is_better=p.greater_is_better)
+            for name, p in sorted(primaries.items())
+        },
+    )
+    baseline_used = BaselineUsed(
+        run_id=baseline.run.run_id,
+        kind=baseline.kind,
+        snapshot_id=baseline.run.snapshot_id,
+        started_at=baseline.run.started_at.isoformat(),
+    )
+    undefined: dict[str, str] = {}
+    changes = corpus_evidence(engine, baseline.run, run)
+    if changes is None:
+        undefined["corpus_drift"] = "a run records no corpus snapshot"
     status = CHECKED
+    rows: list[DriftRowEvidence] = []
+    drifted: list[str] = []
+    n_tested = 0
     try:
         comparison = compare_stored_runs(
             engine,
@@ -139,27 +156,37 @@ def check_run(
         )
     except RunComparisonError as exc:
         status = INCOMPARABLE
-        evidence["rows"], evidence["drifted"], evidence["n_tested"] = [], [], 0
-        evidence["undefined"]["rows"] = str(exc)
+        undefined["rows"] = str(exc)
         fired = False
     else:
         assessment = assess_drift(comparison.rows, primaries, drift_policy(settings))
-        evidence["rows"] = [row.as_record() for row in assessment.rows]
-        evidence["drifted"] = [row.name for row in assessment.drifted]
-        evidence["n_tested"] = assessment.n_tested
+        rows = [DriftRowEvidence.from_json(row.as_record()) for row in assessment.rows]
+        drifted = [row.name for row in assessment.drifted]
+        n_tested = assessment.n_tested
         fired = assessment.fired
+    evidence = DriftEvidence(
+        fires_on=FIRES_ON,
+        policy=policy,
+        qa_set=qa_set,
+        undefined=undefined,
+        baseline=baseline_used,
+        corpus_drift=changes,
+        rows=rows,
+        drifted=drifted,
+        n_tested=n_tested,
+    )
     record = _decision(run, baseline.run.run_id, baseline.kind, status, fired, evidence)
     store.save_decision(record)
     return record
 
 
-def corpus_evidence(engine: Engine, baseline: RunRecord, run: RunRecord) -> dict[str, Any] | None:
+def corpus_evidence(engine: Engine, baseline: RunRecord, run: RunRecord) -> CorpusChanges | None:
     """Corpus drift between the two runs' snapshots; None when either records no snapshot."""
     if baseline.snapshot_id is None or run.snapshot_id is None:
         return None
     before = snapshot_documents(engine, baseline.snapshot_id)
     after = snapshot_documents(engine, run.snapshot_id)
-    return corpus_drift(before, after).as_record()
+    return CorpusChanges.from_json(corpus_drift(before, after).as_record())
 
 
 def snapshot_documents(engine: Engine, snapshot_id: str) -> SnapshotDocuments:
@@ -170,7 +197,7 @@ def snapshot_documents(engine: Engine, snapshot_id: str) -> SnapshotDocuments:
     )
 
 
-def qa_set_retirement(engine: Engine, run: RunRecord) -> dict[str, Any]:
+def qa_set_retirement(engine: Engine, run: RunRecord) -> QASetRetirement:
     """How many items of the run's QA-set version the corpus changes retired.
 
     A generated version's candidates carry a retired state (their source text changed or went);
@@ -178,7 +205,6 @@ def qa_set_retirement(engine: Engine, run: RunRecord) -> dict[str, Any]:
     snapshot. A QA set file has no such record: ``retired`` is null with the reason.
     """
     version = run.qa_set_version
-    out: dict[str, Any] = {"version": version, "undefined": {}}
     testsets = TestSetStore(engine)
     if version is not None and testsets.get_version(version) is not None:
         ids = list(testsets.version_qids(version))
@@ -188,7 +214,7 @@ def qa_set_retirement(engine: Engine, run: RunRecord) -> dict[str, Any]:
             for c in ids
             if rows[c]["status"] == CandidateStatus.RETIRED.value
         )
-        return {**out, "kind": "testset", "n_items": len(ids), **_retired(reasons)}
+        return _retired(version, "testset", len(ids), reasons)
     golden = GoldenSetStore(engine)
     if version is not None and golden.get(version) is not None:
         present = (
@@ -196,19 +222,39 @@ def qa_set_retirement(engine: Engine, run: RunRecord) -> dict[str, Any]:
         )
         items = golden.items(version)
         if present is None:
-            out["undefined"]["retired"] = "the run records no corpus snapshot"
-            return {**out, "kind": "golden", "n_items": len(items), "retired": None}
+            return QASetRetirement(
+                version=version,
+                undefined={"retired": "the run records no corpus snapshot"},
+                kind="golden",
+                n_items=len(items),
+                retired=None,
+            )
         reasons = Counter(
             "ground_document_removed" for item in items if not set(item.ground_doc_ids) <= present
         )
-        return {**out, "kind": "golden", "n_items": len(items), **_retired(reasons)}
-    out["undefined"]["retired"] = "not a stored test-set or golden version (a QA set file)"
-    return {**out, "kind": "file", "n_items": None, "retired": None, "n_retired": None}
+        return _retired(version, "golden", len(items), reasons)
+    return QASetRetirement(
+        version=version,
+        undefined={"retired": "not a stored test-set or golden version (a QA set file)"},
+        kind="file",
+        n_items=None,
+        retired=None,
+        n_retired=None,
+    )
 
 
-def _retired(reasons: Counter[str]) -> dict[str, Any]:
+def _retired(
+    version: str, kind: Literal["testset", "golden"], n_items: int, reasons: Counter[str]
+) -> QASetRetirement:
     n = sum(reasons.values())
-    return {"retired": n > 0, "n_retired": n, "reasons": dict(sorted(reasons.items()))}
+    return QASetRetirement(
+        version=version,
+        kind=kind,
+        n_items=n_items,
+        retired=n > 0,
+        n_retired=n,
+        reasons=dict(sorted(reasons.items())),
+    )
 
 
 def _decision(
@@ -217,11 +263,9 @@ def _decision(
     baseline_kind: str | None,
     status: str,
     fired: bool,
-    evidence: dict[str, Any],
-) -> DecisionRecord:
-    if not evidence["undefined"]:
-        evidence.pop("undefined")
-    return DecisionRecord(
+    evidence: DriftEvidence,
+) -> DriftDecision:
+    return DriftDecision(
         decision_id=decision_id_for(run.run_id, baseline_run),
         run_id=run.run_id,
         corpus=run.corpus,
@@ -270,7 +314,7 @@ def runs_to_check(engine: Engine, corpus: str, run: str | None = None) -> list[s
 
 def check_runs(
     engine: Engine, run_ids: Sequence[str], settings: DriftSettings, *, corpus: str | None = None
-) -> list[DecisionRecord]:
+) -> list[DriftDecision]:
     """:func:`check_run` for each run, sharing one look-up of the primary metrics."""
     primaries = registered_primary_metrics()
     return [

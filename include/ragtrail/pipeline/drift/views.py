@@ -3,57 +3,33 @@ the history of the watched cells across the corpus's runs."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import Engine
 
 from ragtrail.evaluate.comparison.drift_decision import worsening
 from ragtrail.evaluate.comparison.run_compare import query_cells
 from ragtrail.evaluate.contract import facet_key
 from ragtrail.evaluate.metrics import bootstrap_ci
-from ragtrail.storage.drift_store import DecisionRecord, DriftStore
+from ragtrail.storage.drift_store import DriftStore
 from ragtrail.storage.runs_store import RunStore
+from ragtrail.summaries.drift_summary import (
+    DriftDecision,
+    DriftHeadline,
+    DriftRowEvidence,
+    DriftView,
+    HistoryPoint,
+)
 
 
-def compact(decision: DecisionRecord) -> dict[str, Any]:
+def compact(decision: DriftDecision) -> DriftHeadline:
     """A decision's headline (what the nightly result, the event and the CLI line carry)."""
-    evidence = decision.evidence
-    return {
-        "decision_id": decision.decision_id,
-        "run_id": decision.run_id,
-        "qa_set_version": decision.qa_set_version,
-        "baseline_run": decision.baseline_run_id,
-        "baseline_kind": decision.baseline_kind,
-        "status": decision.status,
-        "fired": decision.fired,
-        "n_tested": evidence.get("n_tested", 0),
-        "drifted": [
-            {
-                k: row[k]
-                for k in (
-                    "evaluation",
-                    "metric",
-                    "facets",
-                    "baseline",
-                    "current",
-                    "diff",
-                    "ci_low",
-                    "ci_high",
-                    "p_holm",
-                    "threshold",
-                )
-            }
-            for row in evidence.get("rows", [])
-            if row["drifted"]
-        ],
-    }
+    return DriftHeadline.of(decision)
 
 
 HISTORY_RUNS = 60
 """At most this many of the corpus's newest runs are read for a history plot."""
 
 
-def drift_history(engine: Engine, decision: DecisionRecord) -> dict[str, list[dict[str, Any]]]:
+def drift_history(engine: Engine, decision: DriftDecision) -> dict[str, list[HistoryPoint]]:
     """Per watched (evaluation, metric) of ``decision``, the history of one facet cell on the
     run's QA-set version, oldest first: the most-worsened drifted cell, else the tested cell with
     the most paired questions. Keyed ``evaluation:metric [facets]``.
@@ -62,9 +38,9 @@ def drift_history(engine: Engine, decision: DecisionRecord) -> dict[str, list[di
     the cells the check pairs (:func:`~ragtrail.evaluate.comparison.run_compare.query_cells`), including the
     pooled ``label=inclusive`` cell, which evaluators' stored aggregates may pool and name
     differently (``all``, ``answerable``)."""
-    chosen: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in decision.evidence.get("rows", []):
-        key = (row["evaluation"], row["metric"])
+    chosen: dict[tuple[str, str], DriftRowEvidence] = {}
+    for row in decision.evidence.rows:
+        key = (row.evaluation, row.metric)
         if key not in chosen or _plot_rank(row) > _plot_rank(chosen[key]):
             chosen[key] = row
     if not chosen:
@@ -75,34 +51,33 @@ def drift_history(engine: Engine, decision: DecisionRecord) -> dict[str, list[di
         item.run for item in reversed(listed) if item.run.qa_set_version == decision.qa_set_version
     ]
     cells = {run.run_id: query_cells(store.query_results(run.run_id)) for run in runs}
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[HistoryPoint]] = {}
     for (evaluation, metric), row in sorted(chosen.items()):
-        cell = (evaluation, metric, facet_key(row["facets"]))
+        cell = (evaluation, metric, facet_key(row.facets))
         points = []
         for run in runs:
             values = list(cells[run.run_id].get(cell, {}).values())
             if values:
                 low, high = bootstrap_ci(values)
                 mean = sum(values) / len(values)
-                points.append({"run_id": run.run_id, "value": mean, "ci_low": low, "ci_high": high})
-        facets = ", ".join(f"{k}={v}" for k, v in row["facets"].items())
-        out[f"{evaluation}:{metric} [{facets}]"] = points
+                points.append(HistoryPoint(run_id=run.run_id, value=mean, ci_low=low, ci_high=high))
+        out[f"{evaluation}:{metric} [{row.facets_text}]"] = points
     return out
 
 
-def _plot_rank(row: dict[str, Any]) -> tuple[bool, bool, int, float]:
+def _plot_rank(row: DriftRowEvidence) -> tuple[bool, bool, int, float]:
     return (
-        row["drifted"],
-        row["tested"],
-        row["n"],
-        worsening(row["diff"] or 0.0, row["greater_is_better"]),
+        row.drifted,
+        row.tested,
+        row.n,
+        worsening(row.diff or 0.0, row.greater_is_better),
     )
 
 
-def load_drift(engine: Engine, run_id: str) -> dict[str, Any] | None:
+def load_drift(engine: Engine, run_id: str) -> DriftView | None:
     """The newest stored decision of ``run_id`` with its history (what the report shows), or
     None when the run was never checked."""
     decisions = DriftStore(engine).decisions(run_id=run_id, limit=1)
     if not decisions:
         return None
-    return {"decision": decisions[0].as_dict(), "history": drift_history(engine, decisions[0])}
+    return DriftView(decision=decisions[0], history=drift_history(engine, decisions[0]))

@@ -27,6 +27,7 @@ from ragtrail.pipeline.judges import gate_decisions, generation_judges
 from ragtrail.progress import ProgressUpdate
 from ragtrail.records import LABELS, CandidateStatus
 from ragtrail.runtime import Runtime
+from ragtrail.summaries.generation_summary import GenerationSummary
 from ragtrail.testset.store import TestSetStore
 
 GENERATION_ROLES = (ModelRole.GENERATOR, ModelRole.LABELLER, ModelRole.CRITIC)
@@ -149,7 +150,7 @@ def generate_shard(
     return {"candidates": len(cands), "pending": len(pending(cands))}
 
 
-def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]:
+def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> GenerationSummary:
     """Unanswerable pairs, dedup, quotas, top-up rounds, baseline, version and artifacts."""
     plan = load_plan(rt, corpus, run_id)
     testsets = TestSetStore(rt.engine)
@@ -187,12 +188,13 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> dict[str, Any]
     )
     summary = generation_summary(rt, plan, candidates, selected, existing, baseline_items, version)
     if version:
-        summary["artifact_uri"] = write_artifacts(rt, testsets, version, summary)
+        uri = write_artifacts(rt, testsets, version, summary)
+        summary = summary.model_copy(update={"artifact_uri": uri})
     rt.llm_usage.flush(rt.engine, run_id)
     return summary
 
 
-def generate_testset(rt: Runtime, request: GenerationRequest) -> dict[str, Any]:
+def generate_testset(rt: Runtime, request: GenerationRequest) -> GenerationSummary:
     """The whole generation in process; Airflow runs the same plan/shard/finalize as tasks."""
     plan = plan_generation(rt, request)
     for done, shard in enumerate(plan.shards, start=1):

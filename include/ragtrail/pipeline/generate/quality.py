@@ -6,12 +6,13 @@ from typing import Any
 
 from ragtrail.generate.critiques import CRITERIA
 from ragtrail.runtime import Runtime
+from ragtrail.summaries.generation_summary import GenerationSummary
 from ragtrail.testset.export import to_frame
 from ragtrail.testset.store import TestSetStore
 
 
 def check_testset_quality(
-    rt: Runtime, summary: dict[str, Any], out_dir: Any
+    rt: Runtime, summary: GenerationSummary, out_dir: Any
 ) -> list[dict[str, Any]]:
     """GX on a test-set version: item invariants (fail) and label balance vs quotas (warn).
 
@@ -27,7 +28,9 @@ def check_testset_quality(
     )
 
     testsets = TestSetStore(rt.engine)
-    version = summary["version"]
+    version = summary.version
+    if version is None:
+        raise ValueError("generation accepted no item: there is no version to check")
     items = testsets.version_items(version)
     frame = to_frame(items, qids=testsets.version_qids(version))
     expected = [sum(crit.applies_to(c) for crit in CRITERIA.values()) for c in items]
@@ -36,7 +39,7 @@ def check_testset_quality(
         runner.validate("testset", prepare_testset(frame, expected), testset_suite()),
         runner.validate(
             "testset_balance",
-            balance_frame(summary["achieved"], summary["targets"]),
+            balance_frame(summary.achieved, summary.targets),
             testset_balance_suite(rt.settings.generation.balance_tolerance),
         ),
     ]

@@ -1,8 +1,8 @@
 """The generation summary: funnel, label matrix, critique statistics, failures and usage.
 
-This dict is what :mod:`ragtrail.report.testset_sections` renders and what ``generation.json`` stores next
-to a version (:mod:`.artifacts`); it is JSON-safe so a report can be rebuilt from the artifact
-alone.
+The :class:`~ragtrail.summaries.generation_summary.GenerationSummary` built here is what
+:mod:`ragtrail.report.testset_sections` renders and what ``generation.json`` stores next to a version
+(:mod:`.artifacts`), so a report can be rebuilt from the artifact alone.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
 
 import numpy as np
 
@@ -24,16 +23,25 @@ from ragtrail.records import (
     RejectKind,
 )
 from ragtrail.runtime import Runtime
+from ragtrail.summaries.generation_summary import (
+    CritiqueStats,
+    FailureGroup,
+    FunnelStage,
+    GenerationSummary,
+    JudgeGate,
+    LabelDistribution,
+    StageUsage,
+)
 
 FAILURE_EXAMPLES = 3
 
 
-def critique_stats(cands: Sequence[QACandidate]) -> dict[str, dict[str, dict[str, Any]]]:
+def critique_stats(cands: Sequence[QACandidate]) -> dict[str, dict[str, CritiqueStats]]:
     """Per label and criterion: how many ratings, their mean and a 1-5 histogram."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+    out: dict[str, dict[str, CritiqueStats]] = {}
     for label in LABELS:
         rated = [c for c in cands if c.effective_label == label and c.critiques]
-        per: dict[str, dict[str, Any]] = {}
+        per: dict[str, CritiqueStats] = {}
         for criterion in CRITERIA:
             ratings = [
                 c.critiques[criterion]["rating"]
@@ -41,11 +49,9 @@ def critique_stats(cands: Sequence[QACandidate]) -> dict[str, dict[str, dict[str
                 if isinstance(c.critiques.get(criterion, {}).get("rating"), int)
             ]
             hist = [ratings.count(r) for r in range(1, 6)]
-            per[criterion] = {
-                "n": len(ratings),
-                "mean": float(np.mean(ratings)) if ratings else None,
-                "hist": hist,
-            }
+            per[criterion] = CritiqueStats(
+                n=len(ratings), mean=float(np.mean(ratings)) if ratings else None, hist=hist
+            )
         if rated:
             out[label] = per
     return out
@@ -60,7 +66,7 @@ def rejection_cause(reason: str | None) -> str:
     return kind
 
 
-def failures(cands: Sequence[QACandidate]) -> list[dict[str, Any]]:
+def failures(cands: Sequence[QACandidate]) -> list[FailureGroup]:
     """Failed and rejected candidates grouped by cause, most frequent first, with examples."""
     groups: dict[str, list[QACandidate]] = defaultdict(list)
     for c in cands:
@@ -74,7 +80,7 @@ def failures(cands: Sequence[QACandidate]) -> list[dict[str, Any]]:
             (c.raw_outputs[-1] if c.raw_outputs else (c.reject_reason or c.failure_cause or ""))
             for c in items[:FAILURE_EXAMPLES]
         ]
-        out.append({"cause": cause, "count": len(items), "examples": examples})
+        out.append(FailureGroup(cause=cause, count=len(items), examples=examples))
     return out
 
 
@@ -84,7 +90,7 @@ def _has_reason(cand: QACandidate, prefix: str) -> bool:
     )
 
 
-def funnel(candidates: Sequence[QACandidate]) -> list[dict[str, Any]]:
+def funnel(candidates: Sequence[QACandidate]) -> list[FunnelStage]:
     """Counts per acceptance stage, derived from each candidate's final status and reason."""
     parsed = [c for c in candidates if c.question]
     checked = [c for c in parsed if not _has_reason(c, RejectKind.CHECK)]
@@ -103,7 +109,7 @@ def funnel(candidates: Sequence[QACandidate]) -> list[dict[str, Any]]:
         "after dedup": deduped,
         "selected (quotas)": selected,
     }
-    return [{"stage": k, "count": len(v)} for k, v in stages.items()]
+    return [FunnelStage(stage=k, count=len(v)) for k, v in stages.items()]
 
 
 def generation_summary(
@@ -114,7 +120,7 @@ def generation_summary(
     existing: list[QACandidate],
     baseline: list[QACandidate],
     version: str | None,
-) -> dict[str, Any]:
+) -> GenerationSummary:
     """The summary of one finalized run (see module docstring)."""
     matrix: dict[str, Counter[str]] = defaultdict(Counter)
     for c in candidates:
@@ -122,33 +128,33 @@ def generation_summary(
             matrix[c.requested_label][c.observed_label or "failed"] += 1
     usage = rt.llm_usage
     usage_rows = [
-        {"stage": stage, **asdict(c), "cost_usd": usage.cost_usd(model, c)}
+        StageUsage(stage=stage, **asdict(c), cost_usd=usage.cost_usd(model, c))
         for (stage, _backend, model), c in sorted(usage.snapshot().items())
     ]
     totals = usage.totals()
     accepted = Counter(c.effective_label for c in selected)
-    return {
-        "version": version,
-        "corpus": plan.corpus,
-        "snapshot_id": plan.snapshot_id,
-        "run_id": plan.run_id,
-        "seed": plan.seed,
-        "targets": plan.targets,
-        "achieved": {lb: accepted[lb] for lb in LABELS},
-        "accepted": {lb: accepted[lb] for lb in LABELS},
-        "kept_from_previous": len(existing),
-        "retired": plan.retired,
-        "funnel": funnel(candidates),
-        "label_matrix": {k: dict(v) for k, v in matrix.items()},
-        "distribution": {
-            "ours": {lb: accepted[lb] for lb in LABELS},
-            "baseline": dict(Counter(c.observed_label for c in baseline if c.observed_label)),
-        },
-        "critiques": critique_stats(candidates),
-        "usage": usage_rows,
-        "model_calls": totals.calls,
-        "cache_hits": totals.cache_hits,
-        "failures": failures(candidates),
-        "backends": rt.backends(),
-        "judges": plan.judges,
-    }
+    return GenerationSummary(
+        version=version,
+        corpus=plan.corpus,
+        snapshot_id=plan.snapshot_id,
+        run_id=plan.run_id,
+        seed=plan.seed,
+        targets=plan.targets,
+        achieved={lb: accepted[lb] for lb in LABELS},
+        accepted={lb: accepted[lb] for lb in LABELS},
+        kept_from_previous=len(existing),
+        retired=plan.retired,
+        funnel=funnel(candidates),
+        label_matrix={k: dict(v) for k, v in matrix.items()},
+        distribution=LabelDistribution(
+            ours={lb: accepted[lb] for lb in LABELS},
+            baseline=dict(Counter(c.observed_label for c in baseline if c.observed_label)),
+        ),
+        critiques=critique_stats(candidates),
+        usage=usage_rows,
+        model_calls=totals.calls,
+        cache_hits=totals.cache_hits,
+        failures=failures(candidates),
+        backends=rt.backends(),
+        judges={name: JudgeGate.from_json(gate) for name, gate in plan.judges.items()},
+    )
