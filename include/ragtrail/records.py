@@ -103,6 +103,83 @@ class QASetRef:
         return self.PREFIXES.get(self.kind, "") + self.value
 
 
+class MixtureType(StrEnum):
+    """The passage mixtures of citation evaluation (METHODS §6, RAGE): the relevant passages
+    with irrelevant ones, with seemingly relevant ones, or with both."""
+
+    RELEVANT_IRRELEVANT = "relevant+irrelevant"
+    RELEVANT_SEEMINGLY = "relevant+seemingly"
+    ALL = "all"
+
+
+MIXTURE_TYPES: tuple[str, ...] = tuple(t.value for t in MixtureType)
+
+
+class Scenario(StrEnum):
+    """The attributed-answer scenarios (METHODS §8, AIR), in the order a run reports them."""
+
+    G = "G"  # closed book: generate, no retrieval
+    RTG_VANILLA = "RTG-vanilla"  # retrieve with the question, then generate citing
+    RTG_QUERY_GEN = "RTG-query-gen"  # retrieve with generated sub-queries, fused
+    GTR = "GTR"  # generate closed book, then retrieve with the answer
+    RTG_GOLD = "RTG-gold"  # generate citing the ground passages
+
+
+SCENARIOS: tuple[str, ...] = tuple(s.value for s in Scenario)
+
+
+class FusionMethod(StrEnum):
+    """How several ranked lists of one query are fused (:mod:`ragtrail.index.rank_fusion`)."""
+
+    COMBSUM = "combsum"
+    COMBMNZ = "combmnz"
+    RRF = "rrf"
+
+
+FUSION_METHODS: tuple[str, ...] = tuple(m.value for m in FusionMethod)
+
+
+class SufficiencyRaterName(StrEnum):
+    """The sufficiency raters by name (METHODS §9), in display order."""
+
+    LLM = "sufficiency.llm"  # an LLM, zero-shot
+    LLM_1SHOT = "sufficiency.llm_1shot"  # an LLM with one worked example
+    CHUNKED = "sufficiency.chunked"  # the zero-shot LLM on every window of the context
+    CONTAINS_ANSWER = "sufficiency.contains_answer"  # the string baseline
+    ENTAILMENT = "sufficiency.entailment"  # an entailment judge's P(gold answer)
+
+
+SUFFICIENCY_RATERS: tuple[str, ...] = tuple(r.value for r in SufficiencyRaterName)
+
+
+class EntailmentJudgeName(StrEnum):
+    """The entailment judges by name; ``entailment`` stands for the configured one (the NLI
+    model when one is set, else the fallback the settings name)."""
+
+    CONFIGURED = "entailment"
+    NLI = "entailment.nli"  # an NLI model
+    EMBEDDING = "entailment.embedding"  # embedding similarity: approximate, works offline
+    LLM = "entailment.llm"  # an LLM asked whether the premise supports the hypothesis
+
+
+ENTAILMENT_JUDGES: tuple[str, ...] = tuple(
+    n.value for n in EntailmentJudgeName if n is not EntailmentJudgeName.CONFIGURED
+)
+"""The entailment judges themselves (the configured alias left out)."""
+ENTAILMENT_FALLBACKS: tuple[str, ...] = (
+    EntailmentJudgeName.EMBEDDING.value,
+    EntailmentJudgeName.LLM.value,
+)
+"""The judges that may stand in while no NLI model is configured."""
+
+
+class GateMode(StrEnum):
+    """What a judge's verdicts may do: reject items (its calibration met the bar) or advise."""
+
+    GATE = "gate"
+    ADVISE = "advise"
+
+
 class DocFormat(StrEnum):
     MARKDOWN = "markdown"
     TEXT = "text"

@@ -26,6 +26,7 @@ from ragtrail.pipeline.night import (
     Progress,
     run_flow,
 )
+from ragtrail.records import GateMode
 from ragtrail.report.judge_notes import label_source_note
 from ragtrail.runtime import Runtime
 from ragtrail.storage.db import utcnow
@@ -115,7 +116,7 @@ def run_nightly(
             f"model calls {generation['model_calls']}, cache hits {generation['cache_hits']}"
         )
         judges = generation.get("judges") or {}
-        gating = sorted(name for name, d in judges.items() if d.get("mode") == "gate")
+        gating = sorted(name for name, d in judges.items() if d.get("mode") == GateMode.GATE)
         log(f"      judges gating: {', '.join(gating) or 'none'} (of {len(judges)})")
         log(f"      {label_source_note(judges)}")
         event = generated.event

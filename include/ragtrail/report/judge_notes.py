@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ragtrail.generate.judges import LABELLER
+from ragtrail.records import GateMode
 from ragtrail.report.html import ReportSection, render_section
 
 
@@ -33,7 +34,7 @@ def label_source_note(judges: Mapping[str, Mapping[str, Any]]) -> str:
     labeller = judges.get(LABELLER)
     if labeller is None:
         return "No labeller decision was recorded for this run."
-    if labeller.get("mode") == "gate":
+    if labeller.get("mode") == GateMode.GATE:
         return (
             "Labels are the labeller's: its calibration met the bar "
             f"({_figure(labeller)}, n={labeller.get('n')}, bar {_bar(labeller)})."
@@ -46,7 +47,7 @@ def label_source_note(judges: Mapping[str, Mapping[str, Any]]) -> str:
 
 def _mode(decision: Mapping[str, Any]) -> str:
     """ "gated" or "advised only"; with the reason when no calibration figure shows it."""
-    if decision.get("mode") == "gate":
+    if decision.get("mode") == GateMode.GATE:
         return "gated"
     if decision.get("value") is None:
         return f"advised only: {decision.get('reason') or 'no calibration'}"
