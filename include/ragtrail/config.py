@@ -26,10 +26,12 @@ from ragtrail.records import (
     DEFAULT_TEXT_WEIGHTS,
     ENTAILMENT_FALLBACKS,
     MIXTURE_TYPES,
+    MODEL_KINDS,
     SCENARIOS,
     SUFFICIENCY_RATERS,
     EntailmentJudgeName,
     FusionMethod,
+    ModelSpec,
 )
 
 SECRET_FIELDS = frozenset({"database_url", "es_api_key", "es_password", "llm_api_key"})
@@ -117,34 +119,20 @@ class ModelRole(StrEnum):
     JUDGE = "judge"  # LLM judgements of answers (sufficiency, correctness)
 
 
-LLM_SPEC_KINDS = ("builtin", "hf", "openai", "vllm", "generator", "registry", "bundle")
+LLM_SPEC_KINDS = MODEL_KINDS
 """The ``kind`` of an LLM spec ``kind:model`` (see :mod:`ragtrail.llm.factory`)."""
 
 
 def check_llm_spec(spec: str) -> str:
     """``spec`` stripped, or ValueError when it is not ``kind:model`` with a known kind."""
-    spec = spec.strip()
-    kind, sep, model = spec.partition(":")
-    if not sep or not model.strip() or kind not in LLM_SPEC_KINDS:
-        raise ValueError(
-            f"LLM spec {spec!r} must be 'kind:model' with kind one of {', '.join(LLM_SPEC_KINDS)}"
-        )
-    return spec
+    return str(ModelSpec.parse(spec, kinds=LLM_SPEC_KINDS))
 
 
 def check_nli_spec(spec: str) -> str:
-    """``spec`` stripped, or ValueError unless it names an NLI model: an HF id, a local path or an
-    ``s3://`` URI, optionally prefixed ``hf:``. Nothing is bundled, so there is no ``builtin:``."""
-    spec = spec.strip()
-    ref = spec.removeprefix("hf:")
-    kind, sep, rest = ref.partition(":")
-    scheme_ok = not sep or (kind == "s3" and rest.startswith("//") and len(rest) > 2)
-    if not ref or any(ch.isspace() for ch in ref) or not scheme_ok:
-        raise ValueError(
-            f"NLI model {spec!r} must be 'hf:<HF id, local path or s3:// URI>' or that "
-            "reference alone"
-        )
-    return spec
+    """``spec`` stripped, or ValueError unless it names an NLI model (see
+    :meth:`ModelSpec.parse_nli`)."""
+    ModelSpec.parse_nli(spec)
+    return spec.strip()
 
 
 class ModelSettings(BaseModel):
