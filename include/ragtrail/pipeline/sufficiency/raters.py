@@ -19,7 +19,7 @@ import logging
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 from ragtrail.config import ModelRole
 from ragtrail.ingest.chunk import Tokenizer, as_token_counter
@@ -74,13 +74,20 @@ def sufficiency_rater(rt: Runtime, name: str) -> Judge:
     return JUDGES.build(rt, name, role=JudgeRole.SUFFICIENCY)
 
 
-def _budget(rt: Runtime) -> dict[str, Any]:
+class _Budget(TypedDict):
     """The context budget every rater cuts contexts to, in the embedder's tokens."""
-    return {
-        "max_context_tokens": rt.settings.sufficiency.max_context_tokens,
-        "counter": token_counter(rt),
-        "tokenizer_name": rt.settings.embedding_model,
-    }
+
+    max_context_tokens: int
+    counter: Tokenizer
+    tokenizer_name: str
+
+
+def _budget(rt: Runtime) -> _Budget:
+    return _Budget(
+        max_context_tokens=rt.settings.sufficiency.max_context_tokens,
+        counter=token_counter(rt),
+        tokenizer_name=rt.settings.embedding_model,
+    )
 
 
 def _llm_rater(rt: Runtime, *, shots: int) -> LlmSufficiencyJudge:
