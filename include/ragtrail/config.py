@@ -30,7 +30,17 @@ from ragtrail.config_checks import (
     describe_settings_error,
     read_settings_yaml,
 )
-from ragtrail.records import DEFAULT_TEXT_WEIGHTS
+from ragtrail.records import (
+    DEFAULT_TEXT_WEIGHTS,
+    ENTAILMENT_FALLBACKS,
+    MIXTURE_TYPES,
+    MODEL_KINDS,
+    SCENARIOS,
+    SUFFICIENCY_RATERS,
+    EntailmentJudgeName,
+    FusionMethod,
+    ModelSpec,
+)
 
 SECRET_FIELDS = frozenset({"database_url", "es_api_key", "es_password", "llm_api_key"})
 
@@ -117,34 +127,20 @@ class ModelRole(StrEnum):
     JUDGE = "judge"  # LLM judgements of answers (sufficiency, correctness)
 
 
-LLM_SPEC_KINDS = ("builtin", "hf", "openai", "vllm", "generator", "registry", "bundle")
+LLM_SPEC_KINDS = MODEL_KINDS
 """The ``kind`` of an LLM spec ``kind:model`` (see :mod:`ragtrail.llm.factory`)."""
 
 
 def check_llm_spec(spec: str) -> str:
     """``spec`` stripped, or ValueError when it is not ``kind:model`` with a known kind."""
-    spec = spec.strip()
-    kind, sep, model = spec.partition(":")
-    if not sep or not model.strip() or kind not in LLM_SPEC_KINDS:
-        raise ValueError(
-            f"LLM spec {spec!r} must be 'kind:model' with kind one of {', '.join(LLM_SPEC_KINDS)}"
-        )
-    return spec
+    return str(ModelSpec.parse(spec, kinds=LLM_SPEC_KINDS))
 
 
 def check_nli_spec(spec: str) -> str:
-    """``spec`` stripped, or ValueError unless it names an NLI model: an HF id, a local path or an
-    ``s3://`` URI, optionally prefixed ``hf:``. Nothing is bundled, so there is no ``builtin:``."""
-    spec = spec.strip()
-    ref = spec.removeprefix("hf:")
-    kind, sep, rest = ref.partition(":")
-    scheme_ok = not sep or (kind == "s3" and rest.startswith("//") and len(rest) > 2)
-    if not ref or any(ch.isspace() for ch in ref) or not scheme_ok:
-        raise ValueError(
-            f"NLI model {spec!r} must be 'hf:<HF id, local path or s3:// URI>' or that "
-            "reference alone"
-        )
-    return spec
+    """``spec`` stripped, or ValueError unless it names an NLI model (see
+    :meth:`ModelSpec.parse_nli`)."""
+    ModelSpec.parse_nli(spec)
+    return spec.strip()
 
 
 class ModelSettings(BaseModel):
@@ -193,8 +189,8 @@ class JudgeSettings(BaseModel):
     correctness_min_kappa: float = Field(
         0.4, ge=-1.0, le=1.0, description="a correctness judge gates when its kappa is >= this"
     )
-    entailment_fallback: Literal["entailment.embedding", "entailment.llm"] = Field(
-        "entailment.embedding",
+    entailment_fallback: str = Field(
+        EntailmentJudgeName.EMBEDDING.value,
         description="the entailment judge used while nli_model is none (no NLI weights exist "
         "offline): the approximate embedding-similarity judge, or the LLM judge on "
         "models.judge; every report names it as such",
@@ -227,16 +223,15 @@ class JudgeSettings(BaseModel):
         description="bootstrap resamples for kappa intervals (0: no interval, null with a reason)",
     )
 
+    @field_validator("entailment_fallback")
+    @classmethod
+    def _a_fallback(cls, v: str) -> str:
+        if v not in ENTAILMENT_FALLBACKS:
+            raise ValueError(
+                f"entailment_fallback must be one of {', '.join(ENTAILMENT_FALLBACKS)}"
+            )
+        return v
 
-SUFFICIENCY_RATERS = (
-    "sufficiency.llm",
-    "sufficiency.llm_1shot",
-    "sufficiency.chunked",
-    "sufficiency.contains_answer",
-    "sufficiency.entailment",
-)
-"""The sufficiency raters by name (METHODS §9): the LLM zero- and one-shot, the chunked LLM, the
-"contains the gold answer" baseline and the entailment judge's probability of the gold answer."""
 
 ANSWER_SETTINGS = ("retrieved", "gold", "none")
 """The contexts an answer is given: the retrieved top-k, the ground context, no retrieval."""
@@ -326,11 +321,6 @@ class SelectiveSettings(BaseModel):
     bootstrap_samples: int = Field(1000, ge=0)
 
 
-MIXTURE_TYPES = ("relevant+irrelevant", "relevant+seemingly", "all")
-SCENARIOS = ("G", "RTG-vanilla", "RTG-query-gen", "GTR", "RTG-gold")
-FUSIONS = ("rrf", "combsum", "combmnz")
-
-
 class CitationSettings(BaseModel):
     """Citation evaluation: relevance mixtures (RAGE) and attributed-answer scenarios (AIR).
 
@@ -355,7 +345,7 @@ class CitationSettings(BaseModel):
     scenarios: tuple[str, ...] = SCENARIOS
     scenario_k: int = Field(3, ge=1, le=20, description="passages per RTG answer")
     subqueries: int = Field(3, ge=1, le=8, description="sub-queries RTG-query-gen writes")
-    fusion: Literal["rrf", "combsum", "combmnz"] = "rrf"
+    fusion: FusionMethod = FusionMethod.RRF
     baseline_repeats: int = Field(200, ge=1, description="random-citation draws per mixture")
     bootstrap_samples: int = Field(1000, ge=0)
     max_new_tokens: int = Field(160, ge=16, le=2048, description="answer token budget")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -101,6 +102,164 @@ class QASetRef:
 
     def __str__(self) -> str:
         return self.PREFIXES.get(self.kind, "") + self.value
+
+
+class ModelKind(StrEnum):
+    """The ``kind`` of a model spec ``kind:model`` (how :mod:`ragtrail.llm.factory` loads it)."""
+
+    BUILTIN = "builtin"  # a model bundled with ragtrail (``builtin:smollm2-135m-instruct``)
+    HF = "hf"  # a transformers model: an HF id, a local path or an s3:// URI
+    OPENAI = "openai"  # an OpenAI-compatible server: ``openai:<model>[@<base_url>]``
+    VLLM = "vllm"  # in-process vLLM
+    GENERATOR = "generator"  # a LoRA-tuned small generator (registered by ragtrail.train)
+    REGISTRY = "registry"  # a registered model version: ``registry:<name>@<alias or number>``
+    BUNDLE = "bundle"  # a model bundle directory: base model plus LoRA adapters
+
+
+MODEL_KINDS: tuple[str, ...] = tuple(kind.value for kind in ModelKind)
+"""The kinds a configured model spec may have (tests add ``scripted:`` doubles at load time)."""
+
+LOCAL_MODEL_KINDS: frozenset[str] = frozenset({ModelKind.BUILTIN, ModelKind.HF, ModelKind.REGISTRY})
+"""Kinds loaded through transformers in this process: they take the local-model options (batch
+size, precision, model cache)."""
+
+NLI_SPEC_PREFIX = f"{ModelKind.HF}:"
+
+
+class ModelSpecError(ValueError):
+    """A model spec that is not ``kind:model`` (or whose kind is not accepted where it is used)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A typed model spec: ``kind:model`` as written in settings, flow params and CLI flags.
+
+    ``str(spec)`` is its travelling form. The kind is a plain string so that kinds registered at
+    run time (a test's ``scripted:`` double) parse too; :meth:`parse` refuses kinds outside
+    ``kinds`` when it is given, which is how settings accept only :data:`MODEL_KINDS`.
+    """
+
+    kind: str
+    model: str
+
+    @classmethod
+    def parse(cls, text: str, kinds: Collection[str] | None = MODEL_KINDS) -> ModelSpec:
+        """``text`` stripped and split at its first ``:``. Raises :class:`ModelSpecError` when
+        either side is empty or the kind is not one of ``kinds`` (None: any kind)."""
+        spec = text.strip()
+        kind, sep, model = spec.partition(":")
+        if not sep or not kind or not model.strip() or (kinds is not None and kind not in kinds):
+            shown = f" with kind one of {', '.join(kinds)}" if kinds is not None else ""
+            raise ModelSpecError(f"LLM spec {spec!r} must be 'kind:model'{shown}")
+        return cls(kind, model)
+
+    @classmethod
+    def try_parse(cls, text: str) -> ModelSpec | None:
+        """A well-formed spec of any kind, else None (the caller that loads it says why)."""
+        try:
+            return cls.parse(text, kinds=None)
+        except ModelSpecError:
+            return None
+
+    @classmethod
+    def parse_nli(cls, text: str) -> ModelSpec:
+        """An NLI model: ``hf:<ref>`` or the ``<ref>`` alone, where ``<ref>`` is an HF id, a local
+        path or an ``s3://`` URI; always of kind ``hf``. Nothing is bundled, so no ``builtin:``."""
+        spec = text.strip()
+        ref = spec.removeprefix(NLI_SPEC_PREFIX)
+        scheme, sep, rest = ref.partition(":")
+        scheme_ok = not sep or (scheme == "s3" and rest.startswith("//") and len(rest) > 2)
+        if not ref or any(ch.isspace() for ch in ref) or not scheme_ok:
+            raise ModelSpecError(
+                f"NLI model {spec!r} must be 'hf:<HF id, local path or s3:// URI>' or that "
+                "reference alone"
+            )
+        return cls(ModelKind.HF, ref)
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the model is loaded through transformers in this process."""
+        return self.kind in LOCAL_MODEL_KINDS
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.model}"
+
+
+class MixtureType(StrEnum):
+    """The passage mixtures of citation evaluation (METHODS §6, RAGE): the relevant passages
+    with irrelevant ones, with seemingly relevant ones, or with both."""
+
+    RELEVANT_IRRELEVANT = "relevant+irrelevant"
+    RELEVANT_SEEMINGLY = "relevant+seemingly"
+    ALL = "all"
+
+
+MIXTURE_TYPES: tuple[str, ...] = tuple(t.value for t in MixtureType)
+
+
+class Scenario(StrEnum):
+    """The attributed-answer scenarios (METHODS §8, AIR), in the order a run reports them."""
+
+    G = "G"  # closed book: generate, no retrieval
+    RTG_VANILLA = "RTG-vanilla"  # retrieve with the question, then generate citing
+    RTG_QUERY_GEN = "RTG-query-gen"  # retrieve with generated sub-queries, fused
+    GTR = "GTR"  # generate closed book, then retrieve with the answer
+    RTG_GOLD = "RTG-gold"  # generate citing the ground passages
+
+
+SCENARIOS: tuple[str, ...] = tuple(s.value for s in Scenario)
+
+
+class FusionMethod(StrEnum):
+    """How several ranked lists of one query are fused (:mod:`ragtrail.index.rank_fusion`)."""
+
+    COMBSUM = "combsum"
+    COMBMNZ = "combmnz"
+    RRF = "rrf"
+
+
+FUSION_METHODS: tuple[str, ...] = tuple(m.value for m in FusionMethod)
+
+
+class SufficiencyRaterName(StrEnum):
+    """The sufficiency raters by name (METHODS §9), in display order."""
+
+    LLM = "sufficiency.llm"  # an LLM, zero-shot
+    LLM_1SHOT = "sufficiency.llm_1shot"  # an LLM with one worked example
+    CHUNKED = "sufficiency.chunked"  # the zero-shot LLM on every window of the context
+    CONTAINS_ANSWER = "sufficiency.contains_answer"  # the string baseline
+    ENTAILMENT = "sufficiency.entailment"  # an entailment judge's P(gold answer)
+
+
+SUFFICIENCY_RATERS: tuple[str, ...] = tuple(r.value for r in SufficiencyRaterName)
+
+
+class EntailmentJudgeName(StrEnum):
+    """The entailment judges by name; ``entailment`` stands for the configured one (the NLI
+    model when one is set, else the fallback the settings name)."""
+
+    CONFIGURED = "entailment"
+    NLI = "entailment.nli"  # an NLI model
+    EMBEDDING = "entailment.embedding"  # embedding similarity: approximate, works offline
+    LLM = "entailment.llm"  # an LLM asked whether the premise supports the hypothesis
+
+
+ENTAILMENT_JUDGES: tuple[str, ...] = tuple(
+    n.value for n in EntailmentJudgeName if n is not EntailmentJudgeName.CONFIGURED
+)
+"""The entailment judges themselves (the configured alias left out)."""
+ENTAILMENT_FALLBACKS: tuple[str, ...] = (
+    EntailmentJudgeName.EMBEDDING.value,
+    EntailmentJudgeName.LLM.value,
+)
+"""The judges that may stand in while no NLI model is configured."""
+
+
+class GateMode(StrEnum):
+    """What a judge's verdicts may do: reject items (its calibration met the bar) or advise."""
+
+    GATE = "gate"
+    ADVISE = "advise"
 
 
 class DocFormat(StrEnum):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ragtrail.config import ModelRole, Settings, load_settings
 from ragtrail.progress import LogProgress, ProgressSink, ProgressUpdate
+from ragtrail.records import ModelKind, ModelSpec
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -152,14 +153,15 @@ class Runtime:
 
         self.limit_torch_threads()
         kwargs: dict[str, object] = {}
-        if spec.startswith(("builtin:", "hf:", "registry:")):
+        parsed = ModelSpec.try_parse(spec)  # None: malformed, and load_llm_backend says how
+        if parsed is not None and parsed.is_local:
             kwargs = {
                 "batch_size": self.settings.generation.llm_batch_size,
                 "dtype": self.settings.generation.llm_dtype,
                 "cache_dir": self.settings.resolved_model_cache_dir,
                 "s3_endpoint_url": self.settings.s3_endpoint_url,
             }
-        if spec.startswith("registry:"):
+        if parsed is not None and parsed.kind == ModelKind.REGISTRY:
             kwargs["settings"] = self.settings
         return load_llm_backend(spec, **kwargs)
 

@@ -67,3 +67,13 @@ def test_one_answer_cannot_calibrate(rt):
     report = calibrate_correctness_if_missing(rt, "hb", items)
     assert report["status"] == "not calibrated" and "two different" in report["reason"]
     assert "n" not in report and report["gate"]["mode"] == "advise"
+
+
+def test_calibrated_by_name_like_every_registered_judge(rt):
+    from ragtrail.judges.correctness import JUDGE_NAME
+    from ragtrail.judges.registry import CalibrationRequest
+    from ragtrail.pipeline.registered_judges import calibrate_judge
+
+    (record,) = calibrate_judge(rt, JUDGE_NAME, CalibrationRequest(sample_qa_set(), "hb"))
+    assert record.judge == JUDGE_NAME and record.judge_version == correctness_judge(rt).spec.version
+    assert record.n == 2 * rt.settings.sufficiency.calibration_per_kind

@@ -155,3 +155,13 @@ def test_references_then_a_bad_reference_file(rt):
     entry = report["sufficiency.contains_answer"]
     assert entry["status"] == "not calibrated" and "line 1" in entry["reason"]
     assert entry["gate"]["gates"] is False and "no calibration" in entry["gate"]["reason"]
+
+
+def test_a_rater_is_calibrated_by_name_like_every_registered_judge(rt):
+    from ragtrail.judges.registry import CalibrationRequest
+    from ragtrail.pipeline.registered_judges import calibrate_judge
+
+    request = CalibrationRequest(sample_qa_set(), "hb")
+    (record,) = calibrate_judge(rt, "sufficiency.contains_answer", request)
+    assert record.judge == "sufficiency.contains_answer"
+    assert record.n == len(sufficiency_references(rt, "hb", _items()))

@@ -72,3 +72,85 @@ def test_reject_reason_edge_cases() -> None:
         "document_cap",
         "label_mismatch",
     )
+
+
+def test_closed_vocabularies_are_plain_value_tuples_in_declaration_order() -> None:
+    from ragtrail.records import (
+        ENTAILMENT_FALLBACKS,
+        ENTAILMENT_JUDGES,
+        FUSION_METHODS,
+        MIXTURE_TYPES,
+        SCENARIOS,
+        SUFFICIENCY_RATERS,
+        EntailmentJudgeName,
+        GateMode,
+    )
+
+    assert MIXTURE_TYPES == ("relevant+irrelevant", "relevant+seemingly", "all")
+    assert SCENARIOS == ("G", "RTG-vanilla", "RTG-query-gen", "GTR", "RTG-gold")
+    assert FUSION_METHODS == ("combsum", "combmnz", "rrf")
+    assert SUFFICIENCY_RATERS == (
+        "sufficiency.llm",
+        "sufficiency.llm_1shot",
+        "sufficiency.chunked",
+        "sufficiency.contains_answer",
+        "sufficiency.entailment",
+    )
+    assert ENTAILMENT_JUDGES == ("entailment.nli", "entailment.embedding", "entailment.llm")
+    assert ENTAILMENT_FALLBACKS == ("entailment.embedding", "entailment.llm")
+    assert EntailmentJudgeName.CONFIGURED == "entailment" and GateMode.GATE == "gate"
+    for values in (MIXTURE_TYPES, SCENARIOS, FUSION_METHODS, SUFFICIENCY_RATERS):
+        assert all(type(v) is str for v in values)
+
+
+def test_the_modules_import_the_one_declaration() -> None:
+    from ragtrail import config, records
+    from ragtrail.evaluate.attribution import scenarios
+    from ragtrail.evaluate.citations import mixtures
+    from ragtrail.index import rank_fusion
+    from ragtrail.judges import entailment, gate, sufficiency_raters
+
+    assert mixtures.MIXTURE_TYPES is records.MIXTURE_TYPES is config.MIXTURE_TYPES
+    assert scenarios.SCENARIOS is records.SCENARIOS is config.SCENARIOS
+    assert rank_fusion.FUSION_METHODS is records.FUSION_METHODS
+    assert config.SUFFICIENCY_RATERS is records.SUFFICIENCY_RATERS
+    assert sufficiency_raters.LLM_RATER is records.SufficiencyRaterName.LLM
+    assert entailment.NLI_JUDGE_NAME is records.EntailmentJudgeName.NLI
+    assert gate.GATE is records.GateMode.GATE and gate.ADVISE is records.GateMode.ADVISE
+
+
+def test_settings_keep_their_values_and_refuse_unknown_ones(tmp_path) -> None:
+    from pydantic import ValidationError
+
+    from ragtrail.config import CitationSettings, JudgeSettings, SufficiencySettings
+
+    citations = CitationSettings(fusion="combmnz", scenarios=["GTR", "G"])
+    assert citations.fusion == "combmnz" and citations.scenarios == ("G", "GTR")
+    assert CitationSettings().model_dump(mode="json")["fusion"] == "rrf"
+    assert json.dumps(CitationSettings().fusion) == '"rrf"'
+    assert (
+        JudgeSettings(entailment_fallback="entailment.llm").entailment_fallback == "entailment.llm"
+    )
+    assert SufficiencySettings(raters=["sufficiency.chunked", "sufficiency.llm"]).raters == (
+        "sufficiency.llm",
+        "sufficiency.chunked",
+    )
+    for bad in (
+        lambda: CitationSettings(fusion="pm2"),
+        lambda: CitationSettings(mixture_types=["bogus"]),
+        lambda: JudgeSettings(entailment_fallback="entailment.nli"),
+        lambda: SufficiencySettings(raters=["sufficiency.bogus"]),
+    ):
+        with pytest.raises(ValidationError):
+            bad()
+
+
+def test_a_gate_decision_serialises_its_mode_as_the_plain_string() -> None:
+    from ragtrail.judges.contract import JudgeRole, JudgeSpec, VerdictType
+    from ragtrail.judges.gate import decide
+
+    spec = JudgeSpec("labeller", "j-1", JudgeRole.LABELLER, "llm", "m", VerdictType.CATEGORY)
+    decision = decide(spec, None, None).as_dict()
+    assert decision["mode"] == "advise"
+    assert json.loads(json.dumps(decision))["mode"] == "advise"
+    assert '"mode": "advise"' in json.dumps(decision)

@@ -20,6 +20,7 @@ from ragtrail.cli.common import (
     user_errors,
 )
 from ragtrail.cli.render import num, print_best, value_ci
+from ragtrail.records import ENTAILMENT_JUDGES, EntailmentJudgeName
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.citation_summary import CitationSummary
 from ragtrail.summaries.sufficiency_summary import AggregateRow, SufficiencySummary
@@ -363,10 +364,10 @@ def eval_answers(
         str,
         typer.Option(
             "--judge",
-            help="Entailment judge: entailment (the configured one), entailment.nli, "
-            "entailment.embedding, entailment.llm, or none.",
+            help=f"Entailment judge: {EntailmentJudgeName.CONFIGURED} (the configured one), "
+            f"{', '.join(ENTAILMENT_JUDGES)}, or none.",
         ),
-    ] = "entailment",
+    ] = EntailmentJudgeName.CONFIGURED.value,
     bootstrap_samples: Annotated[int, typer.Option(min=0, help="0: no intervals.")] = 1000,
     as_json: JsonFlag = False,
 ) -> None:

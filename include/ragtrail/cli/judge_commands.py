@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragtrail.cli.common import CorpusOpt, JsonFlag, console, emit, runtime
+from ragtrail.records import ENTAILMENT_JUDGES, SUFFICIENCY_RATERS, EntailmentJudgeName
 from ragtrail.runtime import Runtime
 
 judge_app = typer.Typer(
@@ -60,16 +61,20 @@ def judge_calibrate(
     name: Annotated[
         str,
         typer.Argument(
-            help="labeller, critique.<criterion>, critiques (all eight), entailment (the "
-            "configured one), entailment.nli, entailment.embedding or entailment.llm."
+            help="A registered judge: labeller, critique.<criterion>, critiques (all eight), "
+            f"{EntailmentJudgeName.CONFIGURED} (the configured one), "
+            f"{', '.join(ENTAILMENT_JUDGES)}, the sufficiency raters "
+            f"({', '.join(SUFFICIENCY_RATERS)}) or the correctness judge; an unknown name lists "
+            "them all."
         ),
     ],
     reference: Annotated[
         Path,
         typer.Option(
             "--reference",
-            help="Labeller and critiques: a QA set (JSONL/CSV/Parquet, golden-set schema). "
-            "Entailment: a JSONL of premise/hypothesis/label rows, or the HAGRID CSV.",
+            help="Labeller, critiques, sufficiency raters and correctness: a QA set "
+            "(JSONL/CSV/Parquet, golden-set schema). Entailment: a JSONL of "
+            "premise/hypothesis/label rows, or the HAGRID CSV.",
         ),
     ],
     corpus: CorpusOpt = "handbook",
@@ -85,23 +90,12 @@ def judge_calibrate(
     as_json: JsonFlag = False,
 ) -> None:
     """Measure a judge against labelled references and store the result with its version."""
-    from ragtrail.generate.critiques import CRITERIA
-    from ragtrail.generate.judges import LABELLER, criterion_of, critique_judge_name
-    from ragtrail.pipeline import judges as pj
-    from ragtrail.testset.qaset import load_qa_set
+    from ragtrail.judges.registry import CalibrationRequest
+    from ragtrail.pipeline.registered_judges import calibrate_judge
 
+    request = CalibrationRequest(reference, corpus, per_label=per_label, pairs=pairs, sample=sample)
     with runtime() as rt:
-        if name == LABELLER:
-            items, _ = load_qa_set(reference)
-            records = [pj.calibrate_labeller(rt, corpus, items, per_label=per_label)]
-        elif name == "critiques" or criterion_of(name) is not None:
-            criteria = list(CRITERIA) if name == "critiques" else [str(criterion_of(name))]
-            pj.judge_by_name(rt, critique_judge_name(criteria[0]))  # unknown criterion: clear error
-            items, _ = load_qa_set(reference)
-            sources = pj.contrast_sources(rt, corpus, items)
-            records = [pj.calibrate_critique(rt, c, sources, n=pairs) for c in criteria]
-        else:
-            records = [pj.calibrate_entailment(rt, name, reference, sample=sample)]
+        records = calibrate_judge(rt, name, request)
         views = [_calibration_view(rt, r) for r in records]
     if as_json:
         emit(views if len(views) > 1 else views[0])
@@ -113,15 +107,14 @@ def judge_calibrate(
 @judge_app.command("list")
 def judge_list(as_json: JsonFlag = False) -> None:
     """The configured judges, their latest calibration and whether they gate."""
-    from ragtrail.pipeline import judges as pj
+    from ragtrail.pipeline.judges import gate_decisions
+    from ragtrail.pipeline.registered_judges import listed_judges
 
     with runtime() as rt:
-        judges = pj.generation_judges(rt)
-        try:
-            judges.append(pj.entailment_judge(rt))
-        except (ValueError, OSError) as exc:
-            console.print(f"[yellow]entailment judge unavailable:[/yellow] {exc}")
-        decisions = pj.gate_decisions(rt, judges)
+        judges, unavailable = listed_judges(rt)
+        for name, reason in unavailable.items():
+            console.print(f"[yellow]{name} judge unavailable:[/yellow] {reason}")
+        decisions = gate_decisions(rt, judges)
     rows = [
         {"spec": j.spec.as_dict(), "decision": decisions[j.spec.name].as_dict()} for j in judges
     ]

@@ -19,10 +19,9 @@ then on the id, ascending, so every fused ranking is deterministic.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, get_args
 
-FusionMethod = Literal["combsum", "combmnz", "rrf"]
-FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
+from ragtrail.records import FUSION_METHODS, FusionMethod
+
 RRF_K = 60
 MIN_SPAN = 1e-9
 """The smallest min-max denominator (ranx's floor), so constant lists do not divide by zero."""
@@ -44,7 +43,7 @@ def reciprocal_ranks(ranking: Mapping[str, float], rrf_k: int = RRF_K) -> dict[s
 
 def fuse_rankings(
     rankings: Sequence[Mapping[str, float]],
-    method: FusionMethod = "rrf",
+    method: FusionMethod = FusionMethod.RRF,
     *,
     rrf_k: int = RRF_K,
 ) -> list[tuple[str, float]]:
@@ -54,7 +53,7 @@ def fuse_rankings(
         raise ValueError(f"unknown fusion method {method!r}; known: {', '.join(FUSION_METHODS)}")
     if rrf_k < 0:
         raise ValueError(f"rrf_k must be >= 0, got {rrf_k}")
-    if method == "rrf":
+    if method == FusionMethod.RRF:
         parts = [reciprocal_ranks(r, rrf_k) for r in rankings]
     else:
         parts = [min_max_ranx(r) for r in rankings]
@@ -66,7 +65,7 @@ def fuse_rankings(
             fused[doc] = fused.get(doc, 0.0) + part[doc]
             hits[doc] = hits.get(doc, 0) + 1
             best_rank[doc] = min(best_rank.get(doc, rank), rank)
-    if method == "combmnz":
+    if method == FusionMethod.COMBMNZ:
         fused = {doc: score * hits[doc] for doc, score in fused.items()}
     order = sorted(fused, key=lambda doc: (-fused[doc], best_rank[doc], doc))
     return [(doc, fused[doc]) for doc in order]

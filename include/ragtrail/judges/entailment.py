@@ -25,10 +25,11 @@ from ragtrail.judges.contract import (
     Verdict,
     VerdictType,
 )
+from ragtrail.records import EntailmentJudgeName
 
-NLI_JUDGE_NAME = "entailment.nli"
-EMBEDDING_JUDGE_NAME = "entailment.embedding"
-LLM_JUDGE_NAME = "entailment.llm"
+NLI_JUDGE_NAME = EntailmentJudgeName.NLI
+EMBEDDING_JUDGE_NAME = EntailmentJudgeName.EMBEDDING
+LLM_JUDGE_NAME = EntailmentJudgeName.LLM
 
 DEFAULT_NLI_THRESHOLD = 0.5
 """An NLI model calls a pair entailed when P(entailment) reaches this (the argmax of two classes)."""

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ragtrail.config import JudgeSettings
 from ragtrail.jsonsafe import check_finite, finite_or_undefined, mark_undefined
 from ragtrail.judges.calibration import CONTRAST_ACCURACY, KAPPA
 from ragtrail.judges.contract import JudgeRole, JudgeSpec
+from ragtrail.records import GateMode
 from ragtrail.storage.judge_store import CalibrationRecord
 
-Mode = Literal["gate", "advise"]
-GATE: Mode = "gate"
-ADVISE: Mode = "advise"
+Mode = GateMode
+GATE = GateMode.GATE
+ADVISE = GateMode.ADVISE
 
 
 @dataclass(frozen=True)

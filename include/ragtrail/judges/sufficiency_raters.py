@@ -51,17 +51,18 @@ from ragtrail.judges.llm_judge import LLM_BACKEND, llm_judge_version
 from ragtrail.judges.nli import BACKENDS as NLI_BACKENDS
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
+from ragtrail.records import SufficiencyRaterName
 from ragtrail.text import text_key
 
 SUFFICIENT = "sufficient"
 INSUFFICIENT = "insufficient"
 SUFFICIENCY_CATEGORIES: tuple[str, ...] = (SUFFICIENT, INSUFFICIENT)
 
-LLM_RATER = "sufficiency.llm"
-LLM_1SHOT_RATER = "sufficiency.llm_1shot"
-CHUNKED_RATER = "sufficiency.chunked"
-CONTAINS_RATER = "sufficiency.contains_answer"
-ENTAILMENT_RATER = "sufficiency.entailment"
+LLM_RATER = SufficiencyRaterName.LLM
+LLM_1SHOT_RATER = SufficiencyRaterName.LLM_1SHOT
+CHUNKED_RATER = SufficiencyRaterName.CHUNKED
+CONTAINS_RATER = SufficiencyRaterName.CONTAINS_ANSWER
+ENTAILMENT_RATER = SufficiencyRaterName.ENTAILMENT
 
 DEFAULT_MAX_CONTEXT_TOKENS = 6000
 DEFAULT_CHUNK_TOKENS = 1600

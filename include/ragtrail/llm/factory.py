@@ -36,6 +36,7 @@ from typing import Any
 
 from ragtrail.llm.backends.base import LLMBackend
 from ragtrail.llm.backends.model_store import BUILTIN_SMOLLM2
+from ragtrail.records import ModelKind, ModelSpec, ModelSpecError
 
 BackendLoader = Callable[..., LLMBackend]
 """``loader(rest_of_spec, **kwargs) -> backend``; a backend class is such a loader."""
@@ -57,11 +58,11 @@ def _openai(rest: str, **kwargs: Any) -> LLMBackend:
 
 
 _LOADERS: dict[str, BackendLoader | str] = {
-    "hf": "ragtrail.llm.backends.transformers_local:TransformersBackend",
-    "openai": _openai,
-    "vllm": "ragtrail.llm.backends.vllm_inprocess:VLLMBackend",
-    "registry": "ragtrail.llm.backends.registry_model:load_registry_backend",
-    "bundle": "ragtrail.llm.backends.bundle:load_bundle_backend",
+    ModelKind.HF: "ragtrail.llm.backends.transformers_local:TransformersBackend",
+    ModelKind.OPENAI: _openai,
+    ModelKind.VLLM: "ragtrail.llm.backends.vllm_inprocess:VLLMBackend",
+    ModelKind.REGISTRY: "ragtrail.llm.backends.registry_model:load_registry_backend",
+    ModelKind.BUNDLE: "ragtrail.llm.backends.bundle:load_bundle_backend",
 }
 
 
@@ -72,7 +73,7 @@ def register_llm_backend(kind: str, loader: BackendLoader | str) -> None:
     loader for a known kind raises :class:`DuplicateBackendError` rather than silently
     replacing it.
     """
-    if not kind or not kind.isidentifier() or kind == "builtin":
+    if not kind or not kind.isidentifier() or kind == ModelKind.BUILTIN:
         raise ValueError(f"invalid LLM backend kind {kind!r}")
     if isinstance(loader, str) and not _is_reference(loader):
         raise ValueError(f"loader reference must look like 'package.module:attr', got {loader!r}")
@@ -90,17 +91,18 @@ def registered_llm_backends() -> tuple[str, ...]:
 def load_llm_backend(spec: str, **kwargs: Any) -> LLMBackend:
     """Return the backend named by ``spec`` (see module docstring)."""
     spec = spec.strip()
-    if spec.startswith("builtin:"):
+    try:
+        parsed = ModelSpec.parse(spec, kinds=None)
+    except ModelSpecError:
+        raise ValueError(f"LLM spec {spec!r} must look like 'kind:model' ({_kinds()})") from None
+    if parsed.kind == ModelKind.BUILTIN:
         if spec != BUILTIN_SMOLLM2:
             raise ValueError(f"unknown builtin model {spec!r}; known: {BUILTIN_SMOLLM2}")
-        return _resolve_loader(_LOADERS["hf"])(spec, **kwargs)
-    kind, sep, rest = spec.partition(":")
-    if not sep or not rest:
-        raise ValueError(f"LLM spec {spec!r} must look like 'kind:model' ({_kinds()})")
-    loader = _LOADERS.get(kind)
+        return _resolve_loader(_LOADERS[ModelKind.HF])(spec, **kwargs)
+    loader = _LOADERS.get(parsed.kind)
     if loader is None:
-        raise ValueError(f"unknown LLM backend kind {kind!r} in {spec!r} ({_kinds()})")
-    return _resolve_loader(loader)(rest, **kwargs)
+        raise ValueError(f"unknown LLM backend kind {parsed.kind!r} in {spec!r} ({_kinds()})")
+    return _resolve_loader(loader)(parsed.model, **kwargs)
 
 
 def _resolve_loader(loader: BackendLoader | str) -> BackendLoader:
@@ -118,7 +120,7 @@ def _is_reference(text: str) -> bool:
 
 def _kinds() -> str:
     kinds = ", ".join(f"{k}:<model>" for k in registered_llm_backends())
-    hint = "" if "generator" in _LOADERS else "; 'generator:' needs `import ragtrail.train`"
+    hint = "" if ModelKind.GENERATOR in _LOADERS else "; 'generator:' needs `import ragtrail.train`"
     return f"{BUILTIN_SMOLLM2}, {kinds}{hint}"
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from ragtrail.evaluate.attribution.scoring import AnswersScore, load_answers, score_answers
 from ragtrail.judges.gate import GateDecision
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
+from ragtrail.records import EntailmentJudgeName
 from ragtrail.runtime import Runtime
 
 NO_JUDGE = "none"
@@ -34,7 +35,11 @@ class AnswersReport:
 
 
 def score_answer_file(
-    rt: Runtime, path: Path | str, *, judge: str = "entailment", bootstrap_samples: int = 1000
+    rt: Runtime,
+    path: Path | str,
+    *,
+    judge: str = EntailmentJudgeName.CONFIGURED,
+    bootstrap_samples: int = 1000,
 ) -> AnswersReport:
     """Validate ``path`` (every problem at once, before any model loads), then score it.
 

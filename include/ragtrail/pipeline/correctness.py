@@ -15,7 +15,14 @@ from typing import Any
 
 from ragtrail.config import ModelRole
 from ragtrail.judges.calibration import calibrate_categorical
-from ragtrail.judges.correctness import CORRECT, LlmCorrectnessJudge, correctness_examples
+from ragtrail.judges.contract import Judge, JudgeRole
+from ragtrail.judges.correctness import (
+    CORRECT,
+    JUDGE_NAME,
+    LlmCorrectnessJudge,
+    correctness_examples,
+)
+from ragtrail.judges.registry import CalibrationRequest, register_judge
 from ragtrail.llm.client import GenerationParams
 from ragtrail.pipeline.judges import (
     CalibrationError,
@@ -26,6 +33,7 @@ from ragtrail.pipeline.judges import (
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.judge_store import CalibrationRecord, JudgeStore
+from ragtrail.testset.qaset import load_qa_set
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +123,21 @@ def calibrate_correctness_if_missing(
         out.update(metric=record.metric, value=record.value, n=record.n)
     out["gate"] = gate_decision(rt, spec, record).as_dict()
     return out
+
+
+def _correctness(rt: Runtime, name: str) -> Judge:
+    return correctness_judge(rt)
+
+
+def _calibrate(
+    rt: Runtime, names: Sequence[str], request: CalibrationRequest
+) -> list[CalibrationRecord]:
+    """``ragtrail judge calibrate correctness.llm``: references from the QA set's items."""
+    items, _ = load_qa_set(request.reference)
+    return [calibrate_correctness(rt, items)]
+
+
+register_judge(JUDGE_NAME, JudgeRole.CORRECTNESS, _correctness, calibrate=_calibrate)
 
 
 __all__ = [

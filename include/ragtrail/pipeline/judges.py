@@ -2,7 +2,8 @@
 
 The judges a night uses are built here from the settings (the labeller and one critique judge per
 criterion on their model roles; the entailment judge from ``nli_model`` or its documented
-fallback). Calibration measures a judge on labelled references and stores the result with the
+fallback) and registered by name in :data:`~ragtrail.judges.registry.JUDGES`, with how each is
+calibrated (the registrations close this module). Calibration measures a judge on labelled references and stores the result with the
 judge's exact version (:class:`~ragtrail.storage.judge_store.JudgeStore`); the gate decision then
 reads the latest calibration of that version against the configured bar:
 
@@ -37,16 +38,15 @@ from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput, JudgeRole, Ju
 from ragtrail.judges.contrasts import ContrastSource, build_contrasts
 from ragtrail.judges.gate import GateDecision, bar_for, decide, default_bars
 from ragtrail.judges.recording import Calibration, store_calibration
+from ragtrail.judges.registry import JUDGES, CalibrationRequest, register_judge
 from ragtrail.llm.client import GenerationParams
-from ragtrail.records import QAItem, QuestionLabel, sha256_json
+from ragtrail.records import EntailmentJudgeName, ModelSpec, QAItem, QuestionLabel, sha256_json
 from ragtrail.runtime import Runtime
 from ragtrail.storage.judge_store import CalibrationRecord, JudgeStore
+from ragtrail.testset.qaset import load_qa_set
 from ragtrail.text import text_key
 
 log = logging.getLogger(__name__)
-
-ENTAILMENT_JUDGES = ("entailment.nli", "entailment.embedding", "entailment.llm")
-"""The entailment judges by name: an NLI model, the approximate embedding fallback, the LLM."""
 
 
 class CalibrationError(ValueError):
@@ -74,62 +74,59 @@ def generation_judges(rt: Runtime) -> list[Judge]:
     return [labeller_judge(rt), *(critique_judge(rt, name) for name in CRITERIA)]
 
 
-def entailment_judge(rt: Runtime, name: str = "entailment") -> Judge:
-    """An entailment judge by name; ``"entailment"`` is the configured one: the NLI model when
-    ``nli_model`` is set, else the documented fallback ``judges.entailment_fallback``."""
+def configured_entailment(rt: Runtime) -> str:
+    """The judge ``entailment`` stands for: the NLI model when ``nli_model`` is set, else the
+    documented fallback ``judges.entailment_fallback``."""
+    if rt.settings.nli_model:
+        return EntailmentJudgeName.NLI
+    return rt.settings.judges.entailment_fallback
+
+
+def entailment_judge(rt: Runtime, name: str = EntailmentJudgeName.CONFIGURED) -> Judge:
+    """An entailment judge by name; ``entailment`` is the configured one."""
+    return JUDGES.build(rt, name, role=JudgeRole.ENTAILMENT)
+
+
+def _nli_judge(rt: Runtime, name: str) -> Judge:
+    from ragtrail.judges.nli import load_nli_judge
+
+    settings = rt.settings
+    if not settings.nli_model:
+        raise CalibrationError(
+            "no NLI model is configured (nli_model is none; none exists offline): set "
+            "RAGTRAIL_NLI_MODEL to an HF id, local path or s3:// URI, or use "
+            f"{EntailmentJudgeName.EMBEDDING} (approximate) or {EntailmentJudgeName.LLM}"
+        )
+    return load_nli_judge(
+        ModelSpec.parse_nli(settings.nli_model).model,
+        cache_dir=settings.resolved_model_cache_dir,
+        device=settings.device,
+        s3_endpoint_url=settings.s3_endpoint_url,
+    )
+
+
+def _embedding_judge(rt: Runtime, name: str) -> Judge:
     from ragtrail.judges.embedding_entailment import (
         DEFAULT_EMBEDDING_THRESHOLD,
         EmbeddingEntailmentJudge,
     )
+
+    threshold = rt.settings.judges.embedding_entailment_threshold
+    return EmbeddingEntailmentJudge(
+        rt.embedder,
+        threshold=DEFAULT_EMBEDDING_THRESHOLD if threshold is None else threshold,
+        model_id=rt.settings.embedding_model,
+    )
+
+
+def _llm_entailment_judge(rt: Runtime, name: str) -> Judge:
     from ragtrail.judges.llm_entailment import LLMEntailmentJudge
-    from ragtrail.judges.nli import load_nli_judge
 
-    settings = rt.settings
-    if name == "entailment":
-        name = "entailment.nli" if settings.nli_model else settings.judges.entailment_fallback
-    if name == "entailment.nli":
-        if not settings.nli_model:
-            raise CalibrationError(
-                "no NLI model is configured (nli_model is none; none exists offline): set "
-                "RAGTRAIL_NLI_MODEL to an HF id, local path or s3:// URI, or use "
-                "entailment.embedding (approximate) or entailment.llm"
-            )
-        return load_nli_judge(
-            settings.nli_model.removeprefix("hf:"),
-            cache_dir=settings.resolved_model_cache_dir,
-            device=settings.device,
-            s3_endpoint_url=settings.s3_endpoint_url,
-        )
-    if name == "entailment.embedding":
-        threshold = settings.judges.embedding_entailment_threshold
-        return EmbeddingEntailmentJudge(
-            rt.embedder,
-            threshold=DEFAULT_EMBEDDING_THRESHOLD if threshold is None else threshold,
-            model_id=settings.embedding_model,
-        )
-    if name == "entailment.llm":
-        return LLMEntailmentJudge(rt.llm(ModelRole.JUDGE))
-    raise CalibrationError(f"unknown entailment judge {name!r}; known: {list(ENTAILMENT_JUDGES)}")
+    return LLMEntailmentJudge(rt.llm(ModelRole.JUDGE))
 
 
-def judge_by_name(rt: Runtime, name: str) -> Judge:
-    """``labeller``, ``critique.<criterion>`` or an entailment judge name."""
-    if name == LABELLER:
-        return labeller_judge(rt)
-    criterion = criterion_of(name)
-    if criterion is not None:
-        if criterion not in CRITERIA:
-            raise CalibrationError(f"unknown critique {criterion!r}; known: {list(CRITERIA)}")
-        return critique_judge(rt, criterion)
-    if name == "entailment" or name in ENTAILMENT_JUDGES:
-        return entailment_judge(rt, name)
-    known = [
-        LABELLER,
-        *(critique_judge_name(c) for c in CRITERIA),
-        "entailment",
-        *ENTAILMENT_JUDGES,
-    ]
-    raise CalibrationError(f"unknown judge {name!r}; known: {', '.join(known)}")
+def _configured_entailment_judge(rt: Runtime, name: str) -> Judge:
+    return entailment_judge(rt, configured_entailment(rt))
 
 
 # --------------------------------------------------------------------------- gate decisions
@@ -432,3 +429,63 @@ def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, dict[str, Any]]:
             "golden_versions": versions,
         }
     return report
+
+
+# ---------------------------------------------------------------------------- registrations
+
+
+def _labeller(rt: Runtime, name: str) -> Judge:
+    return labeller_judge(rt)
+
+
+def _critique(rt: Runtime, name: str) -> Judge:
+    return critique_judge(rt, str(criterion_of(name)))
+
+
+def _calibrate_labeller(
+    rt: Runtime, names: Sequence[str], request: CalibrationRequest
+) -> list[CalibrationRecord]:
+    items, _ = load_qa_set(request.reference)
+    return [calibrate_labeller(rt, request.corpus, items, per_label=request.per_label)]
+
+
+def _calibrate_critiques(
+    rt: Runtime, names: Sequence[str], request: CalibrationRequest
+) -> list[CalibrationRecord]:
+    items, _ = load_qa_set(request.reference)
+    sources = contrast_sources(rt, request.corpus, items)
+    return [calibrate_critique(rt, str(criterion_of(n)), sources, n=request.pairs) for n in names]
+
+
+def calibrate_on_entailment_pairs(
+    rt: Runtime, names: Sequence[str], request: CalibrationRequest
+) -> list[CalibrationRecord]:
+    """The calibrator of judges that read (premise, hypothesis) pairs: the entailment judges, and
+    any judge of that role registered later (see :func:`calibrate_entailment`)."""
+    return [calibrate_entailment(rt, n, request.reference, sample=request.sample) for n in names]
+
+
+register_judge(LABELLER, JudgeRole.LABELLER, _labeller, calibrate=_calibrate_labeller, listed=True)
+register_judge(
+    critique_judge_name("<criterion>"),
+    JudgeRole.CRITIQUE,
+    _critique,
+    calibrate=_calibrate_critiques,
+    members=CRITERIA,
+    group="critiques",
+    listed=True,
+)
+register_judge(
+    EntailmentJudgeName.CONFIGURED,
+    JudgeRole.ENTAILMENT,
+    _configured_entailment_judge,
+    calibrate=calibrate_on_entailment_pairs,
+    listed=True,
+    optional=True,
+)
+for _name, _build in (
+    (EntailmentJudgeName.NLI, _nli_judge),
+    (EntailmentJudgeName.EMBEDDING, _embedding_judge),
+    (EntailmentJudgeName.LLM, _llm_entailment_judge),
+):
+    register_judge(_name, JudgeRole.ENTAILMENT, _build, calibrate=calibrate_on_entailment_pairs)

@@ -41,7 +41,7 @@ from ragtrail.models.registry import (
 from ragtrail.pipeline.evaluation_sets import plan_sets
 from ragtrail.pipeline.passage_sources import corpus_from_runtime
 from ragtrail.pipeline.run_io import evaluated_snapshot, load_items
-from ragtrail.records import QAItem
+from ragtrail.records import ModelKind, ModelSpec, QAItem
 from ragtrail.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -111,21 +111,21 @@ def serving_spec(rt: Runtime) -> tuple[str, str]:
     except RegistryError:
         champion = None
     if champion is not None:
-        return f"registry:{name}@{champion}", f"champion v{champion}"
+        return str(ModelSpec(ModelKind.REGISTRY, f"{name}@{champion}")), f"champion v{champion}"
     return rt.settings.model_for(ModelRole.ANSWERER), "configured answerer (no champion yet)"
 
 
 def base_model_of(rt: Runtime, spec: str) -> str:
     """The base model a new version is trained on: the champion bundle's base, else the
     configured answerer's model (it must be a local model: ``builtin:``, ``hf:`` or a path)."""
-    if spec.startswith("registry:"):
-        name, ref = parse_model_ref(spec.removeprefix("registry:"))
-        return rt.registry.get_version(name, ref).base_model  # recorded at registration
-    kind, _, rest = spec.partition(":")
-    if kind == "hf":
-        return rest
-    if kind in ("builtin", ""):
-        return spec
+    match ModelSpec.try_parse(spec):
+        case ModelSpec(kind=ModelKind.REGISTRY, model=reference):
+            name, ref = parse_model_ref(reference)
+            return rt.registry.get_version(name, ref).base_model  # recorded at registration
+        case ModelSpec(kind=ModelKind.HF, model=model):
+            return model
+        case ModelSpec(kind=ModelKind.BUILTIN) as builtin:
+            return str(builtin)
     raise ValueError(
         f"cannot fine-tune the answerer {spec!r}: retraining needs a local model "
         "(builtin:..., hf:<id or path>) or a registered champion; set flow param base_model"
@@ -228,7 +228,7 @@ def gate_challenger(
     name = rt.settings.registry.citation_model_name
     split = _load_split(rt, run_id)
     serving, serving_what = serving_spec(rt)
-    challenger_spec = f"registry:{name}@{version}"
+    challenger_spec = str(ModelSpec(ModelKind.REGISTRY, f"{name}@{version}"))
     if serving == challenger_spec:
         return {"model": name, "version": version, "promoted": True, "reason": "already champion"}
     current = _evaluate(rt, serving, split)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ragtrail.generate.judges import LABELLER
+from ragtrail.records import GateMode
 from ragtrail.report.html import ReportSection, render_section
 from ragtrail.summaries.generation_summary import JudgeGate
 
@@ -34,7 +35,7 @@ def label_source_note(judges: Mapping[str, JudgeGate]) -> str:
     labeller = judges.get(LABELLER)
     if labeller is None:
         return "No labeller decision was recorded for this run."
-    if labeller.mode == "gate":
+    if labeller.mode == GateMode.GATE:
         return (
             "Labels are the labeller's: its calibration met the bar "
             f"({_figure(labeller)}, n={labeller.n}, bar {_bar(labeller)})."
@@ -47,7 +48,7 @@ def label_source_note(judges: Mapping[str, JudgeGate]) -> str:
 
 def _mode(decision: JudgeGate) -> str:
     """ "gated" or "advised only"; with the reason when no calibration figure shows it."""
-    if decision.mode == "gate":
+    if decision.mode == GateMode.GATE:
         return "gated"
     if decision.value is None:
         return f"advised only: {decision.reason or 'no calibration'}"

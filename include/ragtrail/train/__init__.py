@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ragtrail.llm.factory import register_llm_backend
+from ragtrail.records import ModelKind
 from ragtrail.train.config import GeneratorTrainingConfig
 from ragtrail.train.data import (
     ANSWER_TOKEN,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from ragtrail.train.publish import publish_generator
     from ragtrail.train.result import FinetuneResult
 
-register_llm_backend("generator", "ragtrail.train.backend:FineTunedGeneratorBackend")
+register_llm_backend(ModelKind.GENERATOR, "ragtrail.train.backend:FineTunedGeneratorBackend")
 
 _LAZY = {
     "FineTunedGeneratorBackend": "ragtrail.train.backend",

@@ -63,11 +63,17 @@ from ragtrail.evaluate.attribution.subqueries import (
     write_subqueries,
 )
 from ragtrail.evaluate.retrieval.evaluator import resolve_level
-from ragtrail.index.rank_fusion import FUSION_METHODS, FusionMethod, fuse_rankings
+from ragtrail.index.rank_fusion import fuse_rankings
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
-from ragtrail.records import QAItem, QuestionLabel
+from ragtrail.records import (
+    FUSION_METHODS,
+    SCENARIOS,
+    FusionMethod,
+    QAItem,
+    QuestionLabel,
+    Scenario,
+)
 
-SCENARIOS: tuple[str, ...] = ("G", "RTG-vanilla", "RTG-query-gen", "GTR", "RTG-gold")
 DEFAULT_K = 3
 CLOSED_BOOK_STAGE = "scenario.closed_book"
 CITED_STAGE = "scenario.cited_answer"
@@ -97,7 +103,7 @@ def run_scenarios(
     k: int = DEFAULT_K,
     text_weight: float,
     subqueries: int = DEFAULT_SUBQUERIES,
-    fusion: FusionMethod = "rrf",
+    fusion: FusionMethod = FusionMethod.RRF,
     params: GenerationParams | None = None,
     bootstrap_samples: int = 1000,
     seed: int = 13,
@@ -111,20 +117,20 @@ def run_scenarios(
     results: dict[str, ScenarioResult] = {}
     for name in scenarios:
         start, closed_before = time.perf_counter(), runner.closed_seconds
-        if name == "G":
+        if name == Scenario.G:
             answers = runner.closed_book()
-        elif name == "GTR":
+        elif name == Scenario.GTR:
             answers = runner.generate_then_retrieve()
         else:
             prepared = {
-                "RTG-vanilla": runner.vanilla,
-                "RTG-gold": runner.gold,
-                "RTG-query-gen": lambda: runner.query_gen(subqueries, fusion, written),
+                Scenario.RTG_VANILLA: runner.vanilla,
+                Scenario.RTG_GOLD: runner.gold,
+                Scenario.RTG_QUERY_GEN: lambda: runner.query_gen(subqueries, fusion, written),
             }[name]()
             answers = runner.answer_cited(prepared)
         # The closed-book pass counts in G and in GTR alike: each needs it on its own.
         seconds = time.perf_counter() - start - (runner.closed_seconds - closed_before)
-        if name in ("G", "GTR"):
+        if name in (Scenario.G, Scenario.GTR):
             seconds += runner.closed_seconds
         results[name] = _result(name, answers, bootstrap_samples, seed, seconds)
     settings = {
@@ -406,7 +412,7 @@ def _result(
     seed: int,
     seconds: float,
 ) -> ScenarioResult:
-    if name == "G":
+    if name == Scenario.G:
         return ScenarioResult(name, answers, None, None, NO_PASSAGES_REASON, seconds)
     run = ranked_run(answers)
     metrics = retrieval_metrics(answers, run, bootstrap_samples, seed)

@@ -35,11 +35,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ragtrail.records import Chunk, QAItem, QuestionLabel, SearchHit
+from ragtrail.records import MIXTURE_TYPES, Chunk, MixtureType, QAItem, QuestionLabel, SearchHit
 
 PassageKind = Literal["relevant", "irrelevant", "seemingly"]
-MixtureType = Literal["relevant+irrelevant", "relevant+seemingly", "all"]
-MIXTURE_TYPES: tuple[MixtureType, ...] = ("relevant+irrelevant", "relevant+seemingly", "all")
 GROUND_CHUNKS = "ground_chunks"
 RETRIEVER_TOP = "retriever_top_of_ground_docs"
 NO_RELEVANT = "unanswerable"
@@ -389,9 +387,9 @@ def _mix(
 ) -> Mixture:
     rng = _rng(seed, item.qid, mixture_type)
     chosen: list[tuple[PassageKind, Chunk]] = [("relevant", c) for c in relevant.chunks]
-    if mixture_type in ("relevant+irrelevant", "all"):
+    if mixture_type in (MixtureType.RELEVANT_IRRELEVANT, MixtureType.ALL):
         chosen += [("irrelevant", c) for c in _sample(rng, others, spec.irrelevant)]
-    if mixture_type in ("relevant+seemingly", "all"):
+    if mixture_type in (MixtureType.RELEVANT_SEEMINGLY, MixtureType.ALL):
         chosen += [("seemingly", c) for c in _sample(rng, pool, spec.seemingly)]
     order = rng.permutation(len(chosen)).tolist()
     passages = tuple(

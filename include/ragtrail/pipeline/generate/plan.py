@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragtrail.artifact_keys import generation_plan_key
-from ragtrail.records import Context
+from ragtrail.records import Context, GateMode
 from ragtrail.runtime import Runtime
 
 
@@ -53,7 +53,7 @@ class GenerationPlan:
 
     def gates(self, judge: str) -> bool:
         """Whether ``judge`` may reject items in this run (no decision recorded: it advises)."""
-        return self.judges.get(judge, {}).get("mode") == "gate"
+        return self.judges.get(judge, {}).get("mode") == GateMode.GATE
 
     def key(self) -> str:
         return generation_plan_key(self.corpus, self.run_id)

@@ -4,7 +4,8 @@ Raters are built from ``settings.sufficiency``: the LLM raters run on the judge 
 (:data:`~ragtrail.config.ModelRole.JUDGE`); the chunked rater wraps the zero-shot LLM rater; the
 entailment rater wraps the configured entailment judge (an NLI model, else its documented
 fallback, with which the rater is approximate). Tokens are counted with the embedder's tokenizer,
-the unit every chunk size in ragtrail is measured in.
+the unit every chunk size in ragtrail is measured in. Each rater is registered by name in
+:data:`~ragtrail.judges.registry.JUDGES` (the registrations close this module).
 
 Each rater is calibrated like every judge: Cohen's kappa against references built from the
 corpus's golden items (:func:`~ragtrail.judges.sufficiency_references.golden_sufficiency_examples`)
@@ -18,18 +19,14 @@ import logging
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 from ragtrail.config import ModelRole
 from ragtrail.ingest.chunk import Tokenizer, as_token_counter
 from ragtrail.judges.calibration import calibrate_categorical
-from ragtrail.judges.contract import Judge, JudgeInput
+from ragtrail.judges.contract import Judge, JudgeInput, JudgeRole
+from ragtrail.judges.registry import JUDGES, CalibrationRequest, register_judge
 from ragtrail.judges.sufficiency_raters import (
-    CHUNKED_RATER,
-    CONTAINS_RATER,
-    ENTAILMENT_RATER,
-    LLM_1SHOT_RATER,
-    LLM_RATER,
     SUFFICIENT,
     ChunkedSufficiencyJudge,
     ContainsAnswerJudge,
@@ -51,10 +48,11 @@ from ragtrail.pipeline.judges import (
     reference_id,
     store_calibration_run,
 )
-from ragtrail.records import QAItem
+from ragtrail.records import QAItem, SufficiencyRaterName
 from ragtrail.runtime import Runtime
 from ragtrail.storage.document_store import ChunkRecord
 from ragtrail.storage.judge_store import CalibrationRecord, JudgeStore
+from ragtrail.testset.qaset import load_qa_set
 from ragtrail.text import text_key
 
 log = logging.getLogger(__name__)
@@ -73,30 +71,57 @@ def token_counter(rt: Runtime) -> Tokenizer:
 
 def sufficiency_rater(rt: Runtime, name: str) -> Judge:
     """The rater ``name`` (one of ``SUFFICIENCY_RATERS``) as the settings configure it."""
+    return JUDGES.build(rt, name, role=JudgeRole.SUFFICIENCY)
+
+
+class _Budget(TypedDict):
+    """The context budget every rater cuts contexts to, in the embedder's tokens."""
+
+    max_context_tokens: int
+    counter: Tokenizer
+    tokenizer_name: str
+
+
+def _budget(rt: Runtime) -> _Budget:
+    return _Budget(
+        max_context_tokens=rt.settings.sufficiency.max_context_tokens,
+        counter=token_counter(rt),
+        tokenizer_name=rt.settings.embedding_model,
+    )
+
+
+def _llm_rater(rt: Runtime, *, shots: int) -> LlmSufficiencyJudge:
+    params = replace(judge_params(rt), max_new_tokens=rt.settings.sufficiency.rater_max_new_tokens)
+    return LlmSufficiencyJudge(rt.llm(ModelRole.JUDGE), params, shots=shots, **_budget(rt))
+
+
+def _zero_shot(rt: Runtime, name: str) -> Judge:
+    return _llm_rater(rt, shots=0)
+
+
+def _one_shot(rt: Runtime, name: str) -> Judge:
+    return _llm_rater(rt, shots=1)
+
+
+def _chunked(rt: Runtime, name: str) -> Judge:
+    chunk_tokens = rt.settings.sufficiency.chunk_tokens
+    return ChunkedSufficiencyJudge(
+        _llm_rater(rt, shots=0), chunk_tokens=chunk_tokens, **_budget(rt)
+    )
+
+
+def _contains_answer(rt: Runtime, name: str) -> Judge:
+    return ContainsAnswerJudge(**_budget(rt))
+
+
+def _entailment(rt: Runtime, name: str) -> Judge:
     settings = rt.settings.sufficiency
-    budget = {
-        "max_context_tokens": settings.max_context_tokens,
-        "counter": token_counter(rt),
-        "tokenizer_name": rt.settings.embedding_model,
-    }
-    if name in (LLM_RATER, LLM_1SHOT_RATER, CHUNKED_RATER):
-        params = replace(judge_params(rt), max_new_tokens=settings.rater_max_new_tokens)
-        shots = 1 if name == LLM_1SHOT_RATER else 0
-        llm = LlmSufficiencyJudge(rt.llm(ModelRole.JUDGE), params, shots=shots, **budget)
-        if name != CHUNKED_RATER:
-            return llm
-        return ChunkedSufficiencyJudge(llm, chunk_tokens=settings.chunk_tokens, **budget)
-    if name == CONTAINS_RATER:
-        return ContainsAnswerJudge(**budget)
-    if name == ENTAILMENT_RATER:
-        return EntailmentSufficiencyJudge(
-            entailment_judge(rt),
-            threshold=settings.entailment_threshold,
-            chunk_tokens=settings.chunk_tokens,
-            **budget,
-        )
-    known = (LLM_RATER, LLM_1SHOT_RATER, CHUNKED_RATER, CONTAINS_RATER, ENTAILMENT_RATER)
-    raise CalibrationError(f"unknown sufficiency rater {name!r}; known: {', '.join(known)}")
+    return EntailmentSufficiencyJudge(
+        entailment_judge(rt),
+        threshold=settings.entailment_threshold,
+        chunk_tokens=settings.chunk_tokens,
+        **_budget(rt),
+    )
 
 
 def sufficiency_raters(rt: Runtime, names: Sequence[str] | None = None) -> list[Judge]:
@@ -251,3 +276,26 @@ def calibrate_sufficiency_raters(
         entry["gate"] = gate_decision(rt, spec, record).as_dict()
         report[spec.name] = entry
     return report
+
+
+# ---------------------------------------------------------------------------- registrations
+
+
+def _calibrate_raters(
+    rt: Runtime, names: Sequence[str], request: CalibrationRequest
+) -> list[CalibrationRecord]:
+    """``ragtrail judge calibrate sufficiency.<rater>``: references from the QA set's items (and
+    ``settings.sufficiency.reference_file``), like the nightly builds them from golden sets."""
+    items, _ = load_qa_set(request.reference)
+    examples = sufficiency_references(rt, request.corpus, items)
+    return [calibrate_sufficiency(rt, sufficiency_rater(rt, name), examples) for name in names]
+
+
+for _name, _build in (
+    (SufficiencyRaterName.LLM, _zero_shot),
+    (SufficiencyRaterName.LLM_1SHOT, _one_shot),
+    (SufficiencyRaterName.CHUNKED, _chunked),
+    (SufficiencyRaterName.CONTAINS_ANSWER, _contains_answer),
+    (SufficiencyRaterName.ENTAILMENT, _entailment),
+):
+    register_judge(_name, JudgeRole.SUFFICIENCY, _build, calibrate=_calibrate_raters)
