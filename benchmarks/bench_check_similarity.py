@@ -36,13 +36,13 @@ from benchmarks._common import machine_line, require_shared, write_section
 from ragtrail.config import load_settings
 from ragtrail.embed.embedder import load_embedder
 from ragtrail.evaluate.metrics import bootstrap_ci
-from ragtrail.testset.qaset import load_qa_set
 from ragtrail.generate.prompts import context_sentences
 from ragtrail.ingest.formats.common import QuarantineError
 from ragtrail.ingest.loaders import parse_document
 from ragtrail.ingest.sources import iter_source
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
 from ragtrail.records import QuestionLabel
+from ragtrail.testset.qaset import load_qa_set
 from ragtrail.text import text_key
 
 SEED = 17
