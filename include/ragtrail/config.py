@@ -45,6 +45,12 @@ from ragtrail.records import (
 SECRET_FIELDS = frozenset({"database_url", "es_api_key", "es_password", "llm_api_key"})
 
 
+CHARS_PER_TOKEN_BOUND = 10
+"""Default character bound of a chunk per token of the larger token budget: generous for prose
+(about 5 characters a token) yet small enough that no "word" the tokenizer sees as one token
+(base64, minified JSON, a data dump) makes a chunk of megabytes."""
+
+
 class ChunkingSettings(BaseModel):
     max_tokens: int = Field(
         200, ge=16, le=2048, description="chunk size in embedding-tokenizer tokens"
@@ -52,6 +58,45 @@ class ChunkingSettings(BaseModel):
     overlap_tokens: int = Field(40, ge=0, le=512)
     max_table_tokens: int = Field(
         400, ge=16, description="a table up to this size stays one chunk even above max_tokens"
+    )
+    max_chars: int | None = Field(
+        None,
+        ge=64,
+        description="no chunk (text or table) is longer than this many characters: overlong "
+        "tokens are split; none = 10 characters per token of the larger token budget (4000 "
+        "with the defaults)",
+    )
+
+    @property
+    def char_limit(self) -> int:
+        """The character bound every chunk respects: ``max_chars`` or its default."""
+        if self.max_chars is not None:
+            return self.max_chars
+        return CHARS_PER_TOKEN_BOUND * max(self.max_tokens, self.max_table_tokens)
+
+
+class IngestSettings(BaseModel):
+    """Guards of ``ragtrail ingest`` and the ingest DAG (README: "What ragtrail refuses and why")."""
+
+    max_removal_share: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="an ingest that would remove more than this share of the corpus's "
+        "documents stops before changing anything (removing all of them always stops)",
+    )
+    allow_mass_removal: bool = Field(
+        False,
+        description="let ingests remove more than max_removal_share of the corpus (an empty or "
+        "wrong source then empties it); the CLI flag --allow-mass-removal and the DAG Param "
+        "allow_mass_removal allow it for one run",
+    )
+    stale_after_s: int = Field(
+        3600,
+        ge=1,
+        description="a running snapshot whose ingest has not reported for this many seconds is "
+        "abandoned by the next ingest of the corpus (sooner when its process, on the same "
+        "host, is gone)",
     )
 
 
@@ -574,6 +619,7 @@ class Settings(BaseSettings):
 
     max_file_bytes: int = Field(20 * 1024 * 1024, ge=1)
     chunking: ChunkingSettings = ChunkingSettings()
+    ingest: IngestSettings = IngestSettings()
     retrieval: RetrievalEvalSettings = RetrievalEvalSettings()
     generation: GenerationSettings = GenerationSettings()
     models: ModelSettings = ModelSettings()

@@ -282,6 +282,12 @@ class QuarantineReason(StrEnum):
     ENCRYPTED = "encrypted"
     NO_TEXT = "no_text"
     DUPLICATE_CONTENT = "duplicate_content"
+    # Entries of a local source that are never read (listed by ragtrail.ingest.sources):
+    UNREADABLE = "unreadable"  # permission denied or an I/O error (a file or a whole folder)
+    SPECIAL_FILE = "special_file"  # FIFO, socket or device: reading could block or never end
+    BROKEN_LINK = "broken_link"  # a symbolic link whose target does not exist
+    LINK_LOOP = "link_loop"  # a link that resolves to itself or to one of its own ancestors
+    LINK_OUTSIDE_ROOT = "link_outside_root"  # a link leaving the source folder: never followed
 
 
 class ChangeKind(StrEnum):

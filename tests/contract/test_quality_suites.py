@@ -14,6 +14,7 @@ import pytest
 
 from ragtrail.quality.runner import QualityGateError, QualityResult, QualityRunner, enforce
 from ragtrail.quality.suites import (
+    DEFAULT_MAX_CHUNK_CHARS,
     FAIL,
     WARN,
     chunks_suite,
@@ -21,6 +22,7 @@ from ragtrail.quality.suites import (
     citation_queries_suite,
     documents_suite,
     golden_set_suite,
+    long_word_share,
     prepare_chunks,
     prepare_citation_metrics,
     prepare_golden_set,
@@ -229,6 +231,34 @@ def test_too_many_chunks_per_document_only_warns(runner: QualityRunner) -> None:
     result = validate_chunks(runner, chunks)
     assert result.success
     assert any("chunks_in_doc" in w for w in result.warnings)
+
+
+def test_chunk_longer_than_the_character_bound_fails(runner: QualityRunner) -> None:
+    chunks = good_chunks()
+    chunks.loc[0, "text"] = "install " * 600  # 4,800 characters of ordinary words
+    result = validate_chunks(runner, chunks)
+    assert not result.success
+    assert failed(
+        result,
+        f"expect_column_value_lengths_to_be_between(text) expecting max_value={DEFAULT_MAX_CHUNK_CHARS}",
+    ), result.failures
+    assert len(result.failures) == 1
+    assert not any("long_word_share" in w for w in result.warnings)
+
+
+def test_chunks_made_of_long_tokens_only_warn(runner: QualityRunner) -> None:
+    chunks = good_chunks()
+    chunks.loc[1, "text"] = "data: " + "eyJhIjoxLCJiIjpbMiwzXX0" * 40  # a 920-character run
+    result = validate_chunks(runner, chunks)
+    assert result.success
+    assert any("long_word_share" in w for w in result.warnings), result.warnings
+
+
+def test_long_word_share() -> None:
+    assert long_word_share("") == 0.0
+    assert long_word_share("plain prose with https://example.org/a/short/link in it") == 0.0
+    assert long_word_share("x" * 51) == 1.0
+    assert long_word_share("ab " + "x" * 98) == 0.98
 
 
 def test_metric_value_above_one_fails(runner: QualityRunner) -> None:

@@ -1,8 +1,8 @@
 """Ingest reliability on the shipped sample corpus with the real embedded backends.
 
 Twice -> identical; one edit -> exactly one re-embedded document; one deletion -> gone from index and
-DB; a process killed mid-ingest -> rerun ends with the counts of a clean run; malformed files ->
-quarantined with a reason while everything else is ingested.
+DB; a process killed mid-ingest -> its snapshot is abandoned and the rerun ends with the counts of a
+clean run; malformed files -> quarantined with a reason while everything else is ingested.
 """
 
 from __future__ import annotations
@@ -145,10 +145,13 @@ def test_killed_ingest_rerun_matches_a_clean_run(make_runtime, corpus_dir, tmp_p
 
     assert 6 <= killed_at < clean.documents
     assert (resumed.documents, resumed.chunks) == (clean.documents, clean.chunks)
-    assert resumed.unchanged >= killed_at
+    # Nothing was ever published: the documents the killed run wrote count as added, never as
+    # unchanged, so the rerun reports exactly what a clean run does.
+    assert (resumed.added, resumed.unchanged) == (clean.added, 0)
     assert _index_state(rerun, "hb") == _index_state(clean_rt, "hb")
-    running = [s for s in rerun.store.list_snapshots("hb") if s.status == "running"]
-    assert len(running) == 1  # the killed snapshot stays visibly unfinished
+    snapshots = {s.status: s for s in rerun.store.list_snapshots("hb")}
+    assert sorted(snapshots) == ["abandoned", "complete"]  # the killed one, visibly unfinished
+    assert "is gone" in (snapshots["abandoned"].status_detail or "")
 
 
 def test_malformed_files_are_quarantined_and_the_rest_ingested(make_runtime, corpus_dir):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import re
 
@@ -261,3 +262,94 @@ def test_many_documents_chunk_quickly(counter) -> None:
     elapsed = time.perf_counter() - started
     assert n_chunks >= 250 * 7
     assert elapsed < 20, f"chunking took {elapsed:.1f}s"
+
+
+# -- the character bound (issue 22) ------------------------------------------------------------
+
+CHARS = ChunkingSettings(max_tokens=64, overlap_tokens=16, max_table_tokens=120, max_chars=500)
+
+
+def test_char_limit_defaults_to_ten_characters_per_token_of_the_larger_budget() -> None:
+    assert ChunkingSettings().char_limit == 4000
+    assert ChunkingSettings(max_tokens=1024).char_limit == 10_240
+    assert ChunkingSettings(max_chars=1234).char_limit == 1234
+    with pytest.raises(ValueError):
+        ChunkingSettings(max_chars=10)
+
+
+def test_one_overlong_token_is_cut_into_pieces_of_the_bound(counter) -> None:
+    """One 300,000-character "word" is a single unknown token: it once became one chunk."""
+    blob = "z" * 300_000
+    assert counter.count(blob) == 1
+    chunks = chunk_document(make_doc(Section(blob)), counter, CHARS)
+    assert len(chunks) == 600
+    assert all(len(c.text) == 500 for c in chunks)
+    assert "".join(c.text for c in chunks) == blob  # nothing lost, nothing repeated
+    assert all(1 <= c.n_tokens <= CHARS.max_tokens for c in chunks)
+
+
+def test_prose_around_a_blob_stays_whole_and_the_blob_is_bounded(counter) -> None:
+    before, after = prose(3, seed=11), prose(3, seed=12)
+    blob = "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo" * 600  # base64 letters only: 21,000 chars
+    text = f"{before}\n\n{blob}\n\n{after}"
+    chunks = chunk_document(make_doc(Section(text)), counter, CHARS)
+    assert all(len(c.text) <= CHARS.char_limit for c in chunks)
+    assert all(c.n_tokens <= CHARS.max_tokens for c in chunks)
+    assert all(c.text in text for c in chunks)
+    assert text.startswith(chunks[0].text) and text.endswith(chunks[-1].text)
+    covered = "".join(c.text for c in chunks if set(c.text) <= set(blob))
+    assert len(covered) >= len(blob)  # every piece of the blob is in some chunk
+
+
+def test_minified_json_respects_both_bounds(counter) -> None:
+    data = [
+        {"id": i, "name": f"item-{i}", "tags": ["a" * (i % 90), "b"], "n": i * 1.5}
+        for i in range(400)
+    ]
+    text = json.dumps(data, separators=(",", ":"))
+    chunks = chunk_document(make_doc(Section(text)), counter, CHARS)
+    assert len(chunks) > 10
+    assert all(len(c.text) <= CHARS.char_limit and c.n_tokens <= CHARS.max_tokens for c in chunks)
+    assert text.startswith(chunks[0].text) and text.endswith(chunks[-1].text)
+
+
+def test_long_words_make_short_windows_that_still_advance(counter) -> None:
+    """Words of 120 characters (one unknown token each): the character bound, not the token
+    budget, ends the windows; the overlap shrinks with them so the windows still move on."""
+    words = [f"{i:03d}" + "w" * 117 for i in range(60)]
+    text = " ".join(words)
+    chunks = chunk_document(make_doc(Section(text)), counter, CHARS)
+    assert all(len(c.text) <= CHARS.char_limit for c in chunks)
+    assert text.startswith(chunks[0].text) and text.endswith(chunks[-1].text)
+    assert len(chunks) <= len(words)  # at most one new window per word
+    for word in words:
+        assert any(word in c.text for c in chunks)
+
+
+def test_tables_are_bounded_in_characters_too(counter) -> None:
+    header = "| Key | Value |"
+    rows = [f"| k{i} | {'x' * 150} |" for i in range(8)]  # few tokens, many characters
+    table = "\n".join([header, *rows])
+    assert counter.count(table) <= CHARS.max_table_tokens and len(table) > CHARS.char_limit
+    chunks = chunk_document(make_doc(Section(table, ("T",), "table")), counter, CHARS)
+    assert len(chunks) > 1
+    assert all(len(c.text) <= CHARS.char_limit for c in chunks)
+    assert all(c.text.startswith(header + "\n") for c in chunks)
+    assert [line for c in chunks for line in c.text.split("\n")[1:]] == rows
+
+    huge_cell = f"{header}\n| blob | {'y' * 5000} |"
+    pieces = chunk_document(make_doc(Section(huge_cell, ("T",), "table")), counter, CHARS)
+    assert len(pieces) > 1
+    assert all(len(c.text) <= CHARS.char_limit for c in pieces)
+    assert all(c.text.startswith(header + "\n") for c in pieces)
+
+
+def test_the_bound_changes_nothing_for_ordinary_text(tokenizer) -> None:
+    """Prose and tables far below the bound chunk exactly as without it (same texts and ids)."""
+    doc = parse_document(source("/src/travel.md", MARKDOWN_DOC.encode()), max_bytes=100_000)
+    prose_doc = make_doc(Section(prose(40), ("A",)), Section(table_text(40), ("B",), "table"))
+    unbounded = ChunkingSettings(max_chars=10**9)
+    for d in (doc, prose_doc):
+        assert chunk_document(d, tokenizer, ChunkingSettings()) == chunk_document(
+            d, tokenizer, unbounded
+        )

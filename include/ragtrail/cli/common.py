@@ -31,6 +31,14 @@ console = Console(stderr=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")]
 CorpusOpt = Annotated[str, typer.Option("--corpus", help="Corpus name.")]
+AllowMassRemovalFlag = Annotated[
+    bool,
+    typer.Option(
+        "--allow-mass-removal",
+        help="Let the ingest remove more than ingest.max_removal_share of the corpus (or all "
+        "of it); without it such an ingest stops before changing anything (exit code 2).",
+    ),
+]
 
 
 def emit(data: Any, what: str = "output") -> None:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragtrail.cli.common import (
+    AllowMassRemovalFlag,
     CorpusOpt,
     JsonFlag,
     console,
@@ -27,9 +28,15 @@ def ingest(
     source: Annotated[str, typer.Argument(help="A folder or an s3://bucket/prefix.")],
     corpus: CorpusOpt = "handbook",
     shard_size: Annotated[int, typer.Option(min=1)] = 25,
+    allow_mass_removal: AllowMassRemovalFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Ingest SOURCE into the corpus index (incremental: unchanged documents are skipped)."""
+    """Ingest SOURCE into the corpus index (incremental: unchanged documents are skipped).
+
+    Refused with exit code 2, before anything changes: removing more than
+    ingest.max_removal_share of the corpus (or all of it) without --allow-mass-removal, and a
+    second ingest of a corpus while one runs.
+    """
     from ragtrail.pipeline.ingest import ingest as run_ingest
 
     with runtime_with_progress(as_json) as (rt, progress):
@@ -39,6 +46,7 @@ def ingest(
             corpus,
             shard_size=shard_size,
             progress_factory=progress_factory(progress, "parsing and embedding"),
+            allow_mass_removal=allow_mass_removal,
         )
     keys = ("added", "updated", "unchanged", "removed", "quarantined", "chunks", "snapshot")
     data = {k: getattr(summary, k) for k in keys}

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ragtrail.cli.common import (
+    AllowMassRemovalFlag,
     CorpusOpt,
     JsonFlag,
     console,
@@ -43,6 +44,7 @@ def nightly(
         ),
     ] = None,
     generate: Annotated[bool, typer.Option(help="Generate a test set with the LLM.")] = True,
+    allow_mass_removal: AllowMassRemovalFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Ingest -> GX -> golden sets -> test-set generation -> retrieval evaluation of every set
@@ -60,6 +62,7 @@ def nightly(
             progress=step_progress(progress),
             log=console.print,
             generate=generate and qa_set is None,
+            allow_mass_removal=allow_mass_removal,
         )
     report_path = Path(result.report.report_path)
     if out is not None:

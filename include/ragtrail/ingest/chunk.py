@@ -9,11 +9,18 @@ in the last 30% of a window, and consecutive windows of one section overlap by `
 A chunk never spans two sections (hence never two headings). Tables stay whole up to
 ``max_table_tokens``; larger tables are split by rows with the header row repeated in each piece.
 Chunk ids are ``f"{doc_id}#{ordinal:04d}"``: deterministic, so unchanged text keeps its ids.
+
+Every chunk is also bounded in characters (``ChunkingSettings.char_limit``). Token budgets alone
+do not bound length: a tokenizer maps one overlong "word" (base64, minified JSON, a data dump) to
+a single unknown token, which once made a 19 MB chunk. Such a token is cut into pieces of at most
+the bound before windowing, and a window ends where either budget runs out. Ordinary text never
+comes near the bound, so its chunks (and their ids) are the same as with tokens alone.
 """
 
 from __future__ import annotations
 
 import weakref
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -113,7 +120,8 @@ def chunk_document(doc: ParsedDocument, tokenizer: Any, settings: ChunkingSettin
     ``tokenizer`` is a :class:`Tokenizer` or a Hugging Face fast tokenizer (wrapped once, cached).
     Text chunks have at most ``settings.max_tokens`` tokens; a table within
     ``settings.max_table_tokens`` is one chunk, a larger one is split into pieces of at most
-    ``max_tokens`` that each start with the header row.
+    ``max_tokens`` that each start with the header row. No chunk is longer than
+    ``settings.char_limit`` characters.
     """
     counter = as_token_counter(tokenizer)
     chunker = _SectionChunker(counter, settings)
@@ -152,33 +160,47 @@ class _SectionChunker:
         """Overlap, capped at half a window so every step makes real progress."""
         return min(self.settings.overlap_tokens, self.settings.max_tokens // 2)
 
+    @property
+    def max_chars(self) -> int:
+        return self.settings.char_limit
+
     def split(self, section: Section) -> list[tuple[str, int]]:
         """(chunk text, token count) pairs for one section."""
         if section.kind == "table":
             return self._split_table(section.text)
-        return self._windows(section.text, self.max_tokens, self.overlap)
+        return self._windows(section.text, self.max_tokens, self.overlap, self.max_chars)
 
     # -- text ---------------------------------------------------------------------------------
 
-    def _windows(self, text: str, budget: int, overlap: int) -> list[tuple[str, int]]:
-        """Overlapping windows of at most ``budget`` tokens, each an exact substring of ``text``."""
-        offsets = self.counter.offsets(text)
+    def _windows(
+        self, text: str, budget: int, overlap: int, max_chars: int
+    ) -> list[tuple[str, int]]:
+        """Overlapping windows of at most ``budget`` tokens and ``max_chars`` characters, each an
+        exact substring of ``text``."""
+        offsets = _split_long_tokens(self.counter.offsets(text), max_chars)
         n = len(offsets)
         if n == 0:
             return []
-        if n <= budget:
+        if n <= budget and offsets[-1][1] - offsets[0][0] <= max_chars:
             piece = text[offsets[0][0] : offsets[-1][1]]
             return [(piece, self.counter.count(piece))]
+        ends = [end for _, end in offsets]
         spans: list[tuple[int, int]] = []
         start = 0
         while True:
             end = min(start + budget, n)
+            # Tokens fitting the character bound; at least one, as no token is longer than it.
+            fitting = bisect_right(ends, offsets[start][0] + max_chars, start, end)
+            char_bound = fitting < end
+            end = fitting
             if end < n:
-                end = _choose_cut(text, offsets, start, end, budget)
+                end = _choose_cut(text, offsets, start, end, end - start)
             spans.append((start, end))
             if end >= n:
                 break
-            start = _word_start_at_or_after(text, offsets, max(end - overlap, start + 1), end)
+            # A window cut by the character bound may hold few tokens: overlap half of it at most.
+            step_back = min(overlap, (end - start) // 2) if char_bound else overlap
+            start = _word_start_at_or_after(text, offsets, max(end - step_back, start + 1), end)
         return self._finalise(text, offsets, spans, budget)
 
     def _finalise(
@@ -207,38 +229,61 @@ class _SectionChunker:
     # -- tables -------------------------------------------------------------------------------
 
     def _split_table(self, text: str) -> list[tuple[str, int]]:
-        """Whole table if it fits ``max_table_tokens``; else row groups under a repeated header."""
+        """Whole table if it fits ``max_table_tokens`` and the character bound; else row groups
+        under a repeated header."""
         rows = [row for row in text.split("\n") if row.strip()]
         counts = self.counter.count_batch(rows)
         total = sum(counts)  # newlines add no tokens, so this is the count of the whole table
-        if total <= self.settings.max_table_tokens:
-            return [(text, self.counter.count(text))] if total else []
+        if not total:
+            return []
+        if total <= self.settings.max_table_tokens and len(text) <= self.max_chars:
+            return [(text, self.counter.count(text))]
         header, header_n = (rows[0], counts[0]) if len(rows) > 1 else (None, 0)
-        if header_n > self.max_tokens // 2:  # a huge header would crowd out the data rows
+        # A huge header would crowd out the data rows.
+        if header is not None and (
+            header_n > self.max_tokens // 2 or len(header) > self.max_chars // 2
+        ):
             header, header_n = None, 0
         skip = 1 if header else 0
         body = list(zip(rows[skip:], counts[skip:], strict=True))
         budget = self.max_tokens - header_n
+        char_budget = self.max_chars - (len(header) + 1 if header else 0)
         pieces: list[tuple[str, int]] = []
         group: list[str] = []
-        group_n = 0
+        group_n = group_chars = 0
 
         def emit(lines: list[str], n_tokens: int) -> None:
             pieces.append(("\n".join([header, *lines]) if header else "\n".join(lines), n_tokens))
 
         for row, n_row in body:
-            if group and group_n + n_row > budget:
+            if group and (group_n + n_row > budget or group_chars + 1 + len(row) > char_budget):
                 emit(group, header_n + group_n)
-                group, group_n = [], 0
-            if n_row > budget:  # one oversized row: window it like text, header on every piece
-                for piece, n_piece in self._windows(row, budget, 0):
+                group, group_n, group_chars = [], 0, 0
+            if n_row > budget or len(row) > char_budget:
+                # One oversized row: window it like text, header on every piece.
+                for piece, n_piece in self._windows(row, budget, 0, char_budget):
                     emit([piece], header_n + n_piece)
                 continue
+            group_chars += len(row) + (1 if group else 0)
             group.append(row)
             group_n += n_row
         if group:
             emit(group, header_n + group_n)
         return pieces
+
+
+def _split_long_tokens(offsets: list[tuple[int, int]], max_chars: int) -> list[tuple[int, int]]:
+    """``offsets`` with every token longer than ``max_chars`` cut into consecutive pieces of at
+    most ``max_chars`` characters (the list itself when no token is that long)."""
+    if all(end - start <= max_chars for start, end in offsets):
+        return offsets
+    out: list[tuple[int, int]] = []
+    for start, end in offsets:
+        while end - start > max_chars:
+            out.append((start, start + max_chars))
+            start += max_chars
+        out.append((start, end))
+    return out
 
 
 def _gap(text: str, offsets: list[tuple[int, int]], k: int) -> str:

@@ -83,7 +83,9 @@ def check_corpus_quality(
         runner.validate(
             "chunks",
             prepare_chunks(frames["chunks"]),
-            chunks_suite(chunking.max_tokens, chunking.max_table_tokens),
+            chunks_suite(
+                chunking.max_tokens, chunking.max_table_tokens, max_chars=chunking.char_limit
+            ),
         ),
         runner.validate("quarantine", frames["quarantine"], quarantine_suite()),
     ]

@@ -3,25 +3,43 @@
 The three steps map one-to-one onto Airflow tasks (the shard step is mapped), and the CLI runs them in
 process. Every step is idempotent, and the write order makes a killed run recoverable:
 
-1. ``plan_ingest`` lists the source, hashes every file, diffs it against the documents table and
-   writes the snapshot manifest. Nothing is parsed yet.
+1. ``plan_ingest`` lists the source, hashes every file, diffs it against the last *published*
+   (complete) snapshot, refuses a mass removal, claims the corpus's ingest lock by starting a
+   running snapshot and writes the snapshot manifest. Nothing is parsed yet.
 2. ``ingest_shard`` parses, chunks and embeds the added/updated files of one shard, writes them to the
    index and commits it, and only then records them in the metadata DB. A crash between the two leaves
    documents the DB does not know about; the next run sees them as new and upserts them again, which
    replaces (never duplicates) their chunks.
-3. ``finalize_ingest`` removes deleted documents, reconciles the index with the DB (the DB is the
-   source of truth) and closes the snapshot with its counts.
+3. ``finalize_ingest`` removes deleted documents (and those a never-published snapshot left
+   behind), reconciles the index with the DB (the DB is the source of truth) and closes the
+   snapshot with its counts.
+
+What an ingest refuses (README, "What ragtrail refuses and why"):
+
+- **Mass removal.** A run that would remove more than ``ingest.max_removal_share`` of the
+  published documents, or all of them, stops in the plan with :class:`MassRemovalError` before
+  anything is written: an empty, unmounted or mistyped source must not empty the live corpus.
+  ``allow_mass_removal`` (CLI ``--allow-mass-removal``, DAG Param, setting) lets it through.
+- **A second ingest of the corpus** while one runs: the running snapshot is the lock
+  (:mod:`ragtrail.storage.corpus_store`); the second plan raises
+  :class:`~ragtrail.storage.corpus_store.IngestLockedError`. A snapshot whose ingest died is
+  marked ``abandoned`` by the next plan, and its steps may no longer write
+  (:class:`~ragtrail.storage.corpus_store.SnapshotClosedError`).
+
+Counts are always relative to the last published snapshot: documents a killed (abandoned) run
+wrote to the documents table count as added or updated again, never as unchanged.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -42,11 +60,58 @@ from ragtrail.records import (
     sha256_text,
 )
 from ragtrail.runtime import Runtime
-from ragtrail.storage.corpus_store import SnapshotRecord
+from ragtrail.storage.corpus_store import (
+    COMPLETE,
+    FAILED,
+    RUNNING,
+    IngestLockedError,
+    SnapshotClosedError,
+    SnapshotOwner,
+    SnapshotRecord,
+    check_open,
+)
 from ragtrail.storage.db import utcnow
+from ragtrail.storage.metadata_store import MetadataStore
+
+__all__ = [
+    "IngestLockedError",
+    "IngestPlan",
+    "IngestSummary",
+    "MassRemovalError",
+    "PublishedDocument",
+    "SnapshotClosedError",
+    "SnapshotOwner",
+    "finalize_ingest",
+    "ingest",
+    "ingest_shard",
+    "plan_ingest",
+    "published_documents",
+]
 
 Progress = Callable[[int], None]
 log = logging.getLogger(__name__)
+
+HEARTBEAT_EVERY_S = 30.0
+"""A shard reports that its ingest is alive at most this often while it parses files."""
+
+
+class MassRemovalError(ValueError):
+    """The ingest would remove more of the corpus than ``ingest.max_removal_share`` allows."""
+
+
+@dataclass(frozen=True)
+class PublishedDocument:
+    """A document as the last published (complete) snapshot of its corpus holds it.
+
+    ``raw_hash`` is None when the documents table no longer holds that version (an ingest that
+    was never published overwrote it): the file is then processed again whatever its bytes.
+    """
+
+    doc_id: str
+    version: int
+    content_hash: str
+    raw_hash: str | None
+    first_snapshot_id: str | None
 
 
 @dataclass(frozen=True)
@@ -99,6 +164,92 @@ def _shards(paths: Sequence[str], size: int) -> list[list[str]]:
     return [list(paths[i : i + size]) for i in range(0, len(paths), size)]
 
 
+def published_documents(store: MetadataStore, corpus: str) -> dict[str, PublishedDocument]:
+    """The documents of the corpus's last published snapshot: the baseline every diff is made
+    against, so that documents a never-published (killed) ingest wrote count as new again.
+
+    A row of the documents table is the published version when a complete snapshot last changed
+    it, or when the latest complete snapshot recorded exactly its version and text. A document
+    the latest complete snapshot holds in another version than the table has no raw hash.
+    """
+    latest = store.latest_snapshot(corpus)
+    if latest is None:
+        return {}
+    complete = {s.snapshot_id for s in store.list_snapshots(corpus) if s.status == COMPLETE}
+    recorded = {
+        r.doc_id: r
+        for r in store.get_snapshot_documents(latest.snapshot_id)
+        if r.change != ChangeKind.REMOVED.value and r.content_hash is not None
+    }
+    out: dict[str, PublishedDocument] = {}
+    for doc_id, row in store.get_documents(corpus).items():
+        rec = recorded.get(doc_id)
+        same = rec is not None and (rec.version, rec.content_hash) == (
+            row.version,
+            row.content_hash,
+        )
+        if row.last_changed_snapshot_id in complete or same:
+            out[doc_id] = PublishedDocument(
+                doc_id, row.version, row.content_hash, row.raw_hash, row.first_snapshot_id
+            )
+        elif rec is not None and rec.content_hash is not None:
+            out[doc_id] = PublishedDocument(
+                doc_id, rec.version or row.version, rec.content_hash, None, row.first_snapshot_id
+            )
+    for doc_id, rec in recorded.items():
+        if doc_id not in out and rec.content_hash is not None:
+            out[doc_id] = PublishedDocument(doc_id, rec.version or 1, rec.content_hash, None, None)
+    return out
+
+
+def _warn_abandoned(abandoned: Iterable[SnapshotRecord]) -> None:
+    for snapshot in abandoned:
+        log.warning(
+            "snapshot %s of corpus %r was left running: marked abandoned (%s); its documents "
+            "count as new or changed again",
+            snapshot.snapshot_id,
+            snapshot.corpus,
+            snapshot.status_detail,
+        )
+
+
+def _kept_for(doc_id: str, skipped: Sequence[QuarantineRecord]) -> bool:
+    """Whether a skipped entry names ``doc_id``: the file itself, or a folder holding it."""
+    return any(
+        r.rel_path == doc_id or (r.rel_path.endswith("/") and doc_id.startswith(r.rel_path))
+        for r in skipped
+    )
+
+
+def _check_removals(
+    rt: Runtime,
+    source_uri: str,
+    corpus: str,
+    *,
+    removed: int,
+    published: int,
+    listed: int,
+    previous: SnapshotRecord | None,
+    allowed: bool,
+) -> None:
+    """Raise :class:`MassRemovalError` when removing ``removed`` of ``published`` documents is
+    more than ``ingest.max_removal_share`` (or is all of them) and nobody allowed it."""
+    limit = rt.settings.ingest.max_removal_share
+    if allowed or not removed or not published:
+        return
+    if removed < published and removed / published <= limit:
+        return
+    what = "every document it has" if removed == published else f"more than {limit:.0%}"
+    live = f"snapshot {previous.snapshot_id} stays live" if previous else "nothing is live"
+    raise MassRemovalError(
+        f"ingest of corpus {corpus!r} stopped: it would remove {removed} of {published} "
+        f"documents ({removed / published:.0%}, {what}); the source {source_uri} lists "
+        f"{listed} files. Is it empty, unmounted or the wrong one? Nothing was changed and "
+        f"{live}. Pass --allow-mass-removal (DAG Param allow_mass_removal) or set "
+        "ingest.allow_mass_removal to proceed"
+    )
+
+
 def plan_ingest(
     rt: Runtime,
     source_uri: str,
@@ -106,19 +257,34 @@ def plan_ingest(
     *,
     shard_size: int = 25,
     snapshot_id: str | None = None,
+    allow_mass_removal: bool = False,
+    owner: SnapshotOwner | None = None,
 ) -> IngestPlan:
-    """Diff the source against the corpus and record the snapshot's manifest."""
+    """Diff the source against the corpus's published snapshot, claim the corpus's ingest lock
+    and record the snapshot's manifest.
+
+    Raises :class:`MassRemovalError` (see :func:`_check_removals`) and
+    :class:`~ragtrail.storage.corpus_store.IngestLockedError` before writing anything. ``owner``
+    (default: this process, holding the whole run) identifies the run in the lock.
+    """
     if shard_size < 1:
         raise ValueError("shard_size must be >= 1")
     store, settings = rt.store, rt.settings
+    owner = owner or SnapshotOwner.this_process()
+    stale_after = timedelta(seconds=settings.ingest.stale_after_s)
     store.ensure_corpus(corpus)
+    _warn_abandoned(store.settle_running_snapshots(corpus, owner, stale_after))
     previous = store.latest_snapshot(corpus)
-    known = store.get_documents(corpus)
+    published = published_documents(store, corpus)
+    in_table = set(store.get_documents(corpus))
 
     files: list[dict[str, Any]] = []
     first_path_by_hash: dict[str, str] = {}
     duplicates: list[QuarantineRecord] = []
-    for src in iter_source(source_uri, s3_endpoint_url=settings.s3_endpoint_url):
+    skipped: list[QuarantineRecord] = []
+    for src in iter_source(
+        source_uri, s3_endpoint_url=settings.s3_endpoint_url, on_skip=skipped.append
+    ):
         raw_hash = sha256_bytes(src.data)
         entry = {"rel_path": src.rel_path, "raw_hash": raw_hash, "size": src.size}
         original = first_path_by_hash.get(raw_hash)
@@ -135,18 +301,41 @@ def plan_ingest(
             )
         else:
             first_path_by_hash.setdefault(raw_hash, src.rel_path)
-            row = known.get(src.rel_path)
-            if row is None:
+            base = published.get(src.rel_path)
+            if base is None:
                 entry["planned"] = ChangeKind.ADDED.value
-            elif row.raw_hash == raw_hash:
+            elif base.raw_hash == raw_hash:
                 entry["planned"] = ChangeKind.UNCHANGED.value
             else:
                 entry["planned"] = ChangeKind.UPDATED.value
         files.append(entry)
 
     listed = {f["rel_path"] for f in files if f["planned"] != "quarantined"}
-    removed = sorted(set(known) - listed)
-    if previous is not None and _same_as_snapshot(rt, previous, source_uri, files):
+    # A published document the source could not read this time keeps its published version.
+    kept = sorted(
+        d
+        for d, base in published.items()
+        if d not in listed and base.raw_hash is not None and _kept_for(d, skipped)
+    )
+    removed = sorted(set(published) - listed - set(kept))
+    _check_removals(
+        rt,
+        source_uri,
+        corpus,
+        removed=len(removed),
+        published=len(published),
+        listed=len(files),
+        previous=previous,
+        allowed=allow_mass_removal or settings.ingest.allow_mass_removal,
+    )
+    table_is_published = in_table == set(published) and all(
+        p.raw_hash is not None for p in published.values()
+    )
+    if (
+        previous is not None
+        and table_is_published
+        and _same_as_snapshot(rt, previous, source_uri, files, skipped)
+    ):
         log.info("source unchanged since snapshot %s: no new snapshot", previous.snapshot_id)
         return IngestPlan(
             snapshot_id=previous.snapshot_id,
@@ -159,33 +348,38 @@ def plan_ingest(
         )
 
     snapshot_id = snapshot_id or new_snapshot_id()
-    index = rt.index(corpus)
-    index_name = index.begin_snapshot(snapshot_id) or index.name
-    store.start_snapshot(
+    abandoned = store.claim_snapshot(
         snapshot_id,
         corpus,
         source_uri,
         previous.snapshot_id if previous else None,
         settings.embedding_model,
         settings.index_backend,
-        index_name,
+        owner=owner,
+        stale_after=stale_after,
+    )
+    _warn_abandoned(abandoned)
+    index = rt.index(corpus)
+    store.heartbeat_snapshot(
+        snapshot_id, index_name=index.begin_snapshot(snapshot_id) or index.name
     )
     unchanged_rows = [
         {
-            "doc_id": f["rel_path"],
+            "doc_id": doc_id,
             "change": ChangeKind.UNCHANGED.value,
-            "content_hash": known[f["rel_path"]].content_hash,
-            "version": known[f["rel_path"]].version,
+            "content_hash": published[doc_id].content_hash,
+            "version": published[doc_id].version,
         }
-        for f in files
-        if f["planned"] == ChangeKind.UNCHANGED.value
+        for doc_id in sorted(
+            [f["rel_path"] for f in files if f["planned"] == ChangeKind.UNCHANGED.value] + kept
+        )
     ]
     removed_rows = [
         {"doc_id": d, "change": ChangeKind.REMOVED.value, "content_hash": None, "version": None}
         for d in removed
     ]
     store.record_snapshot_documents(snapshot_id, unchanged_rows + removed_rows)
-    store.record_quarantine(corpus, snapshot_id, duplicates)
+    store.record_quarantine(corpus, snapshot_id, duplicates + skipped)
 
     to_process = sorted(f["rel_path"] for f in files if f["planned"] in {"added", "updated"})
     counts = dict(Counter(f["planned"] for f in files))
@@ -199,6 +393,8 @@ def plan_ingest(
         "index_backend": settings.index_backend,
         "files": files,
         "removed": removed,
+        "skipped": _skipped_entries(skipped),
+        "kept": kept,
     }
     manifest_uri = rt.artifacts.put_bytes(
         manifest_key(corpus, snapshot_id), json.dumps(manifest, indent=1, sort_keys=True).encode()
@@ -213,11 +409,24 @@ def plan_ingest(
     )
 
 
+def _skipped_entries(skipped: Sequence[QuarantineRecord]) -> list[dict[str, str]]:
+    """The manifest's record of the entries the listing skipped (sorted, for comparisons)."""
+    return sorted(
+        ({"rel_path": r.rel_path, "reason": str(r.reason)} for r in skipped),
+        key=lambda e: (e["rel_path"], e["reason"]),
+    )
+
+
 def _same_as_snapshot(
-    rt: Runtime, snapshot: SnapshotRecord, source_uri: str, files: list[dict[str, Any]]
+    rt: Runtime,
+    snapshot: SnapshotRecord,
+    source_uri: str,
+    files: list[dict[str, Any]],
+    skipped: Sequence[QuarantineRecord],
 ) -> bool:
     """True when ``files`` are exactly the files (paths and bytes) the snapshot was built from,
-    read from the same source with the same embedding model and index backend."""
+    read from the same source with the same embedding model and index backend, and the listing
+    skipped the same entries for the same reasons."""
     settings = rt.settings
     if (snapshot.source_uri, snapshot.embedding_model, snapshot.index_backend) != (
         source_uri,
@@ -229,6 +438,8 @@ def _same_as_snapshot(
     if not rt.artifacts.exists(key):
         return False
     manifest = json.loads(rt.artifacts.get_bytes(key))
+    if manifest.get("skipped", []) != _skipped_entries(skipped):
+        return False
     before = sorted((f["rel_path"], f["raw_hash"]) for f in manifest["files"])
     return before == sorted((f["rel_path"], f["raw_hash"]) for f in files)
 
@@ -287,6 +498,18 @@ def chunk_rows(chunks: Sequence[Chunk]) -> list[dict[str, Any]]:
     ]
 
 
+def _open_snapshot(rt: Runtime, snapshot_id: str) -> SnapshotRecord:
+    """The snapshot a shard or finalize step works on, after a heartbeat; refuses an unknown,
+    abandoned or failed one (:class:`SnapshotClosedError`)."""
+    snapshot = rt.store.get_snapshot(snapshot_id)
+    if snapshot is None:
+        raise ValueError(f"unknown snapshot {snapshot_id!r}: run plan_ingest first")
+    check_open(snapshot)
+    if snapshot.status == RUNNING:
+        rt.store.heartbeat_snapshot(snapshot_id)
+    return snapshot
+
+
 def ingest_shard(
     rt: Runtime,
     corpus: str,
@@ -295,12 +518,16 @@ def ingest_shard(
     *,
     progress: Progress | None = None,
 ) -> dict[str, int]:
-    """Parse, chunk, embed and index one shard of added/updated files. Safe to retry."""
+    """Parse, chunk, embed and index one shard of added/updated files. Safe to retry.
+
+    Changes are relative to the published snapshot (:func:`published_documents`). A file that
+    cannot be used this time (quarantined, vanished, unreadable) keeps its published version when
+    the documents table still holds it, and is recorded as removed when it does not.
+    """
     store = rt.store
-    snapshot = store.get_snapshot(snapshot_id)
-    if snapshot is None:
-        raise ValueError(f"unknown snapshot {snapshot_id!r}: run plan_ingest first")
-    known = store.get_documents(corpus)
+    snapshot = _open_snapshot(rt, snapshot_id)
+    published = published_documents(store, corpus)
+    in_table = store.get_documents(corpus)
     index = rt.index(corpus)
     index.begin_snapshot(snapshot_id, resume=True)
     embedder = rt.cached_embedder
@@ -309,42 +536,73 @@ def ingest_shard(
     parsed: list[tuple[SourceFile, ParsedDocument, list[Chunk]]] = []
     quarantined: list[QuarantineRecord] = []
     snapshot_rows: list[dict[str, Any]] = []
-    for rel_path in rel_paths:
-        src = read_source_file(
-            snapshot.source_uri, rel_path, s3_endpoint_url=rt.settings.s3_endpoint_url
+
+    def not_ingested(rel_path: str) -> None:
+        """Keep the published version of a file that could not be used, or record it removed."""
+        base = published.get(rel_path)
+        if base is None:
+            return  # never published: finalize drops what an abandoned run left of it
+        kept = base.raw_hash is not None
+        snapshot_rows.append(
+            {
+                "doc_id": rel_path,
+                "change": (ChangeKind.UNCHANGED if kept else ChangeKind.REMOVED).value,
+                "content_hash": base.content_hash if kept else None,
+                "version": base.version if kept else None,
+            }
         )
-        if src is None:  # deleted since planning: the next ingest records it as removed
-            log.warning("%s vanished since the snapshot was planned; skipped", rel_path)
+
+    last_beat = time.monotonic()
+    for rel_path in rel_paths:
+        if time.monotonic() - last_beat > HEARTBEAT_EVERY_S:
+            store.heartbeat_snapshot(snapshot_id)
+            last_beat = time.monotonic()
+        src = read_source_file(
+            snapshot.source_uri,
+            rel_path,
+            s3_endpoint_url=rt.settings.s3_endpoint_url,
+            on_skip=quarantined.append,
+        )
+        if src is None:  # vanished or unreadable since the snapshot was planned
+            log.warning("%s could not be read since the snapshot was planned; skipped", rel_path)
+            not_ingested(rel_path)
+            if progress:
+                progress(1)
             continue
         result = _parse(rt, src)
+        base = published.get(rel_path)
         if isinstance(result, QuarantineRecord):
             quarantined.append(result)
+            not_ingested(rel_path)
+        elif (
+            base is not None
+            and base.raw_hash is not None
+            and base.content_hash == (result.content_hash)
+        ):
+            # Bytes changed but the normalised text did not (e.g. a re-saved file).
+            snapshot_rows.append(
+                {
+                    "doc_id": rel_path,
+                    "change": ChangeKind.UNCHANGED.value,
+                    "content_hash": base.content_hash,
+                    "version": base.version,
+                }
+            )
         else:
-            old = known.get(rel_path)
-            if old is not None and old.content_hash == result.content_hash:
-                # Bytes changed but the normalised text did not (e.g. a re-saved file).
-                snapshot_rows.append(
-                    {
-                        "doc_id": rel_path,
-                        "change": ChangeKind.UNCHANGED.value,
-                        "content_hash": old.content_hash,
-                        "version": old.version,
-                    }
-                )
+            chunks = chunk_document(result, embedder.tokenizer, rt.settings.chunking)
+            if chunks:
+                parsed.append((src, result, chunks))
             else:
-                chunks = chunk_document(result, embedder.tokenizer, rt.settings.chunking)
-                if chunks:
-                    parsed.append((src, result, chunks))
-                else:
-                    quarantined.append(
-                        QuarantineRecord(
-                            uri=src.uri,
-                            rel_path=rel_path,
-                            reason=QuarantineReason.NO_TEXT,
-                            detail="parsed but produced no chunks",
-                            content_hash=sha256_bytes(src.data),
-                        )
+                quarantined.append(
+                    QuarantineRecord(
+                        uri=src.uri,
+                        rel_path=rel_path,
+                        reason=QuarantineReason.NO_TEXT,
+                        detail="parsed but produced no chunks",
+                        content_hash=sha256_bytes(src.data),
                     )
+                )
+                not_ingested(rel_path)
         if progress:
             progress(1)
 
@@ -354,13 +612,17 @@ def ingest_shard(
         if all_chunks
         else np.zeros((0, rt.embedder.dim), dtype=np.float32)
     )
+    store.heartbeat_snapshot(snapshot_id)  # still ours? Nothing is written if it was abandoned
     if parsed:
         index.upsert_documents([doc.doc_id for _, doc, _ in parsed], all_chunks, vectors)
         index.commit()
     for src, doc, chunks in parsed:
-        old = known.get(doc.doc_id)
-        version = 1 if old is None else old.version + 1
-        first = snapshot_id if old is None else old.first_snapshot_id
+        base = published.get(doc.doc_id)
+        version = 1 if base is None else base.version + 1
+        first = snapshot_id if base is None else (base.first_snapshot_id or snapshot_id)
+        row = in_table.get(doc.doc_id)
+        if base is None and row is not None:
+            log.info("%s was written by a snapshot never published: counted as added", doc.doc_id)
         store.upsert_document(
             corpus,
             _document_row(doc, src, chunks, version, first, snapshot_id),
@@ -369,7 +631,7 @@ def ingest_shard(
         snapshot_rows.append(
             {
                 "doc_id": doc.doc_id,
-                "change": (ChangeKind.ADDED if old is None else ChangeKind.UPDATED).value,
+                "change": (ChangeKind.ADDED if base is None else ChangeKind.UPDATED).value,
                 "content_hash": doc.content_hash,
                 "version": version,
             }
@@ -421,8 +683,11 @@ def finalize_ingest(
 ) -> IngestSummary:
     """Apply removals, reconcile index and DB, and close the snapshot with its counts.
 
-    With ``changed=False`` (the plan found the source unchanged and reused ``snapshot_id``) nothing
-    is written: the summary reports every document as unchanged and nothing embedded.
+    Documents that are in the table but not in this snapshot (left by an ingest that was never
+    published) are dropped with the removals, without being counted as removed. With
+    ``changed=False`` (the plan found the source unchanged and reused ``snapshot_id``) nothing
+    is written: the summary reports every document as unchanged and nothing embedded. An
+    abandoned or failed snapshot is refused (:class:`SnapshotClosedError`).
     """
     store = rt.store
     snapshot = store.get_snapshot(snapshot_id)
@@ -440,15 +705,24 @@ def finalize_ingest(
             manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, snapshot_id)),
             changed=False,
         )
+    snapshot = _open_snapshot(rt, snapshot_id)
     changes = store.get_snapshot_documents(snapshot_id)
     removed = sorted(r.doc_id for r in changes if r.change == ChangeKind.REMOVED.value)
-    if snapshot.status != "complete":  # a retried finalize after success changes nothing
+    if snapshot.status != COMPLETE:  # a retried finalize after success changes nothing
         index = rt.index(corpus)
         index.begin_snapshot(snapshot_id, resume=True)
-        if removed:
-            index.delete_documents(removed)
+        kept = {r.doc_id for r in changes if r.change != ChangeKind.REMOVED.value}
+        leftovers = sorted(set(store.get_documents(corpus)) - kept - set(removed))
+        if leftovers:
+            log.info(
+                "dropping %d documents no published snapshot holds (left by an abandoned run)",
+                len(leftovers),
+            )
+        doomed = removed + leftovers
+        if doomed:
+            index.delete_documents(doomed)
             index.commit()
-            store.delete_documents(corpus, removed)
+            store.delete_documents(corpus, doomed)
         _reconcile_index(rt, corpus)
         index.publish()
 
@@ -490,11 +764,37 @@ def ingest(
     *,
     shard_size: int = 25,
     progress_factory: Callable[[int], Progress] | None = None,
+    allow_mass_removal: bool = False,
 ) -> IngestSummary:
-    """The whole ingest in process (CLI, nightly); Airflow runs the same three steps as tasks."""
-    plan = plan_ingest(rt, source_uri, corpus, shard_size=shard_size)
-    total = sum(len(s) for s in plan.shards)
-    progress = progress_factory(total) if progress_factory else None
-    for shard in plan.shards:
-        ingest_shard(rt, corpus, plan.snapshot_id, shard, progress=progress)
-    return finalize_ingest(rt, corpus, plan.snapshot_id, changed=plan.changed)
+    """The whole ingest in process (CLI); Airflow and the nightly run the same three steps as
+    tasks. This process owns the snapshot from plan to finalize: if it dies the next ingest
+    abandons the snapshot at once, and if a step raises the snapshot is closed as failed."""
+    owner = SnapshotOwner.this_process()
+    plan = plan_ingest(
+        rt,
+        source_uri,
+        corpus,
+        shard_size=shard_size,
+        allow_mass_removal=allow_mass_removal,
+        owner=owner,
+    )
+    try:
+        total = sum(len(s) for s in plan.shards)
+        progress = progress_factory(total) if progress_factory else None
+        for shard in plan.shards:
+            ingest_shard(rt, corpus, plan.snapshot_id, shard, progress=progress)
+        return finalize_ingest(rt, corpus, plan.snapshot_id, changed=plan.changed)
+    except BaseException as exc:
+        if plan.changed:
+            _close_failed(rt, plan.snapshot_id, exc)
+        raise
+
+
+def _close_failed(rt: Runtime, snapshot_id: str, exc: BaseException) -> None:
+    """Close a running snapshot as failed with the error (best effort: the error is what the
+    user must see, not a second one from the database)."""
+    detail = f"{type(exc).__name__}: {exc}"[:2000]
+    try:
+        rt.store.close_snapshot(snapshot_id, status=FAILED, detail=detail)
+    except Exception:  # never mask the original error
+        log.exception("could not mark snapshot %s failed", snapshot_id)

@@ -151,6 +151,9 @@ def _resolve_ingest(
         "source": params["source"],
         "corpus": params["corpus"],
         "shard_size": int(params["shard_size"]),
+        "allow_mass_removal": bool(params.get("allow_mass_removal", False)),
+        # Not a Param: ``ragtrail nightly`` sets it, as it runs every step in its own process.
+        "in_process": bool(params.get("in_process", False)),
         "run_id": run_id,
     }
 
@@ -211,14 +214,23 @@ INGEST = Flow(
             "Shard size",
             "Changed files per mapped ingest_shard task.",
         ),
+        "allow_mass_removal": ParamSpec(
+            False,
+            {"type": "boolean"},
+            "Allow mass removal",
+            "Let this run remove more than ingest.max_removal_share of the corpus, or all of "
+            "it. Off: such a run fails in the plan task and nothing changes (an empty or wrong "
+            "source must not empty the live corpus).",
+        ),
     },
     resolver=_resolve_ingest,
     steps=(
         Step(
             "plan",
             "plan_ingest",
-            "hashes every file, diffs it against the corpus, writes the manifest, shards changes",
-            inputs=("source", "corpus", "shard_size"),
+            "hashes every file, diffs it against the published snapshot, refuses mass removals, "
+            "takes the corpus's ingest lock, writes the manifest, shards changes",
+            inputs=("source", "corpus", "shard_size", "allow_mass_removal", "run_id", "in_process"),
             outputs=("snapshot_id", "shards", "manifest_uri", "changed"),
         ),
         Step(

@@ -80,6 +80,7 @@ def run_nightly(
     progress: Progress | None = None,
     log: Callable[[str], None] = print,
     generate: bool = True,
+    allow_mass_removal: bool = False,
 ) -> NightlyResult:
     """ingest -> golden sets -> test-set generation + GX -> retrieval evaluation -> report.
 
@@ -98,7 +99,15 @@ def run_nightly(
         state = flow.resolve({**params, **extra}, events, run_id)
         return run_flow(rt, flow, state, progress=progress)
 
-    ingested = run(INGEST, "1/3", None, source=source)
+    # This process runs every step of the ingest: its death frees the corpus's ingest lock.
+    ingested = run(
+        INGEST,
+        "1/3",
+        None,
+        source=source,
+        allow_mass_removal=allow_mass_removal,
+        in_process=True,
+    )
     summary = ingested.results["finalize"]
     log(
         f"      added={summary['added']} updated={summary['updated']} "

@@ -45,9 +45,33 @@ log = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------ ingest
 
 
-def plan_ingest(rt: Runtime, *, source: str, corpus: str, shard_size: int = 25) -> XCom:
-    """Diff the source against the corpus; shards of changed files (none when unchanged)."""
-    plan = _ingest.plan_ingest(rt, source, corpus, shard_size=shard_size)
+def plan_ingest(
+    rt: Runtime,
+    *,
+    source: str,
+    corpus: str,
+    shard_size: int = 25,
+    allow_mass_removal: bool = False,
+    run_id: str | None = None,
+    in_process: bool = False,
+) -> XCom:
+    """Diff the source against the corpus; shards of changed files (none when unchanged).
+
+    Fails (nothing written, the live snapshot untouched) on a mass removal that was not allowed
+    and while another ingest of the corpus runs. The snapshot is owned by ``run_id``, so a
+    retried plan of the same run takes over its own earlier try; ``in_process`` says that this
+    process also runs the shards and finalize (``ragtrail nightly``), so that its death frees
+    the corpus at once, where Airflow's separate tasks rely on the heartbeat timeout.
+    """
+    owner = _ingest.SnapshotOwner.this_process(run_id, holds_run=in_process)
+    plan = _ingest.plan_ingest(
+        rt,
+        source,
+        corpus,
+        shard_size=shard_size,
+        allow_mass_removal=allow_mass_removal,
+        owner=owner,
+    )
     return {
         "snapshot_id": plan.snapshot_id,
         "corpus": plan.corpus,

@@ -43,6 +43,13 @@ DEFAULT_MAX_TEXT_CHARS: Final = 50_000_000
 """Upper bound on extracted characters per document (warn): far above any sane document."""
 
 DEFAULT_MAX_CHUNKS_PER_DOC: Final = 500
+DEFAULT_MAX_CHUNK_CHARS: Final = 4000
+"""The chunker's default character bound (``ChunkingSettings.char_limit`` with default budgets)."""
+LONG_WORD_CHARS: Final = 50
+"""A whitespace-separated run longer than this is no word of prose: base64, minified code or
+JSON, a data dump, a hash. Such runs are single unknown tokens to the embedder."""
+MAX_LONG_WORD_SHARE: Final = 0.5
+"""A chunk whose text is more than this share long runs (by characters) is flagged (warn)."""
 WEIGHT_DECIMALS: Final = 6
 """``text_weight`` is rounded to this many decimals before the set comparison (float noise)."""
 
@@ -167,10 +174,24 @@ def documents_suite(
 # ------------------------------------------------------------------------------------------------
 
 
+def long_word_share(text: str) -> float:
+    """Share of the non-space characters of ``text`` in runs longer than
+    :data:`LONG_WORD_CHARS` (0.0 for prose, near 1.0 for base64 or minified JSON)."""
+    words = text.split()
+    total = sum(len(w) for w in words)
+    if not total:
+        return 0.0
+    return sum(len(w) for w in words if len(w) > LONG_WORD_CHARS) / total
+
+
 def prepare_chunks(chunks: pd.DataFrame) -> pd.DataFrame:
-    """Copy of ``chunks`` with ``chunks_in_doc`` (number of chunks of the row's document)."""
+    """Copy of ``chunks`` with ``chunks_in_doc`` (number of chunks of the row's document) and
+    ``long_word_share`` (:func:`long_word_share` of the row's text)."""
     out = chunks.copy()
     out["chunks_in_doc"] = out.groupby("doc_id", dropna=False)["doc_id"].transform("size")
+    out["long_word_share"] = out["text"].map(
+        lambda text: long_word_share(text) if isinstance(text, str) else 0.0
+    )
     return out
 
 
@@ -178,16 +199,19 @@ def chunks_suite(
     max_tokens: int,
     max_table_tokens: int,
     max_chunks_per_doc: int = DEFAULT_MAX_CHUNKS_PER_DOC,
+    max_chars: int = DEFAULT_MAX_CHUNK_CHARS,
 ) -> gx.ExpectationSuite:
-    """Suite over chunks prepared by :func:`prepare_chunks` (:data:`CHUNK_COLUMNS` + chunks_in_doc).
+    """Suite over chunks prepared by :func:`prepare_chunks` (:data:`CHUNK_COLUMNS` +
+    chunks_in_doc + long_word_share).
 
     fail: columns present; ``chunk_id`` not null and unique; ``text`` not null and non-empty;
-    ``1 <= n_tokens <= max(max_tokens, max_table_tokens)``; text chunks ``n_tokens <= max_tokens``;
-    ``kind`` in {text, table}.
-    warn: ``1 <= chunks_in_doc <= max_chunks_per_doc``.
+    ``len(text) <= max_chars``; ``1 <= n_tokens <= max(max_tokens, max_table_tokens)``; text
+    chunks ``n_tokens <= max_tokens``; ``kind`` in {text, table}.
+    warn: ``1 <= chunks_in_doc <= max_chunks_per_doc``; ``long_word_share <=``
+    :data:`MAX_LONG_WORD_SHARE` (a chunk made of base64, minified code or a data dump).
     """
     expectations: list[gxe.Expectation] = [
-        _columns_present((*CHUNK_COLUMNS, "chunks_in_doc")),
+        _columns_present((*CHUNK_COLUMNS, "chunks_in_doc", "long_word_share")),
         gxe.ExpectColumnValuesToNotBeNull(
             column="chunk_id", meta=policy(FAIL, "chunk_id is the primary key")
         ),
@@ -199,6 +223,15 @@ def chunks_suite(
         ),
         gxe.ExpectColumnValueLengthsToBeBetween(
             column="text", min_value=1, meta=policy(FAIL, "an empty chunk cannot be retrieved")
+        ),
+        gxe.ExpectColumnValueLengthsToBeBetween(
+            column="text",
+            max_value=max_chars,
+            meta=policy(
+                FAIL,
+                "chunks respect chunking.max_chars: a search result or an LLM prompt never "
+                "carries megabytes of one overlong token",
+            ),
         ),
         gxe.ExpectColumnValuesToBeBetween(
             column="n_tokens",
@@ -222,6 +255,15 @@ def chunks_suite(
             min_value=1,
             max_value=max_chunks_per_doc,
             meta=policy(WARN, "very long documents dominate the index"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="long_word_share",
+            max_value=MAX_LONG_WORD_SHARE,
+            meta=policy(
+                WARN,
+                f"a chunk mostly made of runs over {LONG_WORD_CHARS} characters (base64, "
+                "minified code or JSON, a data dump) is noise to search and to an LLM",
+            ),
         ),
     ]
     return _suite(CHUNKS_SUITE, "chunks of one corpus snapshot", expectations)

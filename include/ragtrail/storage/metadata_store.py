@@ -14,18 +14,23 @@ datetimes are always timezone-aware UTC.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ragtrail.records import QuarantineRecord
 from ragtrail.storage.corpus_store import (
+    ABANDONED,
     COMPLETE,
     FAILED,
     RUNNING,
     SNAPSHOT_COUNT_COLUMNS,
     SNAPSHOT_STATUSES,
     CorpusStore,
+    IngestLockedError,
+    SnapshotClosedError,
+    SnapshotOwner,
     SnapshotRecord,
 )
 from ragtrail.storage.document_store import (
@@ -55,6 +60,27 @@ class MetadataStore(Protocol):
         index_backend: str,
         index_name: str | None,
     ) -> None: ...
+
+    def settle_running_snapshots(
+        self, corpus: str, owner: SnapshotOwner, stale_after: timedelta
+    ) -> list[SnapshotRecord]: ...
+
+    def claim_snapshot(
+        self,
+        snapshot_id: str,
+        corpus: str,
+        source_uri: str,
+        parent_snapshot_id: str | None,
+        embedding_model: str,
+        index_backend: str,
+        *,
+        owner: SnapshotOwner,
+        stale_after: timedelta,
+    ) -> list[SnapshotRecord]: ...
+
+    def heartbeat_snapshot(self, snapshot_id: str, *, index_name: str | None = None) -> None: ...
+
+    def close_snapshot(self, snapshot_id: str, *, status: str, detail: str) -> bool: ...
 
     def finish_snapshot(
         self, snapshot_id: str, *, status: str, counts: Mapping[str, int], manifest_uri: str | None
@@ -114,6 +140,7 @@ class SqlMetadataStore(CorpusStore, DocumentStore, QuarantineStore, SqlEmbedding
 
 
 __all__ = [
+    "ABANDONED",
     "BATCH_SIZE",
     "COMPLETE",
     "FAILED",
@@ -122,10 +149,13 @@ __all__ = [
     "SNAPSHOT_STATUSES",
     "ChunkRecord",
     "DocumentRecord",
+    "IngestLockedError",
     "MetadataStore",
     "QuarantineEntry",
     "Row",
+    "SnapshotClosedError",
     "SnapshotDocumentRecord",
+    "SnapshotOwner",
     "SnapshotRecord",
     "SqlMetadataStore",
 ]

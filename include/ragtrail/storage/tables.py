@@ -47,7 +47,7 @@ snapshots = Table(
     Column("corpus", String(128), ForeignKey("corpora.name"), nullable=False, index=True),
     Column("parent_snapshot_id", String(64), nullable=True),
     Column("source_uri", Text, nullable=False),
-    Column("status", String(16), nullable=False),  # running | complete | failed
+    Column("status", String(16), nullable=False),  # running | complete | failed | abandoned
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("added", Integer, nullable=False, default=0),
@@ -61,6 +61,13 @@ snapshots = Table(
     Column("index_backend", String(32), nullable=False),
     Column("index_name", String(256), nullable=True),
     Column("manifest_uri", Text, nullable=True),
+    # 0007: the owner of a running snapshot and its heartbeat (the ingest lock), and why a
+    # snapshot ended abandoned or failed.
+    Column("owner_run", String(128), nullable=True),
+    Column("owner_host", String(255), nullable=True),
+    Column("owner_pid", Integer, nullable=True),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=True),
+    Column("status_detail", Text, nullable=True),
 )
 
 documents = Table(

@@ -41,3 +41,20 @@ def test_every_input_is_provided_before_its_step(flow_: Flow) -> None:
             assert step.map_over in available and step.map_as
         else:
             available |= set(step.outputs) | ({step.output_as} if step.output_as else set())
+
+
+def test_ingest_state_carries_the_mass_removal_guard_and_the_owner() -> None:
+    """The Param (validated boolean, off by default) reaches the plan step; ``in_process`` is
+    only set by ``ragtrail nightly``, which runs every step in its own process."""
+    from ragtrail.pipeline.night import INGEST
+
+    spec = INGEST.params["allow_mass_removal"]
+    assert spec.default is False and spec.schema == {"type": "boolean"}
+    run_id = INGEST.run_id("manual__x")
+    default = INGEST.resolve({}, [], run_id)
+    assert (default["allow_mass_removal"], default["in_process"]) == (False, False)
+    assert default["run_id"] == run_id
+    nightly = INGEST.resolve({"allow_mass_removal": True, "in_process": True}, [], run_id)
+    assert (nightly["allow_mass_removal"], nightly["in_process"]) == (True, True)
+    plan = next(s for s in INGEST.steps if s.name == "plan")
+    assert {"allow_mass_removal", "run_id", "in_process"} <= set(plan.inputs)
