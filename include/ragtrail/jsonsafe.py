@@ -23,6 +23,10 @@ from typing import Any
 
 UNDEFINED_KEY = "undefined"
 
+JsonObject = dict[str, Any]
+"""A strict-JSON object built or passed through as is: a serialised record (``as_dict``,
+``as_json``), a request body, a schema, or a nested blob a record does not look inside."""
+
 
 class NonFiniteValueError(ValueError):
     """A NaN or infinite float was about to leave the process."""

@@ -17,14 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
 from ragtrail import jsonsafe
+from ragtrail.jsonsafe import JsonObject
 
 AssetKey = Literal[
     "corpus", "testset", "citation_metrics", "sufficiency_metrics", "retrieval_metrics", "drift"
 ]
 """The logical datasets that chain the flows (Airflow Assets in ``plugins/assets.py``)."""
-
-JsonObject = dict[str, Any]
-"""A nested strict-JSON value an event passes through untouched (a set's headline, a decision)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
-from ragtrail.pipeline.events import JsonObject
 from ragtrail.pipeline.golden import golden_name_for, register_golden_set
 from ragtrail.pipeline.ingest import IngestSummary
 from ragtrail.pipeline.night import (
@@ -116,10 +116,12 @@ def run_nightly(
         f"embedded={summary['embedded']}"
     )
     golden_added = register_night_golden_sets(rt, source, corpus, golden, log)
-    event = ingested.event
     generation = None
+    # Evaluation listens to the test-set Asset; without a generated set it evaluates the
+    # snapshot just ingested, as a manual run of the DAG with that snapshot would.
+    evaluation_event, evaluation_params = None, {"snapshot_id": summary["snapshot"]}
     if generate:
-        generated = run(GENERATE, "2/3", event)
+        generated = run(GENERATE, "2/3", ingested.event)
         generation = GenerationOutcome.from_json(_without_event(generated.results["finalize"]))
         log(
             f"      version {generation.version}: accepted {generation.accepted}, "
@@ -128,10 +130,10 @@ def run_nightly(
         gating = generation.gating_judges
         log(f"      judges gating: {', '.join(gating) or 'none'} (of {len(generation.judges)})")
         log(f"      {label_source_note(generation.judges)}")
-        event = generated.event
+        evaluation_event, evaluation_params = generated.event, {}
     else:
         log("[2/3] generate_testset skipped")
-    evaluated = run(EVALUATE, "3/3", event)
+    evaluated = run(EVALUATE, "3/3", evaluation_event, **evaluation_params)
     published = NightPublication.from_json(_without_event(evaluated.results["publish"]))
     retraining = None
     if evaluated.event is not None:  # the drift Asset: a decision fired, as the scheduler would

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from ragtrail.generate.judges import LABELLER
 from ragtrail.records import GateMode
 from ragtrail.report.html import ReportSection, render_section
-from ragtrail.summaries.generation_summary import JudgeGate
+from ragtrail.summaries.judge_summary import JudgeGate
 
 
 def _figure(decision: JudgeGate) -> str:

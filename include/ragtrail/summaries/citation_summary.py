@@ -10,14 +10,9 @@ plain strings here: their vocabularies live with the evaluators.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import Field
-
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.summaries.base import Figure, Record, WithUndefined
-
-JsonObject = dict[str, Any]
-"""A JSON object passed through as it is (no reader looks inside)."""
+from ragtrail.summaries.judge_summary import JudgeGate
 
 
 def _empty(value: dict[str, str]) -> bool:
@@ -190,34 +185,6 @@ class ScenarioCounts(Record):
     n_skipped: int
 
 
-class JudgeGateBar(Record):
-    """``metric >= minimum`` for a judge role or one judge by name."""
-
-    role_or_judge: str
-    metric: str
-    minimum: float
-
-
-class JudgeGateDecision(Record):
-    """The entailment judge's gate decision as stored with the scenarios (the JSON of
-    :class:`ragtrail.judges.gate.GateDecision`): gate or advise, why, and the calibration figure
-    behind it (None where there is none, the reason under ``undefined``). ``mode`` stays the plain
-    string ``gate`` / ``advise``. Not a :class:`WithUndefined`: its ``reason`` field would hide
-    that class's ``reason()``."""
-
-    judge: str
-    mode: str
-    gates: bool
-    reason: str
-    metric: str | None
-    n: int | None
-    bar: JudgeGateBar | None
-    value: float | None
-    undefined: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
-    ci_low: float | None
-    ci_high: float | None
-
-
 class ScenarioSummary(Record):
     """The attributed-answer scenarios: their names in order, questions per scenario, the
     entailment judge's decision, attribution aggregates, the retrieval of their passages, answer
@@ -227,7 +194,7 @@ class ScenarioSummary(Record):
 
     names: list[str]
     items: int
-    judge: JudgeGateDecision
+    judge: JudgeGate
     aggregates: list[ScenarioAggregate]
     retrieval: list[ScenarioRetrievalRow]
     counts: dict[str, ScenarioCounts]

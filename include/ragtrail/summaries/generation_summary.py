@@ -5,11 +5,10 @@ model usage, failures by cause and the judges' gate decisions; and the generatio
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from ragtrail.summaries.base import Record, is_none
+from ragtrail.summaries.judge_summary import JudgeGate
 
 
 def _empty(value: dict[str, str]) -> bool:
@@ -58,31 +57,6 @@ class FailureGroup(Record):
     cause: str
     count: int
     examples: list[str]
-
-
-class JudgeGateBar(Record):
-    """``metric >= minimum`` for the judges of a role or one judge by name."""
-
-    role_or_judge: str
-    metric: str
-    minimum: float
-
-
-class JudgeGate(Record):
-    """Whether a judge gated or only advised in a run, why, and the calibration figure behind it
-    (a null figure says why under ``undefined``, left out when every figure is defined)."""
-
-    judge: str
-    mode: Literal["gate", "advise"]
-    gates: bool
-    reason: str
-    metric: str | None
-    n: int | None
-    bar: JudgeGateBar | None
-    value: float | None
-    undefined: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
-    ci_low: float | None
-    ci_high: float | None
 
 
 class GenerationSummary(Record):

@@ -13,10 +13,8 @@ from typing import Any
 
 from pydantic import Field
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.summaries.base import Figure, Record, WithUndefined, is_none
-
-JsonObject = dict[str, Any]
-"""An opaque JSON object carried through unchanged (its producer owns its shape)."""
 
 
 class SufficiencyHeadline(Record):

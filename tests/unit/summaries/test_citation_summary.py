@@ -13,10 +13,10 @@ from ragtrail.summaries.base import Figure
 from ragtrail.summaries.citation_summary import (
     CitationRun,
     CitationSummary,
-    JudgeGateDecision,
     MixtureView,
     ScenarioSummary,
 )
+from ragtrail.summaries.judge_summary import JudgeGate
 
 
 def _agg(system: str, label: str, metric: str, value: float | None, n: int) -> dict[str, Any]:
@@ -198,7 +198,7 @@ def test_typed_reads() -> None:
             {**_mixture(), "aggregates": [{**_agg("model", "x", "m", 0.5, 1), "facets": {}}]},
         ),
         (ScenarioSummary, {**_scenarios(), "judge_ref": "x"}),
-        (JudgeGateDecision, {**_scenarios()["judge"], "judge_ref": "x"}),
+        (JudgeGate, {**_scenarios()["judge"], "judge_ref": "x"}),
     ],
     ids=["summary", "mixture", "aggregate", "scenarios", "judge"],
 )

@@ -9,7 +9,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from ragtrail.summaries.generation_summary import GenerationOutcome, GenerationSummary, JudgeGate
+from ragtrail.summaries.generation_summary import GenerationOutcome, GenerationSummary
+from ragtrail.summaries.judge_summary import JudgeGate
 
 COUNTS = {"fact_single": 2, "summary": 1, "reasoning": 2, "unanswerable": 0}
 GATED = {

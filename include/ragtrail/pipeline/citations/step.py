@@ -41,12 +41,12 @@ from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.citation_summary import (
     CitationRun,
     CitationSummary,
-    JudgeGateDecision,
     ScenarioAggregate,
     ScenarioCounts,
     ScenarioRetrievalRow,
     ScenarioSummary,
 )
+from ragtrail.summaries.judge_summary import JudgeGate
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ def _scenarios(
     return ScenarioSummary(
         names=list(run.scenarios),
         items=len(items),
-        judge=JudgeGateDecision.from_json(decision),
+        judge=JudgeGate.from_json(decision),
         aggregates=[
             ScenarioAggregate(
                 scenario=a["facets"]["scenario"],
