@@ -229,7 +229,7 @@ def test_the_night_end_to_end_with_real_task_code(
     ]
     evaluated = {r["name"]: r for r in _mapped_xcoms(evaluation, "evaluate")}  # one task per set
     assert evaluated["generated"]["qa_set_version"] == finalized["version"]
-    assert evaluated["team-qa"]["qa_set_version"] == golden["version"]
+    assert evaluated["team-qa"]["qa_set_version"] == golden.version
     assert evaluated["team-qa"]["run_id"] == f"{evaluation_run_id(evaluation)}.team-qa"
     report = _xcom(evaluation, "publish")
     assert report["success"] is True

@@ -56,7 +56,7 @@ def night(rt, run_id: str, team_file: Path):
 
 def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt, team_file):
     first, log = night(rt, "night-1", team_file)
-    assert [(g["name"], g["n_items"], g["created"]) for g in first.golden] == [
+    assert [(g.name, g.n_items, g.created) for g in first.golden] == [
         ("handbook-sample", 65, True),
         ("team-qa", 12, True),
     ]
@@ -65,7 +65,7 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
     assert list(sets) == SETS
     assert first.generation is not None
     assert sets["generated"].qa_set_version == first.generation.version
-    assert sets["handbook-sample"].qa_set_version == first.golden[0]["version"]
+    assert sets["handbook-sample"].qa_set_version == first.golden[0].version
     assert sets["team-qa"].n_questions == 12
     runs = RunStore(rt.engine)
     for name, summary in sets.items():
@@ -109,7 +109,7 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
     assert html.count("No baseline yet for this corpus and QA-set version") == 3
 
     second, _ = night(rt, "night-2", team_file)
-    assert [g["created"] for g in second.golden] == [False, False]
+    assert [g.created for g in second.golden] == [False, False]
     assert second.generation is not None
     assert second.generation.regenerated is False  # unchanged corpus: the version is reused
     for name, summary in second.sets.items():

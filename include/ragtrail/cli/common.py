@@ -18,6 +18,7 @@ from rich.progress import (
     Progress,
     ProgressColumn,
     Task,
+    TaskID,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
@@ -104,7 +105,7 @@ def progress_factory(progress: Progress, label: str) -> Callable[[int], Callable
 
 def step_progress(progress: Progress) -> Callable[[str, int, int], None]:
     """A bar per mapped step of the night (shards done / shards planned)."""
-    bars: dict[str, Any] = {}
+    bars: dict[str, TaskID] = {}
 
     def advance(step: str, done: int, total: int) -> None:
         if step not in bars:
@@ -143,7 +144,7 @@ def _progress(quiet: bool = False) -> Progress:
 def _bars(progress: Progress) -> Callable[[ProgressUpdate], None]:
     """A :class:`ragtrail.progress.ProgressSink` drawing one bar per task (model calls of each
     stage, retrieval queries, generation shards), cache hits in the description."""
-    bars: dict[str, Any] = {}
+    bars: dict[str, TaskID] = {}
 
     def update(u: ProgressUpdate) -> None:
         if u.task not in bars:

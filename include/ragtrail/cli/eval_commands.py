@@ -4,7 +4,7 @@ selective generation and attribution metrics of logged answers, with their table
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -20,10 +20,14 @@ from ragtrail.cli.common import (
     user_errors,
 )
 from ragtrail.cli.render import num, print_best, value_ci
+from ragtrail.evaluation_records import Aggregate
 from ragtrail.records import ENTAILMENT_JUDGES, EntailmentJudgeName
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.citation_summary import CitationSummary
 from ragtrail.summaries.sufficiency_summary import AggregateRow, SufficiencySummary
+
+if TYPE_CHECKING:  # the scoring code loads slowly: imported where a file is scored
+    from ragtrail.pipeline.answers import AnswersReport
 
 eval_app = typer.Typer(help="Evaluate retrieval and answers.", no_args_is_help=True)
 
@@ -380,54 +384,55 @@ def eval_answers(
     if as_json:
         emit(report.as_json(), "answers score")
         return
-    _print_answers(report.as_json())
+    _print_answers(report)
 
 
-def _ci(row: dict[str, Any]) -> str:
+def _ci(row: Aggregate) -> str:
     """An aggregate's 95% interval as ``[low, high]`` (three decimals), or "undefined"."""
-    if row["ci_low"] is None or row["ci_high"] is None:
+    if row.ci_low is None or row.ci_high is None:
         return "undefined"
-    return f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+    return f"[{row.ci_low:.3f}, {row.ci_high:.3f}]"
 
 
-def _print_answers(data: dict[str, Any]) -> None:
+def _print_answers(report: AnswersReport) -> None:
     """Overall metrics (value, 95% CI, n, answers left out), the other facet sets' values, the
     entailment judge with its gate decision, undefined reasons and the skipped metrics."""
-    by_group: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in data["aggregates"]:
-        group = ", ".join(f"{k}={v}" for k, v in sorted(row["facets"].items())) or "all"
-        by_group.setdefault(group, {})[row["metric"]] = row
+    score = report.score
+    by_group: dict[str, dict[str, Aggregate]] = {}
+    for row in score.result.aggregates:
+        group = ", ".join(f"{k}={v}" for k, v in sorted(row.facets.items())) or "all"
+        by_group.setdefault(group, {})[row.metric] = row
     overall = "label=inclusive" if "label=inclusive" in by_group else "all"
-    undefined = data["undefined"]
-    table = Table("metric", "value", "95% CI", "n", "undefined", title=f"{data['answers']} answers")
+    undefined = score.undefined
+    table = Table(
+        "metric", "value", "95% CI", "n", "undefined", title=f"{len(score.records)} answers"
+    )
     for metric, row in by_group.get(overall, {}).items():
         left_out = sum(undefined.get(metric, {}).values())
-        table.add_row(metric, num(row["value"]), _ci(row), str(row["n"]), str(left_out))
+        table.add_row(metric, num(row.value), _ci(row), str(row.n), str(left_out))
     Console().print(table)
     others = {g: rows for g, rows in by_group.items() if g != overall}
     if others:
         per_group = Table("metric", *others, title="value (n) per facet set")
         for metric in by_group.get(overall) or next(iter(others.values())):
-            cells = [
-                f"{num(rows[metric]['value'])} ({rows[metric]['n']})" for rows in others.values()
-            ]
+            cells = [f"{num(rows[metric].value)} ({rows[metric].n})" for rows in others.values()]
             per_group.add_row(metric, *cells)
         Console().print(per_group)
-    spec, decision = data["judge"], data["judge_decision"]
-    if spec is None:
+    spec, decision = score.judge, report.decision
+    if spec is None or decision is None:
         console.print("entailment judge: none", highlight=False, soft_wrap=True)
     else:
-        kind = f"{spec['backend']}, APPROXIMATE" if spec["approximate"] else spec["backend"]
-        mode = "gates" if decision["gates"] else "advises only"
+        kind = f"{spec.backend}, APPROXIMATE" if spec.approximate else spec.backend
+        mode = "gates" if decision.gates else "advises only"
         console.print(
-            f"entailment judge: {spec['name']}@{spec['version']} ({kind}; {spec['model']}), "
-            f"{mode}: {decision['reason']}\n  {data['judged_pairs']} pairs judged in "
-            f"{data['judge_calls']} call(s), {data['failed_verdicts']} failed",
+            f"entailment judge: {spec.name}@{spec.version} ({kind}; {spec.model}), "
+            f"{mode}: {decision.reason}\n  {score.judged_pairs} pairs judged in "
+            f"{score.judge_calls} call(s), {score.failed_verdicts} failed",
             highlight=False,
             soft_wrap=True,
         )
     console.print(
-        f"citations: {data['citations']} ({data['invalid_citations']} invalid: no such passage)",
+        f"citations: {score.citations} ({score.invalid_citations} invalid: no such passage)",
         highlight=False,
         soft_wrap=True,
     )
@@ -442,7 +447,7 @@ def _print_answers(data: dict[str, Any]) -> None:
             soft_wrap=True,
         )
     skipped: dict[str, list[str]] = {}
-    for metric, reason in data["skipped"].items():
+    for metric, reason in score.skipped.items():
         skipped.setdefault(reason, []).append(metric)
     for reason, metrics in skipped.items():
         console.print(f"skipped {', '.join(metrics)}: {reason}", highlight=False, soft_wrap=True)

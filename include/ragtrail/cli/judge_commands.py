@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -12,35 +12,37 @@ from rich.table import Table
 from ragtrail.cli.common import CorpusOpt, JsonFlag, console, emit, runtime
 from ragtrail.records import ENTAILMENT_JUDGES, SUFFICIENCY_RATERS, EntailmentJudgeName
 from ragtrail.runtime import Runtime
+from ragtrail.storage.judge_store import CalibrationRecord
+from ragtrail.summaries.judge_summary import CalibrationView, JudgeGate
 
 judge_app = typer.Typer(
     help="Judges: calibrate them against human references, see which gate.", no_args_is_help=True
 )
 
 
-def _calibration_view(rt: Runtime, record: Any) -> dict[str, Any]:
+def _calibration_view(rt: Runtime, record: CalibrationRecord) -> CalibrationView:
     """A stored calibration with the gate decision it leads to under the configured bars."""
     from ragtrail.judges.contract import JudgeSpec
     from ragtrail.pipeline.judges import gate_decision
 
     decision = gate_decision(rt, JudgeSpec.from_dict(record.spec), record)
-    return {
-        "judge": record.judge,
-        "version": record.judge_version,
-        "reference": record.reference,
-        "created_at": str(record.created_at),
-        "metrics": record.metrics,
-        "details_uri": record.details_uri,
-        "decision": decision.as_dict(),
-    }
+    return CalibrationView(
+        judge=record.judge,
+        version=record.judge_version,
+        reference=record.reference,
+        created_at=str(record.created_at),
+        metrics=record.metrics,
+        details_uri=record.details_uri,
+        decision=JudgeGate.from_json(decision.as_dict()),
+    )
 
 
-def _print_calibration(view: dict[str, Any]) -> None:
+def _print_calibration(view: CalibrationView) -> None:
     """The gate decision, the confusion matrix and accuracy/precision/recall with their CIs."""
-    decision, metrics = view["decision"], view["metrics"]
-    mode = "[green]gates[/green]" if decision["gates"] else "[yellow]advises only[/yellow]"
-    console.print(f"{view['judge']}@{view['version']}: {mode} — {decision['reason']}")
-    confusion = metrics.get("confusion")
+    decision = view.decision
+    mode = "[green]gates[/green]" if decision.gates else "[yellow]advises only[/yellow]"
+    console.print(f"{view.judge}@{view.version}: {mode} — {decision.reason}")
+    confusion = view.confusion()
     if confusion:
         columns = list(next(iter(confusion.values())))
         table = Table("reference \\ judged", *columns, title="confusion matrix")
@@ -48,11 +50,11 @@ def _print_calibration(view: dict[str, Any]) -> None:
             table.add_row(ref, *(str(row.get(c, 0)) for c in columns))
         Console().print(table)
     for key in ("accuracy", "precision", "recall"):
-        figure = metrics.get(key)
-        if isinstance(figure, dict) and figure.get("value") is not None:
+        figure = view.figure(key)
+        if figure is not None and figure.value is not None:
             console.print(
-                f"  {key}: {figure['value']:.3f} [{figure['ci_low']:.3f}, {figure['ci_high']:.3f}]"
-                f" n={figure['n']}"
+                f"  {key}: {figure.value:.3f} [{figure.ci_low:.3f}, {figure.ci_high:.3f}]"
+                f" n={figure.n}"
             )
 
 
@@ -98,7 +100,7 @@ def judge_calibrate(
         records = calibrate_judge(rt, name, request)
         views = [_calibration_view(rt, r) for r in records]
     if as_json:
-        emit(views if len(views) > 1 else views[0])
+        emit([v.to_json() for v in views] if len(views) > 1 else views[0].to_json())
         return
     for view in views:
         _print_calibration(view)

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ragtrail.cli.common import CorpusOpt, JsonFlag, console, emit, runtime, runtime_with_progress
+from ragtrail.summaries.quality_summary import ValidationResult
 
 qaset_app = typer.Typer(
     help="Register and list golden (human-written) QA sets.", no_args_is_help=True
@@ -131,16 +132,16 @@ def qaset_add(
     with runtime() as rt:
         added = register_golden_set(rt, file, corpus=corpus, name=name)
     if as_json:
-        emit(added)
+        emit(added.to_json())
         return
-    state = "added new version" if added["created"] else "unchanged, already registered as"
+    state = "added new version" if added.created else "unchanged, already registered as"
     console.print(
-        f"golden set {added['name']} ({corpus}): {state} {added['version']} — "
-        f"{added['n_items']} questions ({_label_counts(added['questions_per_label'])})",
+        f"golden set {added.name} ({corpus}): {state} {added.version} — "
+        f"{added.n_items} questions ({_label_counts(added.questions_per_label)})",
         highlight=False,
     )
-    _print_quality(added["quality"])
-    console.print(f"quality result: {added['quality_uri']}", highlight=False)
+    _print_quality(added.quality)
+    console.print(f"quality result: {added.quality_uri}", highlight=False)
 
 
 @qaset_app.command("list")
@@ -173,16 +174,12 @@ def _label_counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{label} {n}" for label, n in counts.items() if n)
 
 
-def _print_quality(quality: dict[str, Any]) -> None:
+def _print_quality(quality: ValidationResult) -> None:
     """The Great Expectations verdict of a registered set, then its failures and warnings."""
-    stats = quality.get("statistics", {})
-    verdict = "passed" if quality["success"] else "FAILED"
-    if quality["success"] and quality["warnings"]:
-        verdict = "passed with warnings"
     console.print(
-        f"quality ({quality['name']}): {verdict}, "
-        f"{stats.get('successful', 0)}/{stats.get('evaluated', 0)} expectations met",
+        f"quality ({quality.name}): {quality.verdict}, "
+        f"{quality.met}/{quality.evaluated} expectations met",
         highlight=False,
     )
-    for line in (*quality["failures"], *quality["warnings"]):
+    for line in (*quality.failures, *quality.warnings):
         console.print(f"  {line}", highlight=False)

@@ -3,8 +3,7 @@ best-strategy table of retrieval evaluations (``eval retrieval`` and ``nightly``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -19,10 +18,8 @@ def num(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
     return "undefined" if value is None else f"{value:{spec}}{suffix}"
 
 
-def value_ci(agg: Figure | Mapping[str, Any] | None) -> str:
+def value_ci(agg: Figure | None) -> str:
     """An aggregate as ``value [low, high]`` (two decimals), or "undefined" without a value."""
-    if isinstance(agg, Mapping):
-        agg = Figure(**{k: agg.get(k) for k in Figure.model_fields})
     if agg is None or agg.value is None:
         return "undefined"
     low, high = agg.ci_low, agg.ci_high

@@ -10,7 +10,6 @@ content again reuses that stored result instead of validating again.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,10 +17,11 @@ from typing import Any
 
 import pandas as pd
 
-from ragtrail import jsonsafe
 from ragtrail.artifact_keys import golden_quality_key
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
+from ragtrail.summaries.qa_sets import GoldenRegistration
+from ragtrail.summaries.quality_summary import ValidationResult
 from ragtrail.testset.golden import (
     GoldenSetError,
     GoldenSetStore,
@@ -38,24 +38,23 @@ def golden_name_for(path: str | Path) -> str:
     return slug or "qa-set"
 
 
-def validate_golden_items(rt: Runtime, items: Sequence[QAItem], name: str) -> dict[str, Any]:
-    """Run the golden-set suite on ``items``; the :class:`QualityResult` as a dict."""
+def validate_golden_items(rt: Runtime, items: Sequence[QAItem], name: str) -> ValidationResult:
+    """Run the golden-set suite on ``items``."""
     from ragtrail.quality.runner import QualityRunner
     from ragtrail.quality.suites import golden_set_suite, prepare_golden_set
 
     frame = pd.DataFrame([item_record(item) for item in items])
     runner = QualityRunner(rt.settings.home / "reports" / "golden")
-    return runner.validate(
-        f"golden_set.{name}", prepare_golden_set(frame), golden_set_suite()
-    ).as_dict()
+    result = runner.validate(f"golden_set.{name}", prepare_golden_set(frame), golden_set_suite())
+    return ValidationResult.from_json(result.as_dict())
 
 
-def register_golden_set(rt: Runtime, path: str | Path, *, corpus: str, name: str) -> dict[str, Any]:
-    """Add the file at ``path`` as golden set ``name`` of ``corpus`` (idempotent).
-
-    Returns the version (:meth:`GoldenVersion.as_dict`) plus ``created``, ``quality`` (the GX
-    result) and ``quality_uri``. Raises :class:`GoldenSetError` listing every problem.
-    """
+def register_golden_set(
+    rt: Runtime, path: str | Path, *, corpus: str, name: str
+) -> GoldenRegistration:
+    """Add the file at ``path`` as golden set ``name`` of ``corpus`` (idempotent); the version
+    with whether this call created it and its GX result. Raises :class:`GoldenSetError` listing
+    every problem."""
     store = GoldenSetStore(rt.engine)
     gate: dict[str, Any] = {}
 
@@ -63,13 +62,12 @@ def register_golden_set(rt: Runtime, path: str | Path, *, corpus: str, name: str
         key = golden_quality_key(corpus, name, version_for(items))
         stored = rt.artifacts.exists(key)  # this content was added under this name before
         if stored:
-            quality = json.loads(rt.artifacts.get_bytes(key))
+            quality = ValidationResult.from_json(rt.artifacts.get_bytes(key))
         else:
             quality = validate_golden_items(rt, items, name)
-        if not quality["success"]:
+        if not quality.success:
             raise GoldenSetError(
-                f"{path}: the golden-set data-quality checks failed: "
-                + "; ".join(quality["failures"])
+                f"{path}: the golden-set data-quality checks failed: " + "; ".join(quality.failures)
             )
         gate.update(key=key, quality=quality, stored=stored)
 
@@ -77,11 +75,7 @@ def register_golden_set(rt: Runtime, path: str | Path, *, corpus: str, name: str
     if gate["stored"]:
         uri = rt.artifacts.uri_for(gate["key"])
     else:
-        body = jsonsafe.dumps(gate["quality"], "golden-set quality", indent=1).encode()
-        uri = rt.artifacts.put_bytes(gate["key"], body)
-    return {
-        **added.version.as_dict(),
-        "created": added.created,
-        "quality": gate["quality"],
-        "quality_uri": uri,
-    }
+        uri = rt.artifacts.put_bytes(gate["key"], gate["quality"].dumps(indent=1).encode())
+    return GoldenRegistration(
+        **added.version.as_dict(), created=added.created, quality=gate["quality"], quality_uri=uri
+    )

@@ -32,6 +32,7 @@ from ragtrail.storage.db import utcnow
 from ragtrail.summaries.drift_summary import DriftCheck
 from ragtrail.summaries.generation_summary import GenerationOutcome
 from ragtrail.summaries.night_summary import NightPublication, NightReport, SetResult
+from ragtrail.summaries.qa_sets import GoldenRegistration
 from ragtrail.testset.golden import DuplicateContentError
 
 SAMPLE_GOLDEN_SET = "handbook-sample"
@@ -50,7 +51,7 @@ class NightlyResult:
     generation: GenerationOutcome | None
     sets: dict[str, SetResult]
     report: NightReport
-    golden: list[JsonObject] = field(default_factory=list)
+    golden: list[GoldenRegistration] = field(default_factory=list)
     drift: DriftCheck | None = None
     retraining: JsonObject | None = None
 
@@ -63,7 +64,7 @@ class NightlyResult:
             "generation": self.generation.to_json() if self.generation else None,
             "evaluation": {"sets": {name: s.to_json() for name, s in self.sets.items()}},
             "report": self.report.to_json(),
-            "golden": self.golden,
+            "golden": [g.to_json() for g in self.golden],
             "drift": self.drift.to_json() if self.drift else None,
             "retraining": self.retraining,
         }
@@ -163,7 +164,7 @@ def register_night_golden_sets(
     corpus: str,
     files: Sequence[str | Path],
     log: Callable[[str], None] = print,
-) -> list[dict[str, Any]]:
+) -> list[GoldenRegistration]:
     """Register ``files`` (named by their stem) and, when ``source`` is the shipped sample
     corpus, the shipped sample QA set as golden sets of ``corpus``; idempotent. The sample set
     is left alone when its content is already registered under another name."""
@@ -180,10 +181,10 @@ def register_night_golden_sets(
     for path in files:
         added.append(register_golden_set(rt, path, corpus=corpus, name=golden_name_for(path)))
     for result in added:
-        state = "new version" if result["created"] else "unchanged"
+        state = "new version" if result.created else "unchanged"
         log(
-            f"      golden set {result['name']}: {result['version']} "
-            f"({result['n_items']} questions, {state})"
+            f"      golden set {result.name}: {result.version} "
+            f"({result.n_items} questions, {state})"
         )
     return added
 

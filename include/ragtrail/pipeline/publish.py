@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -54,6 +54,7 @@ from ragtrail.summaries.night_summary import (
     SetResult,
 )
 from ragtrail.summaries.qa_sets import PlannedSet
+from ragtrail.summaries.quality_summary import ValidationResult
 from ragtrail.summaries.retrieval_summary import RetrievalSummary
 from ragtrail.summaries.sufficiency_summary import SufficiencySummary
 
@@ -76,7 +77,7 @@ class SetToPublish:
     run_id: str
     name: str | None = None
     kind: SetKind | None = None
-    extra_quality: tuple[dict[str, Any], ...] = ()
+    extra_quality: tuple[ValidationResult, ...] = ()
     generation: GenerationSummary | None = None
     citations: CitationSummary | None = None
     sufficiency: SufficiencySummary | None = None
@@ -88,7 +89,7 @@ def publish_sets(
     run_id: str,
     sets: Sequence[SetToPublish],
     *,
-    shared_quality: Sequence[dict[str, Any]] = (),
+    shared_quality: Sequence[ValidationResult] = (),
     compare: bool = True,
 ) -> PublishedReport:
     """Validate, render and upload the report of ``sets`` under ``run_id``; finish their runs.
@@ -99,7 +100,7 @@ def publish_sets(
     from ragtrail.quality.runner import QualityRunner, enforce
     from ragtrail.report.citation_sections import citation_sections
     from ragtrail.report.drift_sections import drift_sections
-    from ragtrail.report.html import SetView, render_sets_report
+    from ragtrail.report.html import ReportContext, SetView, render_sets_report
     from ragtrail.report.sufficiency_sections import sufficiency_sections
     from ragtrail.report.testset_sections import testset_sections
 
@@ -118,18 +119,18 @@ def publish_sets(
         loaded.append(summary)
         result = _validate_metrics(rt, runner, summary, entry.name)
         results.append(result)
-        quality += [*entry.extra_quality, result.as_dict()]
+        quality += [*entry.extra_quality, _validation(result)]
         sections = list(testset_sections(entry.generation, out) if entry.generation else ())
         if entry.citations:
             cited = _validate_citations(rt, runner, entry.citations, entry.name)
             results += cited
-            quality += [r.as_dict() for r in cited]
+            quality += [_validation(r) for r in cited]
             suffix = "" if entry.name is None else f".{entry.name}"
             sections += citation_sections(entry.citations, out, suffix)
         if entry.sufficiency is not None:
             rated = _validate_sufficiency(rt, runner, entry.sufficiency, entry.name)
             results += rated
-            quality += [r.as_dict() for r in rated]
+            quality += [_validation(r) for r in rated]
             suffix = "" if entry.name is None else f".{entry.name}"
             sections += sufficiency_sections(entry.sufficiency, out, suffix)
         if entry.drift:
@@ -173,22 +174,21 @@ def publish_sets(
     runner.build_docs()
     first = summaries[0]
     generated = any(entry.generation for entry in sets)
-    context = {
-        "run_id": run_id,
-        "corpus": first.corpus,
-        "corpus_snapshot": first.snapshot_id,
-        "qa_set_version": ", ".join(
+    context = ReportContext(
+        run_id=run_id,
+        corpus_snapshot=first.snapshot_id,
+        qa_set_version=", ".join(
             s.qa_set_version if s.name is None else f"{s.name} {s.qa_set_version}"
             for s in summaries
         ),
-        "date": utcnow().isoformat(timespec="seconds"),
-        "backends": {
+        date=utcnow().isoformat(timespec="seconds"),
+        backends={
             **first.backends,
             "judge": "LLM critiques + labeller (test-set generation)"
             if generated
             else "none (retrieval metrics only)",
         },
-    }
+    )
     html = render_sets_report(
         out,
         title=f"ragtrail retrieval evaluation — {first.corpus}",
@@ -243,6 +243,20 @@ def _validate_metrics(
 def _frame(rows: Sequence[Record]) -> pd.DataFrame:
     """A table of records, as pandas builds it from their JSON."""
     return pd.DataFrame([row.to_json() for row in rows])
+
+
+def _validation(result: QualityResult) -> ValidationResult:
+    return ValidationResult.from_json(result.as_dict())
+
+
+def _stored_validations(rt: Runtime, key: str) -> list[ValidationResult]:
+    """The validations stored under ``key`` (one result or a list of them; none when absent)."""
+    stored = stored_json(rt, key)
+    if stored is None:
+        return []
+    return [
+        ValidationResult.from_json(v) for v in (stored if isinstance(stored, list) else [stored])
+    ]
 
 
 def _validation_suffix(name: str | None) -> str:
@@ -312,13 +326,13 @@ def publish_retrieval_report(
     rt: Runtime,
     run_id: str,
     *,
-    extra_quality: list[dict[str, Any]] | None = None,
+    extra_quality: Sequence[ValidationResult] = (),
     generation: GenerationSummary | None = None,
 ) -> PublishedReport:
     """Validate one run's metrics with GX, render its HTML report and upload both
     (:func:`publish_sets` with a single, unnamed set)."""
     entry = SetToPublish(run_id, generation=generation)
-    return publish_sets(rt, run_id, [entry], shared_quality=extra_quality or (), compare=False)
+    return publish_sets(rt, run_id, [entry], shared_quality=extra_quality, compare=False)
 
 
 def announce_headlines(
@@ -356,25 +370,25 @@ def publish_night(
     entries = []
     for entry in sets:
         version = entry.qa_set.version
-        generation, quality = None, None
+        generation, quality = None, []
         if entry.kind is SetKind.GENERATED and version:
             generation = load_generation_summary(rt, corpus, version)
-            quality = stored_json(rt, testset_quality_key(corpus, version))
+            quality = _stored_validations(rt, testset_quality_key(corpus, version))
         elif entry.kind is SetKind.GOLDEN and version:
-            quality = [stored_json(rt, golden_quality_key(corpus, entry.name, version))]
+            quality = _stored_validations(rt, golden_quality_key(corpus, entry.name, version))
         entries.append(
             SetToPublish(
                 run_id=entry.run_id,
                 name=entry.name,
                 kind=entry.kind,
-                extra_quality=tuple(q for q in quality or () if q),
+                extra_quality=tuple(quality),
                 generation=generation,
                 citations=load_citations(rt, entry.run_id),
                 sufficiency=load_sufficiency(rt, entry.run_id),
                 drift=load_drift(rt.engine, entry.run_id),
             )
         )
-    corpus_quality = stored_json(rt, corpus_quality_key(corpus, snapshot_id)) or []
+    corpus_quality = _stored_validations(rt, corpus_quality_key(corpus, snapshot_id))
     report = publish_sets(rt, run_id, entries, shared_quality=corpus_quality)
     primary = primary_set(sets)
     metrics_uri = rt.artifacts.put_file(

@@ -6,16 +6,16 @@ into a run's report directory (the same directory whose ``data_docs/`` the
 assets; every value is HTML-escaped by Jinja2's autoescape.
 
 Later stages add sections without touching the main template: render a fragment with
-:func:`render_section` (or build any trusted HTML string) and pass
-``context["extra_sections"] = [ReportSection(title, html), ...]`` (dicts with ``title`` and
-``html`` work too). Section HTML is inserted as-is, so it must come from an autoescaping template.
+:func:`render_section` (or build any trusted HTML string) and pass them as :class:`ReportSection` s (a set's ``sections``, or the context's
+``extra_sections``). Section HTML is inserted as-is, so it must come from an autoescaping
+template.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -31,6 +31,7 @@ from ragtrail.jsonsafe import UNDEFINED_KEY
 from ragtrail.paths import safe_name
 from ragtrail.records import ANSWERABLE_LABELS, INCLUSIVE, LABELS
 from ragtrail.summaries.base import Record
+from ragtrail.summaries.quality_summary import ValidationResult
 from ragtrail.summaries.retrieval_summary import Change
 
 TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
@@ -193,16 +194,9 @@ def render_section(template: str, **values: Any) -> Markup:
     return Markup(_ENV.get_template(template).render(**values))
 
 
-def _sections(items: Iterable[ReportSection | Mapping[str, Any]]) -> list[ReportSection]:
-    """Normalise extra sections; their HTML is marked safe (it must be pre-escaped)."""
-    sections = []
-    for item in items:
-        if isinstance(item, ReportSection):
-            title, html = item.title, item.html
-        else:
-            title, html = str(item["title"]), str(item["html"])
-        sections.append(ReportSection(title=title, html=Markup(html)))
-    return sections
+def _sections(items: Iterable[ReportSection]) -> list[ReportSection]:
+    """Extra sections with their HTML marked safe (it must be pre-escaped)."""
+    return [ReportSection(title=item.title, html=Markup(item.html)) for item in items]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -273,10 +267,21 @@ def weakest_label_sentence(best: pd.DataFrame, metric: str = PRIMARY_METRIC) -> 
     )
 
 
-def metric_matrix(metrics: pd.DataFrame) -> tuple[list[str], list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class MatrixRow:
+    """One (label, text weight) row of the metric matrix: one cell per metric (the metrics
+    table's row, with value, CI and undefined reasons; None where the metric is missing)."""
+
+    label: str
+    text_weight: float
+    n_questions: int | None
+    cells: dict[str, Mapping[str, object] | None]
+
+
+def metric_matrix(metrics: pd.DataFrame) -> tuple[list[str], list[MatrixRow]]:
     """Rows per (label, text_weight) with one ``{value, ci_low, ci_high}`` cell per metric."""
     names = ordered_metrics(metrics["metric"])
-    rows: list[dict[str, Any]] = []
+    rows: list[MatrixRow] = []
     for label in ordered_labels(metrics["label"]):
         sub = metrics[metrics["label"] == label]
         for weight in sorted(sub["text_weight"].unique()):
@@ -286,12 +291,12 @@ def metric_matrix(metrics: pd.DataFrame) -> tuple[list[str], list[dict[str, Any]
                 hit = at[at["metric"] == name]
                 cells[name] = hit.iloc[0].to_dict() if len(hit) else None
             rows.append(
-                {
-                    "label": label,
-                    "text_weight": float(weight),
-                    "n_questions": _int_or_none(at["n_questions"].max()),
-                    "cells": cells,
-                }
+                MatrixRow(
+                    label=label,
+                    text_weight=float(weight),
+                    n_questions=_int_or_none(at["n_questions"].max()),
+                    cells=cells,
+                )
             )
     return names, rows
 
@@ -367,14 +372,28 @@ def plot_metric_vs_weight(metrics: pd.DataFrame, path: Path, metric: str = PRIMA
 # ------------------------------------------------------------------------------------------------
 
 
-def _header(context: Mapping[str, Any]) -> dict[str, str]:
-    date = context.get("date") or datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return {
-        "run_id": str(context.get("run_id", "–")),
-        "corpus_snapshot": str(context.get("corpus_snapshot", "–")),
-        "qa_set_version": str(context.get("qa_set_version", "–")),
-        "date": str(date),
-    }
+@dataclass(frozen=True)
+class ReportContext:
+    """What the report's header and shared sections show: the run, snapshot and QA-set versions,
+    when it was made (now when None), which backends and models produced it, extra sections after
+    the sets, and where the Data Docs are."""
+
+    run_id: str = "–"
+    corpus_snapshot: str = "–"
+    qa_set_version: str = "–"
+    date: str | None = None
+    backends: Mapping[str, str] = field(default_factory=dict)
+    extra_sections: Sequence[ReportSection] = ()
+    data_docs_href: str = DATA_DOCS_INDEX
+
+    def header(self) -> dict[str, str]:
+        date = self.date or datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        return {
+            "run_id": self.run_id,
+            "corpus_snapshot": self.corpus_snapshot,
+            "qa_set_version": self.qa_set_version,
+            "date": date,
+        }
 
 
 @dataclass(frozen=True)
@@ -393,7 +412,7 @@ class SetView:
     name: str | None = None
     description: str = ""
     change: Change | None = None
-    sections: Sequence[ReportSection | Mapping[str, Any]] = ()
+    sections: Sequence[ReportSection] = ()
 
     @property
     def plot_file(self) -> str:
@@ -415,16 +434,15 @@ def render_retrieval_report(
     title: str,
     metrics: pd.DataFrame,
     best: pd.DataFrame,
-    context: dict[str, Any],
-    quality: list[dict[str, Any]],
+    context: ReportContext,
+    quality: Sequence[ValidationResult],
 ) -> Path:
     """Write ``out_dir/report.html`` and its plot ``out_dir/recall_at_5_vs_text_weight.png``.
 
     ``metrics`` is long format (label, text_weight, metric, value, ci_low, ci_high, n_questions);
     ``best`` has :data:`BEST_COLUMNS` (``gap_to_best`` is computed when absent; see
-    :func:`best_strategy`). ``context`` carries run_id, corpus_snapshot, qa_set_version, date,
-    ``backends`` (name -> description) and optional ``extra_sections`` and ``data_docs_href``.
-    ``quality`` holds :meth:`QualityResult.as_dict` dicts. Returns the HTML path.
+    :func:`best_strategy`). ``quality`` are the run's Great Expectations validations. Returns the
+    HTML path.
     """
     return render_sets_report(
         out_dir, title=title, sets=[SetView(metrics, best)], context=context, quality=quality
@@ -436,12 +454,12 @@ def render_sets_report(
     *,
     title: str,
     sets: Sequence[SetView],
-    context: dict[str, Any],
-    quality: list[dict[str, Any]],
+    context: ReportContext,
+    quality: Sequence[ValidationResult],
 ) -> Path:
     """Write ``out_dir/report.html`` with one part per QA set (best strategy per label, change
     since the previous run, plot, all metrics), one plot PNG per set, and the shared header,
-    backends, data-quality and ``context["extra_sections"]`` sections. Returns the HTML path.
+    backends, data-quality and the context's extra sections. Returns the HTML path.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -467,13 +485,13 @@ def render_sets_report(
         )
     html = _ENV.get_template("retrieval_report.html").render(
         title=title,
-        header=_header(context),
-        backends={str(k): str(v) for k, v in (context.get("backends") or {}).items()},
+        header=context.header(),
+        backends={str(k): str(v) for k, v in context.backends.items()},
         sets=parts,
         primary_title=metric_title(PRIMARY_METRIC),
         quality=list(quality),
-        data_docs_href=str(context.get("data_docs_href", DATA_DOCS_INDEX)),
-        extra_sections=_sections(context.get("extra_sections", [])),
+        data_docs_href=context.data_docs_href,
+        extra_sections=_sections(context.extra_sections),
     )
     path = out_dir / REPORT_FILE
     path.write_text(html, encoding="utf-8")

@@ -1,4 +1,5 @@
-"""The QA sets a night evaluates, as the plan hands them to the mapped evaluation steps."""
+"""QA sets as steps hand them on: the sets a night evaluates (as the plan gives them to the mapped
+evaluation steps) and a golden set's registration."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pydantic import field_serializer, field_validator
 
 from ragtrail.records import QASetRef, SetKind
 from ragtrail.summaries.base import Record
+from ragtrail.summaries.quality_summary import ValidationResult
 
 
 class PlannedSet(Record):
@@ -30,3 +32,22 @@ class PlannedSet(Record):
     def version(self) -> str | None:
         """The golden or generated version the set names (None for a file)."""
         return self.qa_set.version
+
+
+class GoldenRegistration(Record):
+    """A golden set registered (or found already registered) by ``ragtrail qaset add`` or the
+    night: the version with its counts and source, whether this call created it, and the
+    Great Expectations result stored beside it."""
+
+    corpus: str
+    name: str
+    version: str
+    n_items: int
+    questions_per_label: dict[str, int]
+    source: str
+    content_hash: str
+    created_at: str
+    last_added_at: str
+    created: bool
+    quality: ValidationResult
+    quality_uri: str

@@ -15,6 +15,7 @@ from ragtrail.evaluate.retrieval.evaluator import UNDEFINED_REASONS, ScanConfig,
 from ragtrail.records import INCLUSIVE, Candidates, QAItem, SearchHit
 from ragtrail.report.html import (
     PLOT_FILE,
+    ReportContext,
     ReportSection,
     SetView,
     render_retrieval_report,
@@ -22,6 +23,7 @@ from ragtrail.report.html import (
     render_sets_report,
     weakest_label_sentence,
 )
+from ragtrail.summaries.quality_summary import ValidationResult
 
 EVIL = "<script>alert(1)</script>"
 WEIGHTS = (0.0, 0.5, 1.0)
@@ -53,37 +55,54 @@ def synthetic_metrics(
     return pd.DataFrame(rows)
 
 
+def _validation(
+    name: str,
+    success: bool,
+    *,
+    failures: list[str] | None = None,
+    warnings: list[str] | None = None,
+    statistics: dict[str, int] | None = None,
+) -> ValidationResult:
+    return ValidationResult(
+        name=name,
+        success=success,
+        failures=failures or [],
+        warnings=warnings or [],
+        statistics=statistics or {},
+        suite_name=name,
+        validation_name=name,
+    )
+
+
 def render(tmp_path: Path, metrics: pd.DataFrame, **overrides) -> str:
     kwargs = {
         "title": "Nightly retrieval",
         "metrics": metrics,
         "best": best_strategy(metrics),
-        "context": {
-            "run_id": "run-2024-06-01",
-            "corpus_snapshot": "snap-abc",
-            "qa_set_version": "qa-v3",
-            "date": "2024-06-01 02:00 UTC",
-            "backends": {
+        "context": ReportContext(
+            run_id="run-2024-06-01",
+            corpus_snapshot="snap-abc",
+            qa_set_version="qa-v3",
+            date="2024-06-01 02:00 UTC",
+            backends={
                 "index backend": "embedded (tantivy + faiss)",
                 "embedding model": "all-MiniLM-L6-v2",
                 "judge": "none (retrieval only)",
             },
-        },
+        ),
         "quality": [
-            {
-                "name": "documents",
-                "success": True,
-                "failures": [],
-                "warnings": ["[warn] expect_column_values_to_not_be_null(title): 1 unexpected"],
-                "statistics": {"evaluated": 11, "successful": 10},
-            },
-            {
-                "name": "chunks",
-                "success": False,
-                "failures": ["[fail] expect_column_values_to_be_unique(chunk_id): 2 unexpected"],
-                "warnings": [],
-                "statistics": {"evaluated": 9, "successful": 8},
-            },
+            _validation(
+                "documents",
+                True,
+                warnings=["[warn] expect_column_values_to_not_be_null(title): 1 unexpected"],
+                statistics={"evaluated": 11, "successful": 10},
+            ),
+            _validation(
+                "chunks",
+                False,
+                failures=["[fail] expect_column_values_to_be_unique(chunk_id): 2 unexpected"],
+                statistics={"evaluated": 9, "successful": 8},
+            ),
         ],
     }
     kwargs.update(overrides)
@@ -150,7 +169,7 @@ def test_report_escapes_labels_and_title(tmp_path: Path) -> None:
         tmp_path,
         metrics,
         title=f"Report {EVIL}",
-        quality=[{"name": EVIL, "success": False, "failures": [EVIL], "warnings": []}],
+        quality=[_validation(EVIL, False, failures=[EVIL])],
     )
     assert EVIL not in html
     assert "<script" not in html
@@ -160,13 +179,13 @@ def test_report_escapes_labels_and_title(tmp_path: Path) -> None:
 
 def test_extra_sections_are_inserted(tmp_path: Path) -> None:
     table = render_section("table_section.html", columns=["stage", "n"], rows=[[EVIL, 3]])
-    context = {
-        "run_id": "r",
-        "extra_sections": [
+    context = ReportContext(
+        run_id="r",
+        extra_sections=[
             ReportSection("Test-set funnel", table),
-            {"title": f"Citations {EVIL}", "html": "<p>ok</p>"},
+            ReportSection(f"Citations {EVIL}", "<p>ok</p>"),
         ],
-    }
+    )
     html = render(tmp_path, synthetic_metrics(), context=context)
     assert "Test-set funnel" in html
     assert "<th>stage</th>" in html  # trusted section HTML kept
@@ -233,7 +252,7 @@ def test_sets_report_has_one_part_per_set_with_its_change(tmp_path: Path) -> Non
         ),
     ]
     path = render_sets_report(
-        tmp_path, title="Night", sets=sets, context={"run_id": "n2"}, quality=[]
+        tmp_path, title="Night", sets=sets, context=ReportContext(run_id="n2"), quality=[]
     )
     html = path.read_text(encoding="utf-8")
     assert re.findall(r"QA set: (\w+)", html) == ["golden", "generated"]
