@@ -28,10 +28,11 @@ function-local import::
                              on and the report and CLI read
     config | paths | evaluation_records
                              settings, shipped paths, evaluation results as data
-    records | jsonsafe | text | progress | input_files | config_checks
-                             typed records and closed vocabularies, strict JSON, text
-                             normalisation, progress events, reading user files safely,
-                             checks on what users configure (unknown keys, bad YAML)
+    records | text | progress | input_files | config_checks
+                             typed records and closed vocabularies, text normalisation, progress
+                             events, reading user files safely, checks on what users configure
+                             (unknown keys, bad YAML)
+    jsonsafe                 strict JSON: no NaN leaves the process, undefined values with reasons
 
 dags/ and plugins/ are Airflow adapters outside the package: airflow.sdk plus
 ragtrail.pipeline / paths / records only (tests/dags checks them).

@@ -30,6 +30,7 @@ from ragtrail.config_checks import (
     describe_settings_error,
     read_settings_yaml,
 )
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import (
     DEFAULT_TEXT_WEIGHTS,
     ENTAILMENT_FALLBACKS,
@@ -694,7 +695,7 @@ class _YamlSource(PydanticBaseSettingsSource):
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> JsonObject:
         path = _config_path()
         if path is None:
             return {}

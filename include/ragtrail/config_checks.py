@@ -29,6 +29,8 @@ from typing import Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from ragtrail.jsonsafe import JsonObject
+
 ENV_PREFIX = "RAGTRAIL_"
 ENV_DELIMITER = "__"
 
@@ -237,7 +239,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def read_settings_yaml(path: Path) -> dict[str, Any]:
+def read_settings_yaml(path: Path) -> JsonObject:
     """The mapping in the YAML settings file ``path`` (empty file: ``{}``); ConfigError, one line
     with the file and the position, for anything that is not a UTF-8 YAML mapping."""
     try:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragtrail.jsonsafe import UNDEFINED_KEY, finite_or_undefined
+from ragtrail.jsonsafe import UNDEFINED_KEY, JsonObject, finite_or_undefined
 
 FacetValue = str | int | float | bool | None
 Facets = Mapping[str, FacetValue]
@@ -92,9 +92,9 @@ class Aggregate:
             if number is not None and not math.isfinite(number):
                 raise ValueError(f"{self.metric} {dict(self.facets)}: {name} is not finite")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """Strict JSON: metric, facets, value, CI, n, and ``undefined`` reasons when any."""
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "metric": self.metric,
             "facets": dict(self.facets),
             "value": self.value,
@@ -119,7 +119,7 @@ class Aggregate:
         reasons: Mapping[str, str],
     ) -> Aggregate:
         """Build one, turning NaN/None numbers into None with ``reasons[field]``."""
-        record: dict[str, Any] = {}
+        record: JsonObject = {}
         for name, number in (("value", value), ("ci_low", ci_low), ("ci_high", ci_high)):
             finite_or_undefined(record, name, number, reasons.get(name, "not computed"))
         return cls(

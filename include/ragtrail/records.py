@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from ragtrail.jsonsafe import JsonObject
+
 
 class QuestionLabel(StrEnum):
     """The question taxonomy (METHODS §1); declaration order is the display order of reports."""
@@ -334,7 +336,7 @@ class ParsedDocument:
     format: DocFormat
     title: str
     sections: tuple[Section, ...]
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -524,12 +526,12 @@ class QACandidate:
     label_reason: str = ""
     label_source: str | None = None  # a LabelSource once labelled
     label_judge: str | None = None  # the labeller's "name@version"
-    critiques: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> rating, evaluation
+    critiques: dict[str, JsonObject] = field(default_factory=dict)  # name -> rating, evaluation
     status: CandidateStatus = CandidateStatus.PENDING
     reject_reason: str | None = None
     failure_cause: str | None = None
     raw_outputs: list[str] = field(default_factory=list)
-    generator: dict[str, Any] = field(default_factory=dict)  # backend, model, prompt versions, seed
+    generator: JsonObject = field(default_factory=dict)  # backend, model, prompt versions, seed
 
     @property
     def effective_label(self) -> str:

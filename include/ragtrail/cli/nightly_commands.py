@@ -86,7 +86,7 @@ def nightly(
         console.print(_drift_line(result.drift), highlight=False)
     console.print(f"report:    {report_path}")
     console.print(f"data docs: {report_path.parent / 'data_docs' / 'index.html'}")
-    console.print(f"corpus checks: {result.corpus_quality['data_docs_path']}")
+    console.print(f"corpus checks: {result.corpus_quality.data_docs_path}")
 
 
 def _citation_line(cited: CitationHeadline) -> str:

@@ -35,7 +35,7 @@ from ragtrail.evaluation_records import (
     facet_key,
     parse_facet_key,
 )
-from ragtrail.jsonsafe import check_finite
+from ragtrail.jsonsafe import JsonObject, check_finite
 
 __all__ = [
     "EVALUATORS",
@@ -73,7 +73,7 @@ class BaseEvaluator(ABC, Generic[ConfigT, InputsT]):
             raise TypeError(f"{type(self).__name__} needs a dataclass config instance")
         self.config = config
 
-    def config_dict(self) -> dict[str, Any]:
+    def config_dict(self) -> JsonObject:
         """The config as plain JSON (tuples become lists); refuses NaN and non-JSON values."""
         data = json.loads(json.dumps(dataclasses.asdict(self.config)))  # type: ignore[call-overload]
         return check_finite(data, f"{self.name} config")

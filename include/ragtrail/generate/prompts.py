@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.prompts import PROMPTS, Prompt, PromptRegistry
 from ragtrail.text import text_key
 
@@ -445,7 +446,7 @@ def context_sentences(text: str, limit: int = 24) -> list[str]:
     return list(out.values())
 
 
-def _extractive_facts_schema(inp: FactsInput) -> dict[str, Any]:
+def _extractive_facts_schema(inp: FactsInput) -> JsonObject:
     """The facts schema with statements restricted to the context's own sentences."""
     schema = FactsOutput.model_json_schema()
     sentences = context_sentences(inp.context)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import Chunk, SearchHit
 
 if TYPE_CHECKING:
@@ -32,14 +33,14 @@ _TERMS_BATCH = 10_000
 """doc ids per ``terms`` query, well below the default ``index.max_terms_count`` (65536)."""
 _SIMILARITIES = ("cosine", "dot_product", "l2_norm", "max_inner_product")
 
-BulkWriter = Callable[[Any, Iterable[dict[str, Any]], int], list[dict[str, Any]]]
+BulkWriter = Callable[[Any, Iterable[JsonObject], int], list[JsonObject]]
 """(client, actions, chunk_size) -> failed items; injectable so tests can record bulk calls."""
 
 
 class IndexWriteError(RuntimeError):
     """Some bulk items were rejected; ``failures`` holds the per-item error records."""
 
-    def __init__(self, message: str, failures: Sequence[dict[str, Any]]) -> None:
+    def __init__(self, message: str, failures: Sequence[JsonObject]) -> None:
         super().__init__(message)
         self.failures = list(failures)
 
@@ -74,9 +75,9 @@ def index_mapping(
     dim: int,
     similarity: str = "cosine",
     *,
-    meta: dict[str, Any] | None = None,
-    index_options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    meta: JsonObject | None = None,
+    index_options: JsonObject | None = None,
+) -> JsonObject:
     """Mappings: english-analysed text, keyword ids, an indexed dense_vector.
 
     ``index_options`` defaults to plain (unquantised) HNSW so cosine scores match the embedded
@@ -87,7 +88,7 @@ def index_mapping(
         raise ValueError(f"dim must be >= 1, got {dim}")
     if similarity not in _SIMILARITIES:
         raise ValueError(f"similarity must be one of {_SIMILARITIES}, got {similarity!r}")
-    mapping: dict[str, Any] = {
+    mapping: JsonObject = {
         "dynamic": "strict",
         "properties": {
             "chunk_id": {"type": "keyword"},
@@ -107,7 +108,7 @@ def index_mapping(
     return mapping
 
 
-def index_settings(shards: int = 1, replicas: int = 0) -> dict[str, Any]:
+def index_settings(shards: int = 1, replicas: int = 0) -> JsonObject:
     """Physical index settings; one shard keeps BM25 statistics global (comparable scores)."""
     return {"number_of_shards": shards, "number_of_replicas": replicas}
 
@@ -120,7 +121,7 @@ def _unit_rows(vectors: np.ndarray) -> np.ndarray:
 
 def bulk_upsert_actions(
     index: str, chunks: Sequence[Chunk], vectors: np.ndarray
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[JsonObject]:
     """One ``index`` action per chunk with ``_id = chunk_id`` (re-indexing overwrites)."""
     vectors = np.asarray(vectors)
     if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
@@ -139,12 +140,12 @@ def bulk_upsert_actions(
         }
 
 
-def delete_by_doc_query(doc_ids: Sequence[str]) -> dict[str, Any]:
+def delete_by_doc_query(doc_ids: Sequence[str]) -> JsonObject:
     """Query matching every chunk of the given documents."""
     return {"terms": {"doc_id": list(dict.fromkeys(doc_ids))}}
 
 
-def lexical_query(query: str, k: int) -> dict[str, Any]:
+def lexical_query(query: str, k: int) -> JsonObject:
     """BM25 search body. ``match`` analyses the text and never interprets query syntax."""
     return {
         "query": {"match": {"text": {"query": query}}},
@@ -153,7 +154,7 @@ def lexical_query(query: str, k: int) -> dict[str, Any]:
     }
 
 
-def knn_query(vector: np.ndarray | Sequence[float], k: int, num_candidates: int) -> dict[str, Any]:
+def knn_query(vector: np.ndarray | Sequence[float], k: int, num_candidates: int) -> JsonObject:
     """Approximate kNN search body; ``num_candidates`` is clamped to [k, 10000]."""
     vec = np.asarray(vector, dtype=np.float32).reshape(-1)
     norm = float(np.linalg.norm(vec))
@@ -173,7 +174,7 @@ def knn_query(vector: np.ndarray | Sequence[float], k: int, num_candidates: int)
 
 def alias_swap_actions(alias: str, old_indices: Sequence[str], new_index: str) -> list[dict]:
     """``update_aliases`` actions moving ``alias`` from ``old_indices`` to ``new_index``."""
-    actions: list[dict[str, Any]] = [
+    actions: list[JsonObject] = [
         {"remove": {"index": old, "alias": alias}}
         for old in sorted(old_indices)
         if old != new_index
@@ -196,7 +197,7 @@ def make_client(settings: Settings, *, request_timeout: float = 60.0) -> Any:
 
     if not settings.es_url:
         raise ValueError("index_backend is 'elasticsearch' but es_url (RAGTRAIL_ES_URL) is unset")
-    auth: dict[str, Any] = {}
+    auth: JsonObject = {}
     if settings.es_api_key:
         auth["api_key"] = settings.es_api_key
     elif settings.es_username:
@@ -211,12 +212,12 @@ def make_client(settings: Settings, *, request_timeout: float = 60.0) -> Any:
 
 
 def streaming_bulk_writer(
-    client: Any, actions: Iterable[dict[str, Any]], chunk_size: int
-) -> list[dict[str, Any]]:
+    client: Any, actions: Iterable[JsonObject], chunk_size: int
+) -> list[JsonObject]:
     """Send actions with ``helpers.streaming_bulk`` (429s retried); return the failed items."""
     from elasticsearch import helpers
 
-    failures: list[dict[str, Any]] = []
+    failures: list[JsonObject] = []
     for ok, item in helpers.streaming_bulk(
         client,
         actions,
@@ -230,7 +231,7 @@ def streaming_bulk_writer(
     return failures
 
 
-def _describe_failures(failures: Sequence[dict[str, Any]], limit: int = 5) -> str:
+def _describe_failures(failures: Sequence[JsonObject], limit: int = 5) -> str:
     parts = []
     for item in failures[:limit]:
         op, info = next(iter(item.items()))
@@ -439,7 +440,7 @@ class ElasticsearchHybridIndex:
                 )
         self._dirty = True
 
-    def _bulk(self, actions: Iterable[dict[str, Any]]) -> None:
+    def _bulk(self, actions: Iterable[JsonObject]) -> None:
         failures = self._bulk_writer(self.client, actions, self.chunk_size)
         self._dirty = True
         if failures:
@@ -455,7 +456,7 @@ class ElasticsearchHybridIndex:
 
     # ------------------------------------------------------------------ reads
 
-    def _search(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+    def _search(self, body: JsonObject) -> list[JsonObject]:
         target = self._read_target()
         if not self._target_exists(target):
             return []  # nothing published yet
@@ -487,9 +488,9 @@ class ElasticsearchHybridIndex:
         if not self._target_exists(target):
             return set()
         out: set[str] = set()
-        after: dict[str, Any] | None = None
+        after: JsonObject | None = None
         while True:
-            composite: dict[str, Any] = {
+            composite: JsonObject = {
                 "size": 1000,
                 "sources": [{"doc_id": {"terms": {"field": "doc_id"}}}],
             }
@@ -517,7 +518,7 @@ class ElasticsearchHybridIndex:
             close()
 
 
-def _hit(raw: dict[str, Any], score: float) -> SearchHit:
+def _hit(raw: JsonObject, score: float) -> SearchHit:
     src = raw.get("_source") or {}
     return SearchHit(
         chunk_id=src.get("chunk_id", raw.get("_id", "")),

@@ -22,11 +22,11 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
-from ragtrail.jsonsafe import check_finite, finite_or_undefined
+from ragtrail.jsonsafe import JsonObject, check_finite, finite_or_undefined
 from ragtrail.judges.contract import Judge, JudgeInput, JudgeSpec, Verdict, VerdictType
 
 FAILED = "failed"
@@ -190,8 +190,8 @@ class Estimate:
     n: int
     undefined: Mapping[str, str] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {}
         for name in ("value", "ci_low", "ci_high"):
             reason = self.undefined.get(name, "undefined")
             finite_or_undefined(out, name, getattr(self, name), reason)
@@ -241,8 +241,8 @@ class CategoricalCalibration:
         """The figure a gate bar reads: kappa."""
         return self.kappa
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {
             "kind": self.kind,
             "judge": self.judge,
             "categories": list(self.categories),
@@ -439,8 +439,8 @@ class ContrastCalibration:
         """The figure a gate bar reads: contrast accuracy."""
         return self.accuracy
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {
             "kind": self.kind,
             "judge": self.judge,
             "criterion": self.criterion,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import sha256_json
 
 
@@ -90,7 +91,7 @@ class JudgeSpec:
             description=data.get("description", ""),
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "version": self.version,
@@ -145,8 +146,8 @@ class Verdict:
     def ok(self) -> bool:
         return self.error is None and self.value is not None
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"judge": self.judge, "value": self.value}
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {"judge": self.judge, "value": self.value}
         if self.score is not None:
             out["score"] = self.score
         if self.reason:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.judges.contract import (
     JudgeInput,
     JudgeRole,
@@ -60,7 +61,7 @@ class CorrectnessOutput(BaseModel):
     correct: bool = Field(description="true when the candidate gives the same answer as a gold")
 
 
-def correctness_schema(_inp: CorrectnessInput) -> dict[str, Any]:
+def correctness_schema(_inp: CorrectnessInput) -> JsonObject:
     """What guided decoding enforces: a reason of at most 120 characters, then the verdict."""
     return {
         "type": "object",

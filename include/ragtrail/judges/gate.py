@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragtrail.config import JudgeSettings
-from ragtrail.jsonsafe import check_finite, finite_or_undefined, mark_undefined
+from ragtrail.jsonsafe import JsonObject, check_finite, finite_or_undefined, mark_undefined
 from ragtrail.judges.calibration import CONTRAST_ACCURACY, KAPPA
 from ragtrail.judges.contract import JudgeRole, JudgeSpec
 from ragtrail.records import GateMode
@@ -38,7 +38,7 @@ class GateBar:
     metric: str
     minimum: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"role_or_judge": self.role_or_judge, "metric": self.metric, "minimum": self.minimum}
 
 
@@ -79,8 +79,8 @@ class GateDecision:
         """True when the judge's verdicts may reject items."""
         return self.mode == GATE
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {
             "judge": self.judge_ref,
             "mode": self.mode,
             "gates": self.gates,

@@ -13,10 +13,11 @@ carries no calibrated probability, so ``Verdict.score`` stays None.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.judges.contract import JudgeInput, JudgeSpec, Verdict
 from ragtrail.judges.entailment import (
     LLM_JUDGE_NAME,
@@ -51,7 +52,7 @@ class EntailmentOutput(BaseModel):
     reason: str = ""
 
 
-def verdict_only_schema(_inp: EntailmentInput) -> dict[str, Any]:
+def verdict_only_schema(_inp: EntailmentInput) -> JsonObject:
     """What guided decoding enforces: an object holding only the verdict.
 
     The output model still accepts a reason (from backends without guided decoding); guided

@@ -34,7 +34,7 @@ from ragtrail.input_files import (
     parse_json,
     read_lines,
 )
-from ragtrail.jsonsafe import write_jsonl
+from ragtrail.jsonsafe import JsonObject, write_jsonl
 from ragtrail.judges.contract import NOT_SUPPORTED, SUPPORTED
 
 T = TypeVar("T")
@@ -101,7 +101,7 @@ def parse_label(value: Any) -> str:
 
 def read_reference_jsonl(
     path: Path | str,
-    parse: Callable[[dict[str, Any], str], T],
+    parse: Callable[[JsonObject, str], T],
     id_of: Callable[[T], str],
     id_name: str,
 ) -> list[T]:
@@ -140,7 +140,7 @@ def read_reference_jsonl(
     return examples
 
 
-def _json_object(line: str) -> dict[str, Any]:
+def _json_object(line: str) -> JsonObject:
     try:
         row = parse_json(line)
     except ValueError as exc:
@@ -185,7 +185,7 @@ def check_reference_row(
     return errors, label, row_id
 
 
-def _example_from_row(row: dict[str, Any], default_id: str) -> EntailmentExample:
+def _example_from_row(row: JsonObject, default_id: str) -> EntailmentExample:
     """One example from one JSONL object; a ValueError lists everything wrong with it."""
     errors, label, source_id = check_reference_row(
         row, texts=("premise", "hypothesis"), parse=parse_label, id_key="source_id",
@@ -322,7 +322,7 @@ def hagrid_attribution_pairs(csv_path: Path | str) -> list[EntailmentExample]:
     return read_hagrid_attribution(csv_path).examples
 
 
-def literal_list(row: Mapping[str, str], column: str) -> list[dict[str, Any]]:
+def literal_list(row: Mapping[str, str], column: str) -> list[JsonObject]:
     """A cell holding a Python literal list of dicts."""
     try:
         value = ast.literal_eval(row[column])

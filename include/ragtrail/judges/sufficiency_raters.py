@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from ragtrail.ingest.chunk import Tokenizer
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.judges.contract import (
     SUPPORTED,
     Judge,
@@ -207,7 +208,7 @@ class SufficiencyOutput(BaseModel):
     sufficient: bool
 
 
-def short_reason_schema(_inp: SufficiencyInput) -> dict[str, Any]:
+def short_reason_schema(_inp: SufficiencyInput) -> JsonObject:
     """What guided decoding enforces: the output schema with the reason capped in length."""
     schema = SufficiencyOutput.model_json_schema()
     schema["properties"]["reason"] = {"type": "string", "maxLength": MAX_REASON_CHARS}

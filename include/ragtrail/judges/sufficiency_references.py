@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.judges.references import check_reference_row, read_reference_jsonl
 from ragtrail.judges.sufficiency_raters import INSUFFICIENT, SUFFICIENCY_CATEGORIES, SUFFICIENT
 from ragtrail.records import QAItem, QuestionLabel
@@ -64,7 +65,7 @@ def load_sufficiency_reference(path: Path | str) -> list[SufficiencyExample]:
     return read_reference_jsonl(path, _example_from_row, lambda e: e.example_id, "id")
 
 
-def _example_from_row(row: dict[str, Any], default_id: str) -> SufficiencyExample:
+def _example_from_row(row: JsonObject, default_id: str) -> SufficiencyExample:
     """One example from one JSONL object; a ValueError lists everything wrong with it."""
     errors, label, example_id = check_reference_row(
         row, texts=("question", "context"), parse=parse_sufficiency_label, id_key="id",

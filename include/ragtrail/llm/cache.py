@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.records import sha256_text
 from ragtrail.storage.db import write_transaction
@@ -41,7 +42,7 @@ def cache_key_material(
     prompt_name: str,
     prompt_version: str,
     request: GenerationRequest,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The exact data hashed into a cache key (also stored with the entry for auditing)."""
     return {
         "backend": backend_name,
@@ -72,7 +73,7 @@ class CacheEntry:
     model_id: str
     prompt_name: str
     prompt_version: str
-    material: dict[str, Any]
+    material: JsonObject
     text: str
     prompt_tokens: int
     completion_tokens: int

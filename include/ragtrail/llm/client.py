@@ -25,6 +25,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult, LLMBackend, Message
 from ragtrail.llm.cache import CacheEntry, LLMCache, NullLLMCache, cache_key, cache_key_material
 from ragtrail.llm.cache import is_cacheable as _is_cacheable
@@ -149,7 +150,7 @@ class CallOutcome(Generic[OutT]):
 class _State:
     index: int
     base_messages: list[Message]
-    schema: dict[str, Any] | None = None
+    schema: JsonObject | None = None
     avoid_words: tuple[str, ...] = ()
     attempts: list[Attempt] = field(default_factory=list)
     outcome: CallOutcome[Any] | None = None

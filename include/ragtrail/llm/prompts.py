@@ -29,6 +29,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import Message
 from ragtrail.text import content_words, word_tokens
 
@@ -86,7 +87,7 @@ class Prompt(Generic[InT, OutT]):
     examples: Sequence[tuple[InT, OutT]] = ()
     document_fields: frozenset[str] = field(default_factory=frozenset)
     schema_style: SchemaStyle = "shape"
-    decoding_schema: Callable[[InT], dict[str, Any]] | None = None
+    decoding_schema: Callable[[InT], JsonObject] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -111,11 +112,11 @@ class Prompt(Generic[InT, OutT]):
     def key(self) -> tuple[str, str]:
         return (self.name, self.version)
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonObject:
         """JSON schema of the output model (for guided decoding and for the system message)."""
         return self.output_model.model_json_schema()
 
-    def guided_schema(self, inp: InT) -> dict[str, Any]:
+    def guided_schema(self, inp: InT) -> JsonObject:
         """The schema guided decoding enforces for ``inp`` (``decoding_schema`` or the output's)."""
         if self.decoding_schema is not None:
             return self.decoding_schema(inp)
@@ -206,7 +207,7 @@ class Prompt(Generic[InT, OutT]):
         return "\n".join(parts)
 
 
-def output_shape(schema: dict[str, Any]) -> tuple[str, list[str]]:
+def output_shape(schema: JsonObject) -> tuple[str, list[str]]:
     """A one-line picture of the JSON an object schema describes, and notes from descriptions.
 
     ``{"label": <one of "a", "b">, "score": <integer 1 to 5>, "tags": [<string>, ...]}``
@@ -214,7 +215,7 @@ def output_shape(schema: dict[str, Any]) -> tuple[str, list[str]]:
     defs = schema.get("$defs", {})
     notes: list[str] = []
 
-    def resolve(node: dict[str, Any]) -> dict[str, Any]:
+    def resolve(node: JsonObject) -> JsonObject:
         ref = node.get("$ref", "")
         if ref.startswith("#/$defs/"):
             return {
@@ -223,7 +224,7 @@ def output_shape(schema: dict[str, Any]) -> tuple[str, list[str]]:
             }
         return node
 
-    def describe(node: dict[str, Any], path: str) -> str:
+    def describe(node: JsonObject, path: str) -> str:
         node = resolve(node)
         if path and node.get("description"):
             notes.append(f"{path}: {node['description']}")

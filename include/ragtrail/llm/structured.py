@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
+
+from ragtrail.jsonsafe import JsonObject
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -76,7 +78,7 @@ def parse_output(text: str, model: type[T]) -> ParseOutcome[T]:
     return ParseOutcome(True, value, None, text, bool(repairs), None, repairs, candidate)
 
 
-def extract_json_object(text: str) -> tuple[dict[str, Any] | None, str | None, list[str], str]:
+def extract_json_object(text: str) -> tuple[JsonObject | None, str | None, list[str], str]:
     """Find the first JSON object in ``text``.
 
     Returns ``(object, candidate_text, repairs, error)``; ``object`` is None when nothing usable

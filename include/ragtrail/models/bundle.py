@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ragtrail import jsonsafe
+from ragtrail.jsonsafe import JsonObject
 
 BUNDLE_FORMAT = "ragtrail-model-bundle/1"
 BUNDLE_FILE = "bundle.json"
@@ -49,7 +50,7 @@ class ModelBundle:
     kind: str
     base_model: str
     adapters: tuple[str, ...] = ()
-    lineage: dict[str, Any] = field(default_factory=dict)
+    lineage: JsonObject = field(default_factory=dict)
 
     def adapter_dir(self, name: str) -> Path:
         """The directory of stage ``name``'s adapter."""

@@ -19,9 +19,9 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from ragtrail.artifact_keys import bundle_key
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.models.registry import BundleIntegrityError
 from ragtrail.storage.artifacts import ArtifactStore, open_artifact_store
 
@@ -37,7 +37,7 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def bundle_files(root: Path) -> dict[str, dict[str, Any]]:
+def bundle_files(root: Path) -> dict[str, JsonObject]:
     """``{relative posix path: {"bytes", "sha256"}}`` of every file under ``root`` (sorted)."""
     files = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -50,7 +50,7 @@ def bundle_files(root: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
-def files_digest(files: dict[str, dict[str, Any]]) -> str:
+def files_digest(files: dict[str, JsonObject]) -> str:
     """SHA-256 of the canonical JSON of a file list: the bundle's content identity."""
     canonical = json.dumps(files, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
@@ -78,7 +78,7 @@ def verify_bundle_dir(root: Path, digest: str) -> list[str]:
         return [f"{MANIFEST} missing"]
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        expected: dict[str, dict[str, Any]] = manifest["files"]
+        expected: dict[str, JsonObject] = manifest["files"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         return [f"{MANIFEST} unreadable ({exc})"]
     problems = []

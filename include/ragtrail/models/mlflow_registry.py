@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragtrail import jsonsafe
 from ragtrail.artifact_keys import registry_key
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.models.bundle import BundleError, read_bundle
 from ragtrail.models.bundle_store import fetch_bundle, upload_bundle
 from ragtrail.models.registry import (
@@ -365,7 +366,7 @@ class MlflowModelRegistry:
         description = f"{current.description}\n{line}" if current.description else line
         self.client.update_model_version(name, str(version), description=description[-5000:])
 
-    def gate_decisions(self, name: str, version: int) -> list[dict[str, Any]]:
+    def gate_decisions(self, name: str, version: int) -> list[JsonObject]:
         prefix = self._key(name, "versions", str(version), "gates")
         return [json.loads(self.artifacts.get_bytes(k)) for k in self.artifacts.list(prefix)]
 

@@ -21,6 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ragtrail.jsonsafe import JsonObject
+
 CHAMPION = "champion"
 CHALLENGER = "challenger"
 
@@ -65,14 +67,14 @@ class ModelVersion:
     description: str
     created_at: datetime
     tags: dict[str, str] = field(default_factory=dict)
-    lineage: dict[str, Any] | None = None
+    lineage: JsonObject | None = None
     run_id: str | None = None
 
     @property
     def base_model(self) -> str:
         return self.tags.get("ragtrail.base_model", "")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """Plain-JSON view (dates as ISO strings)."""
         out = asdict(self)
         out["aliases"] = list(self.aliases)
@@ -91,7 +93,7 @@ class RegisteredModel:
     latest_version: int | None
     n_versions: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -108,7 +110,7 @@ class AliasEvent:
     actor: str
     reason: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = asdict(self)
         out["at"] = self.at.isoformat()
         return out
@@ -178,7 +180,7 @@ class ModelRegistry(Protocol):
         """Keep a gate decision (strict JSON) with the version and summarise it in its tags."""
         ...
 
-    def gate_decisions(self, name: str, version: int) -> list[dict[str, Any]]:
+    def gate_decisions(self, name: str, version: int) -> list[JsonObject]:
         """The version's gate decisions, oldest first."""
         ...
 

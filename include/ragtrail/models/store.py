@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from filelock import FileLock
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import sha256_text
 from ragtrail.storage.s3uri import parse_s3_uri
 
@@ -61,7 +62,7 @@ def cache_root(cache_dir: Path | str | None) -> Path:
     return Path(cache_dir) if cache_dir is not None else default_model_cache()
 
 
-def read_marker(directory: Path) -> dict[str, Any] | None:
+def read_marker(directory: Path) -> JsonObject | None:
     """The marker of a complete copy, or None when ``directory`` is absent or unfinished."""
     marker = directory / COMPLETE_MARKER
     if not marker.is_file():
@@ -73,7 +74,7 @@ def read_marker(directory: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def write_marker(directory: Path, info: dict[str, Any]) -> None:
+def write_marker(directory: Path, info: JsonObject) -> None:
     """Mark ``directory`` complete; call it last, inside :func:`publishing`."""
     (directory / COMPLETE_MARKER).write_text(json.dumps(info, indent=2), encoding="utf-8")
 

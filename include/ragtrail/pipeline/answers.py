@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ragtrail.evaluate.attribution.scoring import AnswersScore, load_answers, score_answers
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.judges.gate import GateDecision
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
 from ragtrail.records import EntailmentJudgeName
@@ -26,7 +26,7 @@ class AnswersReport:
     score: AnswersScore
     decision: GateDecision | None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {
             "source": self.source,
             **self.score.as_json(),

@@ -8,12 +8,12 @@ values) and hands the values to :func:`ragtrail.evaluate.comparison.run_compare.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Engine
 
 from ragtrail.evaluate.comparison.paired import DEFAULT_RESAMPLES, DEFAULT_SEED
 from ragtrail.evaluate.comparison.run_compare import FacetComparison, compare_runs
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.storage.runs_store import RunRecord, RunStore
 
 
@@ -39,7 +39,7 @@ class RunComparison:
             groups.setdefault((row.evaluation, row.metric), []).append(row)
         return groups
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """Strict-JSON summary (undefined numbers are null with a reason)."""
         return {
             "run_a": self.run_a.run_id,

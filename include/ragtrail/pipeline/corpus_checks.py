@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from ragtrail import jsonsafe
 from ragtrail.artifact_keys import corpus_quality_prefix
 from ragtrail.runtime import Runtime
+from ragtrail.summaries.quality_summary import CorpusQuality, ValidationResult
 
 
 def corpus_frames(rt: Runtime, corpus: str, snapshot_id: str) -> dict[str, pd.DataFrame]:
@@ -61,7 +61,7 @@ def corpus_frames(rt: Runtime, corpus: str, snapshot_id: str) -> dict[str, pd.Da
 
 def check_corpus_quality(
     rt: Runtime, corpus: str, snapshot_id: str, out_dir: Path | None = None
-) -> dict[str, Any]:
+) -> CorpusQuality:
     """Validate the snapshot, build Data Docs, raise QualityGateError on a failed expectation."""
     from ragtrail.quality.runner import QualityRunner, enforce
     from ragtrail.quality.suites import (
@@ -94,11 +94,11 @@ def check_corpus_quality(
     # Kept with the snapshot so a report published later (another task, another worker) shows it.
     (out / "validations.json").write_text(jsonsafe.dumps(validations, "corpus validations"))
     uri = rt.artifacts.put_tree(corpus_quality_prefix(corpus, snapshot_id), out)
-    summary = {
-        "success": all(r.success for r in results),
-        "data_docs_path": str(docs_index),
-        "data_docs_uri": uri,
-        "validations": validations,
-    }
+    summary = CorpusQuality(
+        success=all(r.success for r in results),
+        data_docs_path=str(docs_index),
+        data_docs_uri=uri,
+        validations=[ValidationResult.from_json(v) for v in validations],
+    )
     enforce(results)
     return summary

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from ragtrail.config import ModelRole
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.judges.calibration import calibrate_categorical
 from ragtrail.judges.contract import Judge, JudgeRole
 from ragtrail.judges.correctness import (
@@ -94,7 +94,7 @@ def calibrate_correctness(
 
 def calibrate_correctness_if_missing(
     rt: Runtime, corpus: str, items: Sequence[QAItem]
-) -> dict[str, Any]:
+) -> JsonObject:
     """Calibrate the correctness judge unless its version already has a calibration.
 
     Returns ``status`` (``calibrated`` / ``cached`` / ``not calibrated`` with the ``reason``),
@@ -105,7 +105,7 @@ def calibrate_correctness_if_missing(
     spec = judge.spec
     store = JudgeStore(rt.engine)
     record = store.latest(spec.name, spec.version)
-    out: dict[str, Any] = {"judge": spec.ref, "corpus": corpus}
+    out: JsonObject = {"judge": spec.ref, "corpus": corpus}
     if record is not None:
         out["status"] = "cached"
     else:

@@ -32,7 +32,7 @@ class AssetEvent:
     asset: ClassVar[AssetKey]
     undefined: dict[str, str] = field(default_factory=dict)
 
-    def to_extra(self) -> dict[str, Any]:
+    def to_extra(self) -> JsonObject:
         """Strict-JSON extras (``undefined`` only when a field is null for a reason)."""
         extra = dataclasses.asdict(self)
         if not extra["undefined"]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from ragtrail.artifact_keys import golden_quality_key
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.qa_sets import GoldenRegistration
@@ -56,7 +56,7 @@ def register_golden_set(
     with whether this call created it and its GX result. Raises :class:`GoldenSetError` listing
     every problem."""
     store = GoldenSetStore(rt.engine)
-    gate: dict[str, Any] = {}
+    gate: JsonObject = {}
 
     def quality_gate(items: list[QAItem]) -> None:
         key = golden_quality_key(corpus, name, version_for(items))

@@ -49,6 +49,7 @@ from ragtrail.ingest.chunk import chunk_document
 from ragtrail.ingest.formats.common import QuarantineError
 from ragtrail.ingest.loaders import parse_document
 from ragtrail.ingest.sources import iter_source, read_source_file
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import (
     ChangeKind,
     Chunk,
@@ -151,7 +152,7 @@ class IngestSummary:
     changed_doc_ids: list[str] = field(default_factory=list)
     removed_doc_ids: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -278,7 +279,7 @@ def plan_ingest(
     published = published_documents(store, corpus)
     in_table = set(store.get_documents(corpus))
 
-    files: list[dict[str, Any]] = []
+    files: list[JsonObject] = []
     first_path_by_hash: dict[str, str] = {}
     duplicates: list[QuarantineRecord] = []
     skipped: list[QuarantineRecord] = []
@@ -421,7 +422,7 @@ def _same_as_snapshot(
     rt: Runtime,
     snapshot: SnapshotRecord,
     source_uri: str,
-    files: list[dict[str, Any]],
+    files: list[JsonObject],
     skipped: Sequence[QuarantineRecord],
 ) -> bool:
     """True when ``files`` are exactly the files (paths and bytes) the snapshot was built from,
@@ -464,7 +465,7 @@ def _document_row(
     version: int,
     first: str,
     sid: str,
-) -> dict[str, Any]:
+) -> JsonObject:
     return {
         "doc_id": doc.doc_id,
         "uri": doc.uri,
@@ -482,7 +483,7 @@ def _document_row(
     }
 
 
-def chunk_rows(chunks: Sequence[Chunk]) -> list[dict[str, Any]]:
+def chunk_rows(chunks: Sequence[Chunk]) -> list[JsonObject]:
     return [
         {
             "chunk_id": c.chunk_id,

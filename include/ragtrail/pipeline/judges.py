@@ -33,6 +33,7 @@ from ragtrail.config import ModelRole
 from ragtrail.generate.critiques import CRITERIA, LlmCritiqueJudge
 from ragtrail.generate.judges import LABELLER, criterion_of, critique_judge_name
 from ragtrail.generate.labeller import LlmLabellerJudge
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.judges.calibration import calibrate_categorical, calibrate_contrasts
 from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput, JudgeRole, JudgeSpec
 from ragtrail.judges.contrasts import ContrastSource, build_contrasts
@@ -254,7 +255,7 @@ def store_calibration_run(
     judge: Judge,
     calibration: Calibration,
     reference: str,
-    details: list[dict[str, Any]],
+    details: list[JsonObject],
 ) -> CalibrationRecord:
     """Keep the per-item verdicts as an artifact and the figures as a calibration row."""
     spec = judge.spec
@@ -388,7 +389,7 @@ def accepted_items(rt: Runtime, corpus: str) -> list[Any]:
     return store.version_items(latest["version"]) if latest else []
 
 
-def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, dict[str, Any]]:
+def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
     """Calibrate each generation judge that has no calibration for its version yet.
 
     References: the corpus's golden sets (labeller and contrasts) and its accepted test-set items
@@ -398,7 +399,7 @@ def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, dict[str, Any]]:
     store = JudgeStore(rt.engine)
     items, versions = golden_items(rt, corpus)
     sources: list[ContrastSource] | None = None
-    report: dict[str, dict[str, Any]] = {}
+    report: dict[str, JsonObject] = {}
     for judge in generation_judges(rt):
         spec = judge.spec
         if store.latest(spec.name, spec.version) is not None:

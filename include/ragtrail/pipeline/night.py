@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ragtrail import jsonsafe
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.paths import safe_name, sample_corpus_dir
 from ragtrail.pipeline.events import (
     EVENT_TYPES,
@@ -37,7 +38,7 @@ from ragtrail.records import DEFAULT_TEXT_WEIGHTS, LABELS
 
 log = logging.getLogger(__name__)
 
-StepFunction = Callable[..., dict[str, Any]]
+StepFunction = Callable[..., JsonObject]
 TASKS_MODULE = "ragtrail.pipeline.tasks"
 
 
@@ -75,7 +76,7 @@ class Step:
         """The step's function, imported on first use (never at DAG-parse time)."""
         return cast(StepFunction, getattr(importlib.import_module(TASKS_MODULE), self.task))
 
-    def run(self, rt: Any, **kwargs: Any) -> dict[str, Any]:
+    def run(self, rt: Any, **kwargs: Any) -> JsonObject:
         return self.function()(rt, **kwargs)
 
 
@@ -89,7 +90,7 @@ class ParamSpec:
     description: str
 
 
-Resolver = Callable[[Mapping[str, Any], Mapping[str, Any] | None, str], dict[str, Any]]
+Resolver = Callable[[Mapping[str, Any], Mapping[str, Any] | None, str], JsonObject]
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class Flow:
 
     def resolve(
         self, params: Mapping[str, Any], events: Sequence[Mapping[str, Any]], run_id: str
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """The flow's initial state from its Params and the events that triggered it.
 
         ``events`` are ``{"timestamp": ..., "extra": {...}}``; the newest one wins, so a run
@@ -122,7 +123,7 @@ class Flow:
         return self.resolver(merged, newest_extra(events), run_id)
 
 
-def newest_extra(events: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+def newest_extra(events: Iterable[Mapping[str, Any]]) -> JsonObject | None:
     """The extras of the newest event (by timestamp), or None without events."""
     ordered = sorted(events, key=lambda e: str(e["timestamp"]))
     return dict(ordered[-1].get("extra") or {}) if ordered else None
@@ -146,7 +147,7 @@ _SNAPSHOT_PARAM = ParamSpec(
 
 def _resolve_ingest(
     params: Mapping[str, Any], _event: Mapping[str, Any] | None, run_id: str
-) -> dict[str, Any]:
+) -> JsonObject:
     return {
         "source": params["source"],
         "corpus": params["corpus"],
@@ -160,7 +161,7 @@ def _resolve_ingest(
 
 def _resolve_generation(
     params: Mapping[str, Any], extra: Mapping[str, Any] | None, run_id: str
-) -> dict[str, Any]:
+) -> JsonObject:
     event = CorpusEvent.from_extra(extra) if extra is not None else None
     return {
         "corpus": event.corpus if event else params["corpus"],
@@ -177,7 +178,7 @@ def _resolve_generation(
 
 def _resolve_evaluation(
     params: Mapping[str, Any], extra: Mapping[str, Any] | None, run_id: str
-) -> dict[str, Any]:
+) -> JsonObject:
     event = TestsetEvent.from_extra(extra) if extra is not None else None
     weights = params.get("text_weights")
     return {
@@ -458,7 +459,7 @@ EVALUATE = Flow(
 
 def _resolve_retraining(
     params: Mapping[str, Any], extra: Mapping[str, Any] | None, run_id: str
-) -> dict[str, Any]:
+) -> JsonObject:
     event = DriftEvent.from_extra(extra) if extra is not None else None
     return {
         "corpus": event.corpus if event else params["corpus"],
@@ -542,7 +543,7 @@ def flow(dag_id: str) -> Flow:
 # --------------------------------------------------------------------- running the steps
 
 
-def step_arguments(step: Step, state: Mapping[str, Any]) -> dict[str, Any]:
+def step_arguments(step: Step, state: Mapping[str, Any]) -> JsonObject:
     """The keyword arguments ``step`` takes from the state (missing inputs are an error)."""
     missing = [name for name in step.inputs if name not in state]
     if missing:
@@ -550,7 +551,7 @@ def step_arguments(step: Step, state: Mapping[str, Any]) -> dict[str, Any]:
     return {name: state[name] for name in step.inputs}
 
 
-def step_outputs(step: Step, result: Mapping[str, Any]) -> dict[str, Any]:
+def step_outputs(step: Step, result: Mapping[str, Any]) -> JsonObject:
     """What later steps may read of ``step``'s result."""
     if step.output_as:
         return {step.output_as: dict(result)}
@@ -559,7 +560,7 @@ def step_outputs(step: Step, result: Mapping[str, Any]) -> dict[str, Any]:
 
 def flow_state(
     flow_: Flow, state: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]]
-) -> dict[str, Any]:
+) -> JsonObject:
     """The initial state plus the outputs of the steps that ran (``results`` by step name)."""
     merged = dict(state)
     for step in flow_.steps:
@@ -568,7 +569,7 @@ def flow_state(
     return merged
 
 
-def checked_result(flow_: Flow, step: Step, result: Mapping[str, Any]) -> dict[str, Any]:
+def checked_result(flow_: Flow, step: Step, result: Mapping[str, Any]) -> JsonObject:
     """The step's result, refused if it holds NaN/infinity or if an emitting step's event is not
     its Asset's event type (:data:`~ragtrail.pipeline.events.EVENT_TYPES`)."""
     jsonsafe.check_finite(result, f"{flow_.dag_id}.{step.name} result")
@@ -582,7 +583,7 @@ def checked_result(flow_: Flow, step: Step, result: Mapping[str, Any]) -> dict[s
 
 def run_step_in_worker(
     flow_: Flow, step: Step, state: Mapping[str, Any], extra: Mapping[str, Any]
-) -> dict[str, Any]:
+) -> JsonObject:
     """Run ``step`` as a worker does: on a fresh Runtime built from the ``RAGTRAIL_*`` environment
     (a worker has no state from the DAG file), closed afterwards; the result is checked."""
     from ragtrail.runtime import Runtime
@@ -600,9 +601,9 @@ class FlowRun:
     """What an in-process flow run produced: each unmapped step's result and the event."""
 
     flow: Flow
-    state: dict[str, Any]
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    event: dict[str, Any] | None = None
+    state: JsonObject
+    results: dict[str, JsonObject] = field(default_factory=dict)
+    event: JsonObject | None = None
 
 
 Progress = Callable[[str, int, int], None]

@@ -33,6 +33,8 @@ from ragtrail.summaries.drift_summary import DriftCheck
 from ragtrail.summaries.generation_summary import GenerationOutcome
 from ragtrail.summaries.night_summary import NightPublication, NightReport, SetResult
 from ragtrail.summaries.qa_sets import GoldenRegistration
+from ragtrail.summaries.quality_summary import CorpusQuality
+from ragtrail.summaries.retrain_summary import GateOutcome
 from ragtrail.testset.golden import DuplicateContentError
 
 SAMPLE_GOLDEN_SET = "handbook-sample"
@@ -47,26 +49,26 @@ class NightlyResult:
 
     run_id: str
     ingest: IngestSummary
-    corpus_quality: JsonObject
+    corpus_quality: CorpusQuality
     generation: GenerationOutcome | None
     sets: dict[str, SetResult]
     report: NightReport
     golden: list[GoldenRegistration] = field(default_factory=list)
     drift: DriftCheck | None = None
-    retraining: JsonObject | None = None
+    retraining: GateOutcome | None = None
 
     def to_json(self) -> JsonObject:
         """The ``ragtrail nightly --json`` document (strict JSON)."""
         return {
             "run_id": self.run_id,
             "ingest": self.ingest.as_dict(),
-            "corpus_quality": self.corpus_quality,
+            "corpus_quality": self.corpus_quality.to_json(),
             "generation": self.generation.to_json() if self.generation else None,
             "evaluation": {"sets": {name: s.to_json() for name, s in self.sets.items()}},
             "report": self.report.to_json(),
             "golden": [g.to_json() for g in self.golden],
             "drift": self.drift.to_json() if self.drift else None,
-            "retraining": self.retraining,
+            "retraining": self.retraining.to_json() if self.retraining else None,
         }
 
 
@@ -94,7 +96,7 @@ def run_nightly(
     run_id = run_id or f"nightly-{utcnow():%Y%m%dT%H%M%S}"
     params = {"corpus": corpus, "qa_set": str(qa_set) if qa_set else None}
 
-    def run(flow: Flow, step: str, event: dict[str, Any] | None, **extra: Any) -> FlowRun:
+    def run(flow: Flow, step: str, event: JsonObject | None, **extra: Any) -> FlowRun:
         log(f"[{step}] {flow.dag_id}")
         events = [{"timestamp": utcnow().isoformat(), "extra": event}] if event else []
         state = flow.resolve({**params, **extra}, events, run_id)
@@ -139,16 +141,16 @@ def run_nightly(
     retraining = None
     if evaluated.event is not None:  # the drift Asset: a decision fired, as the scheduler would
         retrained = run(RETRAIN, "drift fired", evaluated.event)
-        retraining = retrained.results["gate"]
+        retraining = GateOutcome.from_json(retrained.results["gate"])
         log(
-            f"      {retraining['model']} v{retraining['version']}: "
-            f"{'promoted' if retraining['promoted'] else 'kept as challenger'} "
-            f"({retraining['reason']})"
+            f"      {retraining.model} v{retraining.version}: "
+            f"{'promoted' if retraining.promoted else 'kept as challenger'} "
+            f"({retraining.reason})"
         )
     return NightlyResult(
         run_id=run_id,
         ingest=IngestSummary(**summary),
-        corpus_quality=_without_event(ingested.results["quality"]),
+        corpus_quality=CorpusQuality.from_json(_without_event(ingested.results["quality"])),
         generation=generation,
         sets=published.sets,
         report=published.report(),

@@ -43,6 +43,7 @@ from ragtrail.pipeline.passage_sources import corpus_from_runtime
 from ragtrail.pipeline.run_io import evaluated_snapshot, load_items
 from ragtrail.records import ModelKind, ModelSpec, QAItem
 from ragtrail.runtime import Runtime
+from ragtrail.summaries.retrain_summary import ChallengerVersion, GateOutcome, TrainingSplit
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def _items_of_sets(rt: Runtime, corpus: str, run_id: str) -> tuple[list[QAItem],
 
 def prepare_citation_data(
     rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str | None = None
-) -> dict[str, Any]:
+) -> TrainingSplit:
     """Split the corpus's QA sets into training prompts and frozen evaluation mixtures."""
     from ragtrail.train.citation import split_citation_data
 
@@ -86,12 +87,12 @@ def prepare_citation_data(
         )
         rt.artifacts.put_bytes(key, split.to_json().encode("utf-8"))
         log.info("citation split %s from %s", split.split_version, ", ".join(sets))
-    return {
-        "split_uri": rt.artifacts.uri_for(key),
-        "split_version": split.split_version,
-        "snapshot_id": snapshot.snapshot_id,
-        **split.lineage()["counts"],
-    }
+    return TrainingSplit(
+        split_uri=rt.artifacts.uri_for(key),
+        split_version=split.split_version,
+        snapshot_id=snapshot.snapshot_id,
+        **split.counts,
+    )
 
 
 def _load_split(rt: Runtime, run_id: str) -> Any:
@@ -146,7 +147,7 @@ def _version_of_run(rt: Runtime, run_id: str) -> int | None:
 
 def train_challenger(
     rt: Runtime, *, corpus: str, run_id: str, base_model: str | None = None
-) -> dict[str, Any]:
+) -> ChallengerVersion:
     """Train a new citation model on the run's split and register it (not yet an alias)."""
     from ragtrail.train.citation import CitationTrainingConfig, train_citation_model
 
@@ -154,7 +155,7 @@ def train_challenger(
     existing = _version_of_run(rt, run_id)
     if existing is not None:
         log.info("%s v%d was already trained by %s", name, existing, run_id)
-        return {"model": name, "version": existing, "reused": True}
+        return ChallengerVersion(model=name, version=existing, reused=True)
     split = _load_split(rt, run_id)
     serving, serving_what = serving_spec(rt)
     base = base_model or base_model_of(rt, serving)
@@ -185,15 +186,15 @@ def train_challenger(
             description=f"trained by {run_id} on {corpus} (split {split.split_version})",
         )
     stages = result.lineage["stages"]
-    return {
-        "model": name,
-        "version": version.version,
-        "reused": False,
-        "base_model": base,
-        "wall_seconds": round(result.wall_seconds, 1),
-        "sft_steps": stages["sft"].get("steps"),
-        "rl_steps": stages["rl"].get("steps"),
-    }
+    return ChallengerVersion(
+        model=name,
+        version=version.version,
+        reused=False,
+        base_model=base,
+        wall_seconds=round(result.wall_seconds, 1),
+        sft_steps=stages["sft"].get("steps"),
+        rl_steps=stages["rl"].get("steps"),
+    )
 
 
 def _evaluate(rt: Runtime, spec: str, split: Any) -> MixtureEvaluation:
@@ -216,7 +217,7 @@ def gate_challenger(
     run_id: str,
     version: int,
     drift_run_id: str | None = None,
-) -> dict[str, Any]:
+) -> GateOutcome:
     """Champion (or the configured answerer) vs the new version on the frozen mixtures; the gate
     decides and the registry records it. ``drift_run_id`` (a night or set run) names the runs the
     champion is accepted on; default: the corpus's newest night."""
@@ -230,7 +231,7 @@ def gate_challenger(
     serving, serving_what = serving_spec(rt)
     challenger_spec = str(ModelSpec(ModelKind.REGISTRY, f"{name}@{version}"))
     if serving == challenger_spec:
-        return {"model": name, "version": version, "promoted": True, "reason": "already champion"}
+        return GateOutcome(model=name, version=version, promoted=True, reason="already champion")
     current = _evaluate(rt, serving, split)
     challenger = _evaluate(rt, challenger_spec, split)
     decision = decide_promotion(
@@ -268,13 +269,13 @@ def gate_challenger(
         "promoted" if decision.promote else "kept",
         decision.reason,
     )
-    return {
-        "model": name,
-        "version": version,
-        "promoted": decision.promote,
-        "reason": decision.reason,
-        "compared_with": serving_what,
-        "current_f1": evidence["current"],
-        "challenger_f1": evidence["challenger"],
-        "accepted_on": accepted_on,
-    }
+    return GateOutcome(
+        model=name,
+        version=version,
+        promoted=decision.promote,
+        reason=decision.reason,
+        compared_with=serving_what,
+        current_f1=evidence["current"],
+        challenger_f1=evidence["challenger"],
+        accepted_on=accepted_on,
+    )

@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from ragtrail.artifact_keys import run_summary_key
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.paths import sample_qa_set
 from ragtrail.records import INCLUSIVE, QAItem, QASetRef, QuestionLabel, SetKind
 from ragtrail.runtime import Runtime
@@ -74,9 +75,9 @@ class SetRun:
     snapshot_id: str
     items: list[QAItem]
     qa_version: str
-    params: dict[str, Any]
+    params: JsonObject
 
-    def record(self, rt: Runtime, **models: Any) -> dict[str, Any]:
+    def record(self, rt: Runtime, **models: Any) -> JsonObject:
         """The keyword arguments of ``RunStore.record_evaluation`` (the producing models plus
         ``models``, e.g. the answerer)."""
         produced = producing_models(

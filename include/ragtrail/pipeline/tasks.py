@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from ragtrail import jsonsafe
 from ragtrail.artifact_keys import testset_quality_key
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.pipeline import ingest as _ingest
 from ragtrail.pipeline.corpus_checks import check_corpus_quality
 from ragtrail.pipeline.events import (
@@ -26,6 +26,7 @@ from ragtrail.pipeline.events import (
     SufficiencyMetricsEvent,
     TestsetEvent,
 )
+from ragtrail.pipeline.ingest import IngestSummary
 from ragtrail.pipeline.publish import announce_headlines, publish_night
 from ragtrail.pipeline.retrieval import evaluate_retrieval
 from ragtrail.pipeline.run_io import evaluated_snapshot
@@ -36,7 +37,7 @@ from ragtrail.summaries.drift_summary import DriftCheck
 from ragtrail.summaries.generation_summary import GenerationOutcome
 from ragtrail.summaries.qa_sets import PlannedSet
 
-XCom = dict[str, Any]
+XCom = JsonObject
 """A step's strict-JSON argument or result: what travels between tasks (the pipeline's edge)."""
 
 log = logging.getLogger(__name__)
@@ -101,18 +102,19 @@ def finalize_ingest(rt: Runtime, *, corpus: str, snapshot_id: str, changed: bool
     return _ingest.finalize_ingest(rt, corpus, snapshot_id, changed=changed).as_dict()
 
 
-def check_corpus(rt: Runtime, *, corpus: str, snapshot_id: str, summary: dict[str, Any]) -> XCom:
+def check_corpus(rt: Runtime, *, corpus: str, snapshot_id: str, summary: XCom) -> XCom:
     """GX on the snapshot (raises on a failed fail-severity check); announces the corpus."""
     result = check_corpus_quality(rt, corpus, snapshot_id)
+    ingested = IngestSummary(**summary)
     event = CorpusEvent(
         corpus=corpus,
         snapshot_id=snapshot_id,
-        changed=bool(summary.get("changed", True)),
-        manifest_uri=summary.get("manifest_uri"),
-        data_docs_uri=result["data_docs_uri"],
-        **{key: int(summary[key]) for key in COUNT_KEYS},
+        changed=ingested.changed,
+        manifest_uri=ingested.manifest_uri,
+        data_docs_uri=result.data_docs_uri,
+        **{key: int(getattr(ingested, key)) for key in COUNT_KEYS},
     )
-    return {**result, "event": event.to_extra()}
+    return {**result.to_json(), "event": event.to_extra()}
 
 
 # -------------------------------------------------------------------------------- generation
@@ -442,7 +444,9 @@ def prepare_citation_training(
     """Split the corpus's QA sets into training prompts and frozen evaluation mixtures."""
     from ragtrail.pipeline.retrain import prepare_citation_data
 
-    return prepare_citation_data(rt, corpus=corpus, run_id=run_id, snapshot_id=snapshot_id)
+    return prepare_citation_data(
+        rt, corpus=corpus, run_id=run_id, snapshot_id=snapshot_id
+    ).to_json()
 
 
 def train_citation_challenger(
@@ -451,7 +455,7 @@ def train_citation_challenger(
     """SFT + RL on the run's split; the bundle registered as a new citation-model version."""
     from ragtrail.pipeline.retrain import train_challenger
 
-    return train_challenger(rt, corpus=corpus, run_id=run_id, base_model=base_model)
+    return train_challenger(rt, corpus=corpus, run_id=run_id, base_model=base_model).to_json()
 
 
 def gate_citation_challenger(
@@ -462,4 +466,4 @@ def gate_citation_challenger(
 
     return gate_challenger(
         rt, corpus=corpus, run_id=run_id, version=int(version), drift_run_id=drift_run_id
-    )
+    ).to_json()

@@ -37,6 +37,7 @@ from great_expectations.data_context.types.base import (
     ProgressBarsConfig,
 )
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.paths import safe_name
 from ragtrail.quality.suites import FAIL, WARN, severity_of
 
@@ -73,7 +74,7 @@ class QualityResult:
     suite_name: str = ""
     validation_name: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """JSON-safe summary (plain str/bool/int/list/dict only)."""
         return {
             "name": self.name,

@@ -20,13 +20,14 @@ render. Validate the *prepared* frames.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import DocFormat, LabelSource, QuarantineReason, QuestionLabel
 from ragtrail.text import SOURCE_REFERENCE_PATTERNS, text_key
 
@@ -78,14 +79,14 @@ RETRIEVAL_RESULT_COLUMNS: Final = (
 QUARANTINE_COLUMNS: Final = ("reason", "detail")
 
 
-def policy(severity: Severity, rationale: str) -> dict[str, Any]:
+def policy(severity: Severity, rationale: str) -> JsonObject:
     """The ``meta`` dict that carries an expectation's gate policy."""
     if severity not in (FAIL, WARN):
         raise ValueError(f"severity must be 'fail' or 'warn', got {severity!r}")
     return {"severity": severity, "rationale": rationale}
 
 
-def severity_of(meta: dict[str, Any] | None) -> Severity:
+def severity_of(meta: JsonObject | None) -> Severity:
     """Severity recorded in an expectation's ``meta``; a missing policy counts as ``fail``."""
     value = (meta or {}).get("severity", FAIL)
     return WARN if value == WARN else FAIL

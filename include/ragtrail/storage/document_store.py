@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.engine import RowMapping
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import Chunk
 from ragtrail.storage import tables as t
 from ragtrail.storage.corpus_store import ensure_corpus
@@ -40,7 +41,7 @@ class DocumentRecord:
     version: int
     size_bytes: int
     n_chunks: int
-    doc_metadata: dict[str, Any]
+    doc_metadata: JsonObject
     first_snapshot_id: str
     last_changed_snapshot_id: str
     updated_at: datetime

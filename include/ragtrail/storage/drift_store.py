@@ -17,11 +17,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from sqlalchemy import delete, select
 from sqlalchemy.engine import RowMapping
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import utcnow, write_transaction
 from ragtrail.storage.runs_store import RunRecord, RunStore
@@ -52,7 +53,7 @@ class BaselineRecord:
     note: str | None
     created_at: datetime
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {**self.__dict__, "created_at": self.created_at.isoformat()}
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine import RowMapping
 
-from ragtrail.jsonsafe import check_finite
+from ragtrail.jsonsafe import JsonObject, check_finite
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import utcnow, write_transaction
 from ragtrail.storage.sql import SqlStore, utc
@@ -40,7 +40,7 @@ class CalibrationRecord:
     judge_version: str
     role: str
     kind: str
-    spec: dict[str, Any]
+    spec: JsonObject
     reference: str
     n: int
     metric: str
@@ -48,7 +48,7 @@ class CalibrationRecord:
     ci_low: float | None
     ci_high: float | None
     undefined: dict[str, str]
-    metrics: dict[str, Any]
+    metrics: JsonObject
     details_uri: str | None
     created_at: datetime
 

@@ -26,7 +26,7 @@ from ragtrail.evaluation_records import (
     facet_key,
     parse_facet_key,
 )
-from ragtrail.jsonsafe import check_finite
+from ragtrail.jsonsafe import JsonObject, check_finite
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import make_engine, upgrade, utcnow, write_transaction
 from ragtrail.storage.sql import batches, insert, utc
@@ -46,7 +46,7 @@ class RunRecord:
     status: str
     started_at: datetime
     finished_at: datetime | None
-    params: dict[str, Any]
+    params: JsonObject
     report_uri: str | None
     corpus: str | None
     snapshot_id: str | None

@@ -32,3 +32,14 @@ class ValidationResult(Record):
     @property
     def evaluated(self) -> int:
         return self.statistics.get("evaluated", 0)
+
+
+class CorpusQuality(Record):
+    """A snapshot's Great Expectations checks (documents, chunks, quarantine): whether every
+    fail-severity expectation held, where the Data Docs are (local path, uploaded URI) and each
+    validation."""
+
+    success: bool
+    data_docs_path: str
+    data_docs_uri: str
+    validations: list[ValidationResult]

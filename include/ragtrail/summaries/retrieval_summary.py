@@ -3,10 +3,9 @@ previous run on the same QA-set version."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.summaries.base import Record, WithUndefined, is_none
 
 
@@ -41,7 +40,7 @@ class EvaluatorInfo(Record):
     """The evaluator that produced the numbers: its config and the metric a gate watches."""
 
     evaluator: str
-    config: dict[str, Any]
+    config: JsonObject
     primary_metric: str
     greater_is_better: bool
 

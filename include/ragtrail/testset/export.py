@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import QACandidate
 from ragtrail.testset.store import qid_for
 
@@ -56,7 +57,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _row(cand: QACandidate, qid: str) -> dict[str, Any]:
+def _row(cand: QACandidate, qid: str) -> JsonObject:
     """One item's evaluation and lineage columns; the label is the observed label."""
     ctx = cand.context
     return {

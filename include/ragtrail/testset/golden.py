@@ -23,11 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Connection, select, update
 from sqlalchemy.engine import RowMapping
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import LABELS, ChangeKind, QAItem, sha256_json
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import utcnow, write_transaction
@@ -84,7 +84,7 @@ class GoldenVersion:
             last_added_at=data["last_added_at"],
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """Strict JSON: plain strings and integers, datetimes in ISO 8601."""
         return {
             "corpus": self.corpus,
@@ -119,7 +119,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def item_record(item: QAItem) -> dict[str, Any]:
+def item_record(item: QAItem) -> JsonObject:
     """The canonical, JSON-ready form of one item (what the version hash covers)."""
     return {
         "qid": item.qid,

@@ -26,6 +26,7 @@ from ragtrail.input_files import (
     parse_json,
     read_lines,
 )
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import LABELS, QAItem, sha256_bytes
 
 WHAT = "QA set"
@@ -97,7 +98,7 @@ def _text(row: Mapping[str, Any], field: str) -> str:
     raise ValueError(f"{field} must be text, not {_kind(value)}")
 
 
-def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
+def _jsonl_rows(path: Path) -> list[JsonObject]:
     rows = []
     for lineno, line in enumerate(read_lines(path, WHAT), 1):
         if not line.strip():
@@ -132,7 +133,7 @@ def _check_columns(path: Path, columns: Iterable[Any]) -> None:
         )
 
 
-def _csv_rows(path: Path) -> list[dict[str, Any]]:
+def _csv_rows(path: Path) -> list[JsonObject]:
     check_text_file(path, WHAT)
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
@@ -149,7 +150,7 @@ def _csv_rows(path: Path) -> list[dict[str, Any]]:
     return frame.to_dict("records")
 
 
-def _parquet_rows(path: Path) -> list[dict[str, Any]]:
+def _parquet_rows(path: Path) -> list[JsonObject]:
     import pyarrow as pa
 
     try:
@@ -161,7 +162,7 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
     return frame.to_dict("records")
 
 
-def _rows(path: Path) -> list[dict[str, Any]]:
+def _rows(path: Path) -> list[JsonObject]:
     suffix = path.suffix.lower()
     try:
         if suffix in {".jsonl", ".ndjson"}:

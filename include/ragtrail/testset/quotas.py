@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import LABELS, QACandidate, RejectKind, format_reject_reason
 
 QUOTA_FULL = format_reject_reason(RejectKind.QUOTA_FULL)
@@ -55,7 +55,7 @@ class QuotaResult:
         """Whether every target was reached."""
         return not self.shortfall
 
-    def balance_rows(self) -> list[dict[str, Any]]:
+    def balance_rows(self) -> list[JsonObject]:
         """Per label: achieved, target, share, target_share, deviation, shortfall.
 
         The columns of :func:`ragtrail.quality.suites.testset_balance_suite`.

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, func, or_, select, update
 from sqlalchemy.engine import RowMapping
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import CandidateStatus, Context, QACandidate, sha256_text
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import utcnow, write_transaction
@@ -449,7 +450,7 @@ def _statuses(status: CandidateStatus | str | Iterable[CandidateStatus | str]) -
     return [CandidateStatus(s).value for s in status]
 
 
-def _retirement(now: Any, reason: str, snapshot_id: str) -> dict[str, Any]:
+def _retirement(now: Any, reason: str, snapshot_id: str) -> JsonObject:
     return {
         "status": CandidateStatus.RETIRED.value,
         "retired_at": now,

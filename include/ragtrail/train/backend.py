@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import GenerationRequest, Message
 from ragtrail.llm.backends.model_store import (
     dtype_tag,
@@ -123,7 +124,7 @@ def generator_adapter_dir(generator_dir: Path) -> Path:
     return generator_dir / ADAPTER_SUBDIR
 
 
-def read_training_json(generator_dir: str | Path) -> dict[str, Any]:
+def read_training_json(generator_dir: str | Path) -> JsonObject:
     """The ``training.json`` record of a fine-tuned generator directory."""
     return json.loads((Path(generator_dir) / TRAINING_JSON).read_text(encoding="utf-8"))
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.train.data import DEFAULT_HELD_OUT_FRACTION
 
 ModelKind = Literal["seq2seq", "causal", "auto"]
@@ -71,7 +72,7 @@ class GeneratorTrainingConfig:
         """
         return self.token_lr if self.token_lr is not None else 10 * self.lr
 
-    def hyperparameters(self, target_modules: list[str] | str) -> dict[str, Any]:
+    def hyperparameters(self, target_modules: list[str] | str) -> JsonObject:
         """The hyper-parameters as recorded in training.json, with the resolved LoRA targets."""
         return {
             "lora_r": self.lora_r,

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.train.data import ANSWER_TOKEN, TrainingExample
 
 IGNORE_INDEX = -100
@@ -79,11 +80,11 @@ class PromptFormat:
             style = "plain"
         return cls(style, max_source_len=max_source_len, max_target_len=max_target_len)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PromptFormat:
+    def from_json(cls, data: JsonObject) -> PromptFormat:
         return cls(
             style=str(data["style"]),
             max_source_len=int(data["max_source_len"]),

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.train.backend import FineTunedGeneratorBackend
 from ragtrail.train.data import TrainingExample, parse_generation
 from ragtrail.train.encoding import IGNORE_INDEX, PromptFormat, collate
@@ -45,7 +46,7 @@ def sample_generations(
     examples: Sequence[TrainingExample],
     *,
     seq2seq: bool,
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """Greedy generations of the in-memory model for a few inputs (recorded in training.json)."""
     if not examples:
         return []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import platform
 from datetime import UTC, datetime
-from typing import Any
 
 import torch
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.train.config import GeneratorTrainingConfig
 from ragtrail.train.data import ANSWER_TOKEN
 from ragtrail.train.encoding import PromptFormat
@@ -39,7 +39,7 @@ def training_record(
     fmt: PromptFormat,
     resolved_base: str,
     total_seconds: float,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The content of ``training.json``: inputs, hyper-parameters, losses, versions, samples."""
     return {
         "format_version": 1,
@@ -76,7 +76,7 @@ def _fmt_loss(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4f}"
 
 
-def model_card(record: dict[str, Any]) -> str:
+def model_card(record: JsonObject) -> str:
     """A human-readable summary of ``training.json``."""
     hp = record["hyperparameters"]
     lines = [

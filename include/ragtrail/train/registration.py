@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.model_store import resolve_model_dir
 from ragtrail.models.bundle import ModelBundle, write_bundle
 from ragtrail.models.registry import ModelRegistry, ModelVersion
@@ -32,7 +33,7 @@ GENERATOR_KIND = "generator"
 GENERATOR_STAGE = "generator"
 
 
-def generator_lineage(record: Mapping[str, Any]) -> dict[str, Any]:
+def generator_lineage(record: Mapping[str, Any]) -> JsonObject:
     """Lineage of a generator from its ``training.json`` record."""
     hyper = dict(record.get("hyperparameters", {}))
     return {

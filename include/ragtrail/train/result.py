@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from ragtrail.jsonsafe import JsonObject
 
 
 @dataclass
@@ -27,7 +28,7 @@ class FinetuneResult:
     total_params: int
     steps: int
     seconds: float
-    samples: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[JsonObject] = field(default_factory=list)
 
     @property
     def trainable_share(self) -> float:

@@ -47,7 +47,7 @@ from ragtrail.evaluate.attribution.cited_answers import (
     parse_statements,
     strip_citation_markers,
 )
-from ragtrail.jsonsafe import mark_undefined
+from ragtrail.jsonsafe import JsonObject, mark_undefined
 from ragtrail.judges.contract import (
     ENTAILMENT_CATEGORIES,
     SUPPORTED,
@@ -535,9 +535,9 @@ def record_scores(record: AnswerRecord, table: Entailments | None) -> dict[str, 
     return scores
 
 
-def scores_as_json(scores: Mapping[str, Score]) -> dict[str, Any]:
+def scores_as_json(scores: Mapping[str, Score]) -> JsonObject:
     """``{metric: value}`` with ``undefined: {metric: reason}`` (the jsonsafe convention)."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for name, score in scores.items():
         if score.reason is None:
             out[name] = score.value

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.prompts import PROMPTS, Prompt
 
 MAX_CITATIONS_PER_SENTENCE = 3
@@ -49,7 +50,7 @@ class Statement:
     text: str
     citations: tuple[int, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"text": self.text, "citations": list(self.citations)}
 
 
@@ -227,7 +228,7 @@ def statements_of(output: CitedAnswerOutput) -> list[Statement]:
     return out
 
 
-def cited_answer_schema(inp: CitedAnswerInput) -> dict[str, Any]:
+def cited_answer_schema(inp: CitedAnswerInput) -> JsonObject:
     """What guided decoding enforces for ``inp``: at most two sentences of at most 160 characters
     (short answers, as the method asks; measured on SmolLM2-135M, three 240-character sentences
     took up to 230 new tokens, over two minutes an answer on 2 shared cores), each citing one to

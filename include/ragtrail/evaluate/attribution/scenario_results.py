@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from ragtrail.evaluate.attribution.cited_answers import AnswerRecord
 from ragtrail.evaluate.attribution.subqueries import Subqueries
 from ragtrail.evaluate.metrics import bootstrap_ci, evaluate, parse_metric
-from ragtrail.jsonsafe import mark_undefined
+from ragtrail.jsonsafe import JsonObject, mark_undefined
 
 RETRIEVAL_METRICS: tuple[str, ...] = ("P@1", "recall@1", "P@10", "recall@10", "ndcg@10")
 NO_RELEVANT_REASON = "no answerable item with known relevant passages"
@@ -42,7 +42,7 @@ class ScenarioAnswer:
     retrieval_queries: tuple[str, ...] = ()
     note: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         rec = self.record
         return {
             "qid": rec.qid,
@@ -65,10 +65,10 @@ class RetrievalMetrics:
     """IR metrics of a scenario's passage lists: per query and macro (mean, CI, n)."""
 
     per_query: dict[str, dict[str, float]]
-    macro: list[dict[str, Any]]
+    macro: list[JsonObject]
     excluded: tuple[str, ...]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "macro": self.macro,
             "per_query": self.per_query,
@@ -96,9 +96,9 @@ class ScenarioResult:
     def count(self, status: Status) -> int:
         return sum(1 for a in self.answers if a.status == status)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         n = len(self.answers)
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "scenario": self.name,
             "n": n,
             "n_ok": self.count("ok"),
@@ -122,9 +122,9 @@ class ScenarioRun:
     scenarios: dict[str, ScenarioResult]
     subqueries: dict[str, Subqueries]
     level: str
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: JsonObject = field(default_factory=dict)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         """Strict-JSON summary (undefined values are null with a reason)."""
         return {
             "settings": self.settings,
@@ -169,7 +169,7 @@ def retrieval_metrics(
     macro = []
     for m, spec in enumerate(specs):
         values = [per_query[qid][spec.id] for qid in per_query]
-        row: dict[str, Any] = {
+        row: JsonObject = {
             "metric": spec.id,
             "value": sum(values) / len(values),
             "n": len(values),

@@ -58,7 +58,7 @@ from ragtrail.evaluate.contract import (
 )
 from ragtrail.evaluate.metrics import bootstrap_ci
 from ragtrail.input_files import json_type, jsonl_hint, parse_json, read_lines
-from ragtrail.jsonsafe import check_finite, write_jsonl
+from ragtrail.jsonsafe import JsonObject, check_finite, write_jsonl
 from ragtrail.judges.contract import Judge, JudgeSpec
 from ragtrail.records import INCLUSIVE
 
@@ -192,13 +192,13 @@ def load_answers(path: Path | str) -> list[AnswerRecord]:
     return parse_answers(read_lines(path, "answers file"), str(path))
 
 
-def record_as_json(record: AnswerRecord) -> dict[str, Any]:
+def record_as_json(record: AnswerRecord) -> JsonObject:
     """One record as a line of the answers format (the inverse of :func:`parse_answers`)."""
 
     def passages(rows: Sequence[SourcePassage]) -> list[dict[str, str]]:
         return [{"docid": p.docid, "text": p.text} for p in rows]
 
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "qid": record.qid,
         "question": record.question,
         "answer": record.answer,
@@ -253,7 +253,7 @@ class AnswersScore:
     """
 
     result: EvaluationResult
-    records: list[dict[str, Any]]
+    records: list[JsonObject]
     skipped: dict[str, str]
     undefined: dict[str, dict[str, int]]
     judge: JudgeSpec | None
@@ -262,7 +262,7 @@ class AnswersScore:
     judge_calls: int = 0
     citations: int = 0
     invalid_citations: int = 0
-    failures: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[JsonObject] = field(default_factory=list)
 
     @property
     def judge_ref(self) -> str | None:
@@ -276,7 +276,7 @@ class AnswersScore:
                 return agg
         raise KeyError(f"no aggregate of {metric!r} for {key}")
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         """Strict JSON: aggregates, per-answer metrics, skipped and undefined counts, judge."""
         return check_finite(
             {
@@ -410,10 +410,10 @@ class AnswersEvaluator(BaseEvaluator[AttributionConfig, AnswersInputs]):
     def _aggregates(
         self,
         metrics: Sequence[str],
-        facets: Sequence[dict[str, Any]],
+        facets: Sequence[JsonObject],
         per_record: Sequence[Mapping[str, Score]],
     ) -> list[Aggregate]:
-        groups: dict[str, tuple[dict[str, Any], list[int]]] = {}
+        groups: dict[str, tuple[JsonObject, list[int]]] = {}
         for i, f in enumerate(facets):
             keys = [f] + ([{**f, "label": INCLUSIVE}] if "label" in f else [])
             for group in keys:

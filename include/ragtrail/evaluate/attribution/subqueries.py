@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
 from ragtrail.text import text_key
@@ -40,7 +40,7 @@ class SubqueryOutput(BaseModel):
     )
 
 
-def subquery_schema(inp: SubqueryInput) -> dict[str, Any]:
+def subquery_schema(inp: SubqueryInput) -> JsonObject:
     """What guided decoding enforces: one to ``count`` queries of bounded length."""
     return {
         "type": "object",
@@ -100,7 +100,7 @@ class Subqueries:
         """The original question first, then the sub-queries."""
         return (self.question, *self.queries)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "question": self.question,
             "queries": list(self.queries),

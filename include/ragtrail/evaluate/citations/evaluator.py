@@ -51,7 +51,7 @@ from ragtrail.evaluate.contract import (
     register_evaluator,
 )
 from ragtrail.evaluate.metrics import bootstrap_ci
-from ragtrail.jsonsafe import check_finite
+from ragtrail.jsonsafe import JsonObject, check_finite
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.records import LABELS, QAItem, QuestionLabel
 
@@ -121,7 +121,7 @@ class CitationEvaluator(BaseEvaluator[CitationEvalConfig, CitationInputs]):
     def evaluate(self, inputs: CitationInputs) -> EvaluationResult:
         return self.result_of(self.rows(inputs))
 
-    def rows(self, inputs: CitationInputs) -> list[dict[str, Any]]:
+    def rows(self, inputs: CitationInputs) -> list[JsonObject]:
         """Per-query rows: one ``model`` and one ``random`` row per mixture."""
         out = []
         for mixture, answer in zip(inputs.mixtures, inputs.answers, strict=True):
@@ -133,7 +133,7 @@ class CitationEvaluator(BaseEvaluator[CitationEvalConfig, CitationInputs]):
         queries = [qv for row in rows for qv in _query_values(row)]
         return self.result(queries, self._aggregates(rows))
 
-    def _random_row(self, mixture: Mixture) -> dict[str, Any]:
+    def _random_row(self, mixture: Mixture) -> JsonObject:
         rng = np.random.default_rng(
             stable_seed(self.config.seed, mixture.qid, mixture.mixture_type, RANDOM)
         )
@@ -216,7 +216,7 @@ def _row(
     status: str,
     values: Mapping[str, float | None],
     undefined: Mapping[str, str],
-) -> dict[str, Any]:
+) -> JsonObject:
     return {
         "qid": mixture.qid,
         "label": mixture.label,
@@ -231,7 +231,7 @@ def _row(
     }
 
 
-def _model_row(mixture: Mixture, answer: MixtureAnswer) -> dict[str, Any]:
+def _model_row(mixture: Mixture, answer: MixtureAnswer) -> JsonObject:
     metrics = SCORE_METRICS + ANSWER_METRICS
     if not answer.ok:
         reason = f"answer failed ({answer.cause or 'error'}): {answer.error}"
@@ -274,7 +274,7 @@ class MixtureEvaluation:
     config: CitationEvalConfig
     mixtures: MixtureSet
     answers: list[MixtureAnswer]
-    rows: list[dict[str, Any]]
+    rows: list[JsonObject]
     result: EvaluationResult
 
     @property
@@ -284,7 +284,7 @@ class MixtureEvaluation:
         reasons are in the ``undefined`` column)."""
         return pd.DataFrame(self.rows)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         """Strict-JSON summary: counts, aggregates, the closed-form random expectation per
         mixture type, and a drill-down per mixture (question, numbered passages with kind and doc
         id, the answer, cited vs relevant numbers, both systems' scores)."""
@@ -320,15 +320,15 @@ class MixtureEvaluation:
         return check_finite(summary, "citation evaluation summary")
 
 
-def _scores_of(row: Mapping[str, Any]) -> dict[str, Any]:
+def _scores_of(row: Mapping[str, Any]) -> JsonObject:
     metrics = SCORE_METRICS + (ANSWER_METRICS if row["system"] == MODEL else ())
-    out: dict[str, Any] = {m: row[m] for m in metrics}
+    out: JsonObject = {m: row[m] for m in metrics}
     if row["undefined"]:
         out["undefined"] = dict(row["undefined"])
     return out
 
 
-def _aggregate_dict(agg: Aggregate) -> dict[str, Any]:
+def _aggregate_dict(agg: Aggregate) -> JsonObject:
     """The aggregate's JSON with its facets flattened beside the metric (the report's form)."""
     out = agg.as_dict()
     return {"metric": out.pop("metric"), **out.pop("facets"), **out}

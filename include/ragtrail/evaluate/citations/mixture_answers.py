@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ragtrail.evaluate.attribution.cited_answers import (
     CITED_ANSWER_PROMPT,
@@ -28,6 +27,7 @@ from ragtrail.evaluate.attribution.cited_answers import (
     statements_of,
 )
 from ragtrail.evaluate.citations.mixtures import Mixture
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import GenerationParams, LLMClient
 
 ANSWER_STAGE = "citations"
@@ -69,7 +69,7 @@ class MixtureAnswer:
     def words(self) -> int:
         return answer_words(self.statements)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "qid": self.qid,
             "mixture": self.mixture_type,

@@ -31,10 +31,11 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import MIXTURE_TYPES, Chunk, MixtureType, QAItem, QuestionLabel, SearchHit
 
 PassageKind = Literal["relevant", "irrelevant", "seemingly"]
@@ -121,7 +122,7 @@ class MixturePassage:
     doc_id: str
     text: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "number": self.number,
             "kind": self.kind,
@@ -160,7 +161,7 @@ class Mixture:
     def kinds(self) -> tuple[PassageKind, ...]:
         return tuple(p.kind for p in self.passages)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "qid": self.qid,
             "question": self.question,
@@ -189,7 +190,7 @@ class MixtureSet:
     skipped: tuple[SkippedItem, ...] = ()
     spec: MixtureSpec = field(default_factory=MixtureSpec)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "spec": self.spec.text,
             "mixtures": [m.as_dict() for m in self.mixtures],

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from ragtrail.jsonsafe import JsonObject
 
 NO_CITATIONS = "no citations"
 NO_RELEVANT = "no relevant passage in the mixture"
@@ -46,8 +47,8 @@ class CitationScores:
     cited_any: bool
     undefined: Mapping[str, str] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {
             "citation_precision": self.precision,
             "citation_recall": self.recall,
             "citation_f1": self.f1,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from ragtrail.jsonsafe import JsonObject
 
 NO_BASELINE_DOCUMENTS = "the baseline snapshot has no documents"
 
@@ -37,9 +38,9 @@ class CorpusDrift:
         """Documents added, updated or removed, relative to the baseline's document count."""
         return self.share(self.added + self.updated + self.removed)
 
-    def as_record(self) -> dict[str, Any]:
+    def as_record(self) -> JsonObject:
         """Strict JSON; shares are null with a reason when the baseline had no documents."""
-        record: dict[str, Any] = {
+        record: JsonObject = {
             "baseline_snapshot": self.baseline_snapshot,
             "current_snapshot": self.current_snapshot,
             "n_baseline": self.n_baseline,

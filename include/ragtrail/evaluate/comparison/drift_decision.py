@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from ragtrail.evaluate.comparison.paired import holm
 from ragtrail.evaluate.comparison.run_compare import FacetComparison
 from ragtrail.evaluation_records import FacetValue
+from ragtrail.jsonsafe import JsonObject
 
 Direction = Literal["worse", "better", "unchanged"]
 
@@ -101,7 +102,7 @@ class DriftRow:
         facets = ", ".join(f"{k}={v}" for k, v in self.facets.items())
         return f"{self.evaluation}:{self.metric}" + (f" [{facets}]" if facets else "")
 
-    def as_record(self) -> dict[str, Any]:
+    def as_record(self) -> JsonObject:
         """Strict-JSON record; every None number has its reason under ``undefined``."""
         return {
             "evaluation": self.evaluation,

@@ -35,7 +35,7 @@ from typing import Any
 from ragtrail.config import PromotionSettings
 from ragtrail.evaluate.citations.mixtures import MIXTURE_TYPES
 from ragtrail.evaluate.comparison.paired import PairedStats, compare_paired
-from ragtrail.jsonsafe import check_finite
+from ragtrail.jsonsafe import JsonObject, check_finite
 
 PRIMARY = "primary"
 GUARD = "guard"
@@ -97,7 +97,7 @@ class GateConfig:
             ),
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = asdict(self)
         out["guards"] = [asdict(g) for g in self.guards]
         return out
@@ -125,7 +125,7 @@ class GateCheck:
     note: str = ""
     undefined: dict[str, str] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = asdict(self)
         if not out["undefined"]:
             del out["undefined"]
@@ -140,13 +140,13 @@ class GateDecision:
     reason: str
     reference: str
     checks: tuple[GateCheck, ...]
-    config: dict[str, Any]
+    config: JsonObject
 
     @property
     def failed(self) -> list[GateCheck]:
         return [c for c in self.checks if not c.passed]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         """Strict JSON (no NaN): what the registry stores with the version."""
         return check_finite(
             {

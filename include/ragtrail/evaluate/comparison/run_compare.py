@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ragtrail.evaluate.comparison.paired import (
     DEFAULT_RESAMPLES,
@@ -23,6 +23,7 @@ from ragtrail.evaluate.comparison.paired import (
     holm,
 )
 from ragtrail.evaluate.contract import FacetValue, facet_key, parse_facet_key
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import INCLUSIVE
 
 NO_P_VALUE = "no p-value in this cell to correct"
@@ -60,7 +61,7 @@ class FacetComparison:
     only_in_b: int
     undefined: Mapping[str, str] = field(default_factory=dict)
 
-    def as_record(self) -> dict[str, Any]:
+    def as_record(self) -> JsonObject:
         """Strict-JSON record: null plus reason for every undefined number."""
         s = self.stats
         return {

@@ -27,7 +27,7 @@ from ragtrail.evaluate.contract import (
 from ragtrail.evaluate.metrics import bootstrap_ci, per_query_value
 from ragtrail.index.base import HybridIndex, fetch_candidates
 from ragtrail.index.fusion import fuse
-from ragtrail.jsonsafe import mark_undefined
+from ragtrail.jsonsafe import JsonObject, mark_undefined
 from ragtrail.progress import ProgressSink, ProgressUpdate, no_progress
 from ragtrail.records import INCLUSIVE, LABELS, Candidates, QAItem
 
@@ -67,11 +67,11 @@ class ScanResult:
     per_query: pd.DataFrame  # qid, label, text_weight, first_relevant_rank, + metric columns
     level: str
 
-    def best_records(self) -> list[dict[str, Any]]:
+    def best_records(self) -> list[JsonObject]:
         """The best-strategy table as strict-JSON records (undefined values: null + reason)."""
         return undefined_as_null(self.best)
 
-    def metric_records(self) -> list[dict[str, Any]]:
+    def metric_records(self) -> list[JsonObject]:
         """The long metrics table as strict-JSON records (undefined values: null + reason)."""
         return undefined_as_null(self.metrics)
 
@@ -231,7 +231,7 @@ def _value_at(frame: pd.DataFrame, weight: float) -> float:
 
 def undefined_as_null(
     frame: pd.DataFrame, reasons: Mapping[str, str] = UNDEFINED_REASONS
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """Records of ``frame`` with every NaN replaced by None and its reason (jsonsafe convention).
 
     A NaN in a field without a known cause is a bug upstream, so it raises instead of being
@@ -239,7 +239,7 @@ def undefined_as_null(
     """
     records = []
     for row in frame.to_dict("records"):
-        record: dict[str, Any] = {}
+        record: JsonObject = {}
         for key, value in row.items():
             if isinstance(value, float) and math.isnan(value):
                 if key not in reasons:

@@ -40,7 +40,7 @@ from ragtrail.evaluate.contract import (
 )
 from ragtrail.evaluate.sufficiency.answer_match import matches_gold
 from ragtrail.evaluate.sufficiency.short_answers import ShortAnswer
-from ragtrail.jsonsafe import check_finite
+from ragtrail.jsonsafe import JsonObject, check_finite
 from ragtrail.judges.calibration import Estimate, proportion
 from ragtrail.judges.contract import Judge, JudgeInput, VerdictType
 from ragtrail.judges.correctness import CORRECT, INCORRECT
@@ -128,7 +128,7 @@ class CAHRecord:
             return str(getattr(self.case, name))
         raise ValueError(f"unknown C/A/H facet {name!r}; known: {list(CAH_FACETS)}")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         case = self.case
         return {
             "qid": case.qid,
@@ -250,8 +250,8 @@ class CAHRow:
     def n_unscored(self) -> int:
         return self.n - self.n_scored
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {
             **self.facets,
             "n": self.n,
             "n_scored": self.n_scored,
@@ -391,7 +391,7 @@ class CAHEvaluation:
     table: list[CAHRow]
     result: EvaluationResult
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         """Strict JSON: counts, the table and a per-answer drill-down."""
         summary = {
             "evaluator": self.result.evaluator,

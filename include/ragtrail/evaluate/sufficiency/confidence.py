@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ragtrail.evaluate.citations.mixtures import stable_seed
-from ragtrail.jsonsafe import finite_or_undefined
+from ragtrail.jsonsafe import JsonObject, finite_or_undefined
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
 
@@ -72,9 +72,9 @@ class ConfidenceScore:
         if self.value is None and not self.error:
             raise ValueError("a confidence score without a value needs an error")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """Strict JSON; an undefined value is null with the error as its reason."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         finite_or_undefined(out, "value", self.value, self.error or "")
         out.update(n_valid=self.n_valid, n_asked=self.n_asked, error=self.error, raw=list(self.raw))
         return out
@@ -96,7 +96,7 @@ class SampleAnswerOutput(BaseModel):
     answer: str = Field(description="a few words or one short sentence")
 
 
-def _sample_schema(_: SampleAnswerInput) -> dict[str, Any]:
+def _sample_schema(_: SampleAnswerInput) -> JsonObject:
     return {
         "type": "object",
         "properties": {"answer": {"type": "string", "maxLength": MAX_ANSWER_CHARS}},
@@ -140,7 +140,7 @@ class PCorrectOutput(BaseModel):
     answers: list[LikelyAnswer] = Field(min_length=1, description="the two most likely answers")
 
 
-def _p_correct_schema(_: PCorrectInput) -> dict[str, Any]:
+def _p_correct_schema(_: PCorrectInput) -> JsonObject:
     """Two answers of bounded length, each with a number (the number's 0..1 bounds are stated
     but the decoder only checks digits, so the value is clipped after parsing)."""
     item = {

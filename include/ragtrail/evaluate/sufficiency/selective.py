@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -53,7 +52,7 @@ from ragtrail.evaluate.sufficiency.selective_policy import (
     scorer_source,
     split_by_question,
 )
-from ragtrail.jsonsafe import finite_or_undefined, mark_undefined
+from ragtrail.jsonsafe import JsonObject, finite_or_undefined, mark_undefined
 
 __all__ = [
     "CONFIDENCE_FEATURES",
@@ -101,7 +100,7 @@ class CurveSummary:
     auc: float
     at_target: CurvePoint
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "source": self.source,
             "features": list(self.features),
@@ -119,8 +118,8 @@ class Interval:
     high: float | None
     reason: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {}
         for name, value in (("low", self.low), ("high", self.high)):
             finite_or_undefined(out, name, value, self.reason or "not computed")
         return out
@@ -151,8 +150,8 @@ class SelectiveComparison:
         summary = self.with_sufficiency if which == WITH_SUFFICIENCY else self.confidence_only
         return None if summary is None else summary.auc
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {
             "n_rows": self.n_rows,
             "n_questions": self.n_questions,
             "excluded_missing": self.excluded_missing,
@@ -296,8 +295,8 @@ class SelectiveRun:
     def test_qids(self) -> tuple[str, ...]:
         return tuple(sorted({r.qid for r in self.test_rows}))
 
-    def as_dict(self) -> dict[str, Any]:
-        policies: dict[str, Any] = {}
+    def as_dict(self) -> JsonObject:
+        policies: JsonObject = {}
         for key, policy in self.policies.items():
             if policy is None:
                 mark_undefined(policies, key, self.policy_undefined[key])

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+
+from ragtrail.jsonsafe import JsonObject
 
 _COVERAGE_TOLERANCE = 1e-12
 
@@ -28,7 +29,7 @@ class CurvePoint:
     threshold: float
     n_kept: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "coverage": self.coverage,
             "accuracy": self.accuracy,

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ragtrail.jsonsafe import JsonObject
+
 SUFFICIENT = "sufficient"
 P_TRUE = "p_true"
 P_CORRECT = "p_correct"
@@ -143,7 +145,7 @@ class SelectivePolicy:
         """The confidence to answer: the probability that ``row`` is NOT hallucinated."""
         return 1.0 - self.hallucination_probability(row)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """Plain JSON, the stored artifact (:meth:`from_dict` reads it back)."""
         return {
             "features": list(self.features),

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel, Field
 
 from ragtrail.config import SufficiencySettings
 from ragtrail.evaluate.sufficiency.abstention import is_abstention
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.prompts import PROMPTS, Prompt
 
@@ -58,7 +58,7 @@ class ShortAnswerOutput(BaseModel):
     # Both required: a reply cut off before the flag must not validate with a default.
 
 
-def short_answer_schema(_inp: ShortAnswerInput) -> dict[str, Any]:
+def short_answer_schema(_inp: ShortAnswerInput) -> JsonObject:
     """What guided decoding enforces: the two fields, the answer at most 160 characters."""
     return {
         "type": "object",
@@ -129,8 +129,8 @@ class ShortAnswer:
         :func:`~ragtrail.evaluate.sufficiency.abstention.is_abstention`); a failure never does."""
         return not self.failed and is_abstention(self.text, self.abstain_flag)
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {
             "status": "failed" if self.failed else "ok",
             "text": self.text,
             "abstain_flag": self.abstain_flag,

@@ -14,8 +14,8 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import QuarantineReason, Section, SourceFile
 
 __all__ = [
@@ -107,7 +107,7 @@ class Parsed:
 
     title: str | None
     sections: list[Section]
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
     no_text_detail: str | None = None
 
 

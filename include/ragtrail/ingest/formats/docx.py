@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ragtrail.ingest.formats.common import Parsed, QuarantineError, SectionBuilder, render_table
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import QuarantineReason, SourceFile
 
 __all__ = ["MAX_DOCX_XML_BYTES", "parse_docx"]
@@ -71,7 +72,7 @@ def parse_docx(src: SourceFile, max_bytes: int) -> Parsed:
             style = _style_name(block)
             builder.add_text(f"- {text}" if _DOCX_LIST.match(style) else text)
     props = document.core_properties
-    metadata: dict[str, Any] = {}
+    metadata: JsonObject = {}
     for key in ("author", "created", "modified", "subject", "keywords"):
         value = getattr(props, key, None)
         if value:

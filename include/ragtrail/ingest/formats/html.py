@@ -20,6 +20,7 @@ from ragtrail.ingest.formats.common import (
     decode_utf8,
     render_table,
 )
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import QuarantineReason, SourceFile
 
 __all__ = ["parse_html"]
@@ -122,7 +123,7 @@ def parse_html(src: SourceFile, max_bytes: int) -> Parsed:
         comment.extract()
     builder = SectionBuilder()
     _walk_html(soup, builder)
-    meta: dict[str, Any] = {}
+    meta: JsonObject = {}
     if soup.html is not None and soup.html.get("lang"):
         meta["language"] = soup.html.get("lang")
     return Parsed(title=title or None, sections=builder.build(), metadata=meta)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from ragtrail.ingest.formats.common import Parsed, SectionBuilder, decode_text, render_table
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import SourceFile
 
 __all__ = ["parse_markdown"]
@@ -46,7 +46,7 @@ def parse_markdown(src: SourceFile, max_bytes: int) -> Parsed:
     return Parsed(title=title, sections=builder.build(), metadata=metadata)
 
 
-def _split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+def _split_front_matter(text: str) -> tuple[JsonObject, str]:
     """(metadata, body). Malformed YAML front matter is dropped and reported in the metadata
     rather than quarantining a perfectly readable document."""
     import frontmatter

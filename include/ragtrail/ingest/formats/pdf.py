@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from ragtrail.ingest.formats.common import Parsed, QuarantineError, first_line, normalise_text
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import QuarantineReason, Section, SourceFile
 
 __all__ = ["parse_pdf"]
@@ -53,7 +54,7 @@ def parse_pdf(src: SourceFile, max_bytes: int) -> Parsed:
     if page_list and len(errors) == len(page_list):
         raise QuarantineError(QuarantineReason.CORRUPT, f"no page could be read: {errors[0]}")
     text = normalise_text("\n\n".join(pages))
-    metadata: dict[str, Any] = {"n_pages": len(page_list)}
+    metadata: JsonObject = {"n_pages": len(page_list)}
     if errors:
         metadata["pages_failed"] = len(errors)
     info_title, author = _pdf_info(reader)

@@ -12,7 +12,9 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+from ragtrail.jsonsafe import JsonObject
 
 Message = dict[str, str]
 """One chat message: ``{"role": "system" | "user" | "assistant", "content": "..."}``."""
@@ -53,7 +55,7 @@ class GenerationRequest:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
-    json_schema: dict[str, Any] | None = None
+    json_schema: JsonObject | None = None
     stop: tuple[str, ...] = ()
     avoid_copying: tuple[str, ...] = ()
     avoid_words: tuple[str, ...] = ()
@@ -70,9 +72,9 @@ class GenerationRequest:
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError("top_p must be in (0, 1]")
 
-    def generation_params(self) -> dict[str, Any]:
+    def generation_params(self) -> JsonObject:
         """The decoding parameters as plain JSON-able data (used in cache keys and logs)."""
-        params: dict[str, Any] = {
+        params: JsonObject = {
             "max_new_tokens": self.max_new_tokens,
             "temperature": float(self.temperature),
             "top_p": float(self.top_p),
@@ -114,7 +116,7 @@ class GenerationResult:
     refusal: str | None = None
     attempts: int = 1
     latency_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -47,6 +47,8 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor
 
+from ragtrail.jsonsafe import JsonObject
+
 DEFAULT_MAX_STRING_CHARS = 200
 """``maxLength`` given to schema strings that have none (about one long sentence)."""
 
@@ -61,7 +63,7 @@ MAX_INTEGER_ENUM = 100
 """Integer ranges up to this size are enforced by listing their values."""
 
 
-def tighten_schema(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
+def tighten_schema(schema: JsonObject, max_chars: int) -> JsonObject:
     """A copy of ``schema`` that lm-format-enforcer can enforce completely.
 
     Strings without ``maxLength`` get ``maxLength=max_chars`` (enums and constants keep their
@@ -291,7 +293,7 @@ class DecodingConstraints:
 
     def processor(
         self,
-        schemas: Sequence[dict[str, Any] | None],
+        schemas: Sequence[JsonObject | None],
         avoid: Sequence[Sequence[str]],
         prompt_length: int,
         avoid_words: Sequence[Sequence[str]] | None = None,

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class OpenAICompatBackend:
         max_concurrency: int = 4,
         supports_json_schema: bool = False,
         max_tokens_field: str = "max_tokens",
-        extra_body: dict[str, Any] | None = None,
+        extra_body: JsonObject | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
@@ -147,9 +148,9 @@ class OpenAICompatBackend:
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
             return list(pool.map(self._one, requests))
 
-    def payload(self, req: GenerationRequest) -> dict[str, Any]:
+    def payload(self, req: GenerationRequest) -> JsonObject:
         """The JSON body sent for one request."""
-        body: dict[str, Any] = {
+        body: JsonObject = {
             "model": self.model_id,
             "messages": [dict(m) for m in req.messages],
             self.max_tokens_field: req.max_new_tokens,
@@ -207,7 +208,7 @@ class OpenAICompatBackend:
         with self._rng_lock:
             return self._rng.uniform(0.0, ceiling)
 
-    def _post(self, body: dict[str, Any]) -> GenerationResult:
+    def _post(self, body: JsonObject) -> GenerationResult:
         url = f"{self.base_url}/chat/completions"
         try:
             resp = self._http.post(url, json=body)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ragtrail.artifact_keys import citation_queries_key, citations_key
 from ragtrail.config import ModelRole
@@ -30,6 +29,7 @@ from ragtrail.evaluate.attribution.scenarios import run_scenarios
 from ragtrail.evaluate.attribution.scoring import score_answers
 from ragtrail.evaluate.citations.evaluator import CitationEvalConfig, evaluate_mixtures
 from ragtrail.evaluate.citations.mixture_answers import DEFAULT_ANSWER_PARAMS
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import GenerationParams
 from ragtrail.pipeline.citations.views import citation_queries_frame, compact, mixture_view
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
@@ -142,7 +142,7 @@ def _scenarios(
     names: Sequence[str],
     text_weight: float,
     params: GenerationParams,
-    record: dict[str, Any],
+    record: JsonObject,
 ) -> ScenarioSummary:
     """Run and score the attributed-answer scenarios on ``items`` and record their metrics."""
     cs = rt.settings.citations

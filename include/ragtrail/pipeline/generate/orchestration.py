@@ -7,10 +7,10 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
 
 from ragtrail.artifact_keys import generation_plan_key
 from ragtrail.config import ModelRole
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.pipeline.generate.artifacts import write_artifacts
 from ragtrail.pipeline.generate.candidates import baseline, pending, statement_candidates
 from ragtrail.pipeline.generate.plan import (
@@ -138,9 +138,7 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
     return plan
 
 
-def generate_shard(
-    rt: Runtime, corpus: str, run_id: str, chunk_ids: Sequence[str]
-) -> dict[str, Any]:
+def generate_shard(rt: Runtime, corpus: str, run_id: str, chunk_ids: Sequence[str]) -> JsonObject:
     """One mapped unit: candidates for these contexts, stored with their status. Idempotent."""
     plan = load_plan(rt, corpus, run_id)
     contexts = contexts_by_id(rt, plan, chunk_ids)

@@ -11,9 +11,9 @@ import random
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ragtrail.artifact_keys import generation_plan_key
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import Context, GateMode
 from ragtrail.runtime import Runtime
 
@@ -46,10 +46,10 @@ class GenerationPlan:
     pool: list[str]  # chunk ids in the seeded order they are offered
     shards: list[list[str]]  # the first round's contexts, split for mapped generation
     retired: int
-    params: dict[str, Any]
+    params: JsonObject
     # judge name -> its gate decision (GateDecision.as_dict()), fixed when the run is planned so
     # every shard applies the same policy even if a calibration lands mid-run
-    judges: dict[str, dict[str, Any]] = field(default_factory=dict)
+    judges: dict[str, JsonObject] = field(default_factory=dict)
 
     def gates(self, judge: str) -> bool:
         """Whether ``judge`` may reject items in this run (no decision recorded: it advises)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragtrail.generate.critiques import CRITERIA
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.generation_summary import GenerationSummary
 from ragtrail.testset.export import to_frame
@@ -13,7 +14,7 @@ from ragtrail.testset.store import TestSetStore
 
 def check_testset_quality(
     rt: Runtime, summary: GenerationSummary, out_dir: Any
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """GX on a test-set version: item invariants (fail) and label balance vs quotas (warn).
 
     Raises :class:`QualityGateError` when an item invariant fails, so a broken set is never

@@ -19,10 +19,11 @@ import logging
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from ragtrail.config import ModelRole
 from ragtrail.ingest.chunk import Tokenizer, as_token_counter
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.judges.calibration import calibrate_categorical
 from ragtrail.judges.contract import Judge, JudgeInput, JudgeRole
 from ragtrail.judges.registry import JUDGES, CalibrationRequest, register_judge
@@ -228,7 +229,7 @@ def calibrate_sufficiency(
     return store_calibration_run(rt, judge, calibration, reference, details)
 
 
-def _figures(record: CalibrationRecord) -> dict[str, Any]:
+def _figures(record: CalibrationRecord) -> JsonObject:
     return {
         "metric": record.metric,
         "value": record.value,
@@ -241,7 +242,7 @@ def _figures(record: CalibrationRecord) -> dict[str, Any]:
 
 def calibrate_sufficiency_raters(
     rt: Runtime, corpus: str, items: Sequence[QAItem], raters: Sequence[Judge] | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, JsonObject]:
     """Calibrate each rater (``raters``, default the configured ones) that has no calibration
     for its version yet.
 
@@ -252,10 +253,10 @@ def calibrate_sufficiency_raters(
     """
     store = JudgeStore(rt.engine)
     examples: list[SufficiencyExample] | None = None
-    report: dict[str, dict[str, Any]] = {}
+    report: dict[str, JsonObject] = {}
     for judge in sufficiency_raters(rt) if raters is None else raters:
         spec = judge.spec
-        entry: dict[str, Any] = {"judge": spec.ref, "approximate": spec.approximate}
+        entry: JsonObject = {"judge": spec.ref, "approximate": spec.approximate}
         record = store.latest(spec.name, spec.version)
         if record is not None:
             entry["status"] = "cached"

@@ -17,6 +17,7 @@ from ragtrail.evaluate.sufficiency.selective import SelectiveRow
 from ragtrail.evaluate.sufficiency.selective_policy import P_CORRECT, P_TRUE, SelectivePolicy
 from ragtrail.evaluate.sufficiency.selective_policy import SUFFICIENT as SUFFICIENT_FEATURE
 from ragtrail.evaluate.sufficiency.short_answers import ShortAnswer
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.judges.calibration import proportion
 from ragtrail.judges.contract import Judge, Verdict
 from ragtrail.judges.sufficiency_raters import SUFFICIENT
@@ -160,9 +161,7 @@ def queries_frame(summary: SufficiencySummary) -> pd.DataFrame:
 
 def metrics_frame(summary: SufficiencySummary) -> pd.DataFrame:
     """Every figure of a sufficiency summary as (evaluation, metric, value, ci_low, ci_high, n)."""
-    rows: list[dict[str, Any]] = [
-        {"evaluation": "cah", **a.to_json()} for a in summary.cah.aggregates
-    ]
+    rows: list[JsonObject] = [{"evaluation": "cah", **a.to_json()} for a in summary.cah.aggregates]
     for rater in summary.raters:
         agreement = rater.agreement
         if agreement.metric:

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ConfigDict
 
 from ragtrail.config import CitationTrainingSettings, Settings
+from ragtrail.jsonsafe import JsonObject
 
 
 class CitationTrainingConfig(CitationTrainingSettings):
@@ -25,5 +26,5 @@ class CitationTrainingConfig(CitationTrainingSettings):
         """The configured values (``settings.citation_training``), with ``overrides`` applied."""
         return cls(**{**settings.citation_training.model_dump(), **overrides})
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return self.model_dump(mode="json")

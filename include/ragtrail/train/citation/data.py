@@ -50,6 +50,7 @@ from ragtrail.evaluate.citations.mixtures import (
     SearchFn,
     build_mixtures,
 )
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import QAItem, QuestionLabel, SearchHit
 
 SPLIT_FORMAT = "ragtrail-citation-split/1"
@@ -95,7 +96,7 @@ class CitationPrompt:
         rendered = CITED_ANSWER_PROMPT.render(self.answer_input)
         return [{"role": m["role"], "content": m["content"]} for m in rendered]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "qid": self.qid,
             "mixture_type": self.mixture_type,
@@ -107,7 +108,7 @@ class CitationPrompt:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CitationPrompt:
+    def from_dict(cls, data: JsonObject) -> CitationPrompt:
         return cls(
             qid=data["qid"],
             mixture_type=data["mixture_type"],
@@ -149,7 +150,7 @@ class CitationSplit:
     eval_mixtures: tuple[Mixture, ...]
     eval_qids: tuple[str, ...]
     excluded_doc_ids: tuple[str, ...]
-    settings: dict[str, Any]
+    settings: JsonObject
     dropped: dict[str, str] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -169,7 +170,7 @@ class CitationSplit:
             exclude_ground_documents=self.settings["exclude_ground_documents"],
         )
 
-    def _content(self) -> dict[str, Any]:
+    def _content(self) -> JsonObject:
         return {
             "format": SPLIT_FORMAT,
             "settings": self.settings,
@@ -207,7 +208,7 @@ class CitationSplit:
             )
         return split
 
-    def lineage(self) -> dict[str, Any]:
+    def lineage(self) -> JsonObject:
         """What a trained model records of its data: version, settings, counts, the held-out
         questions and excluded documents, and the training prompt keys."""
         return {
@@ -395,7 +396,7 @@ def _restricted(corpus: MixtureCorpus, documents: set[str]) -> MixtureCorpus:
     return MixtureCorpus(kept, filtered(corpus.dense_search), filtered(corpus.hybrid_search))
 
 
-def _mixture_from_dict(data: dict[str, Any]) -> Mixture:
+def _mixture_from_dict(data: JsonObject) -> Mixture:
     return Mixture(
         qid=data["qid"],
         question=data["question"],

@@ -11,7 +11,6 @@ numbers are comparable with the nightly's and pair query by query for the promot
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from ragtrail.evaluate.citations.evaluator import (
     ANSWERABLE,
@@ -21,6 +20,7 @@ from ragtrail.evaluate.citations.evaluator import (
 )
 from ragtrail.evaluate.citations.mixture_answers import DEFAULT_ANSWER_PARAMS, answer_mixtures
 from ragtrail.evaluate.citations.mixtures import MixtureSet, MixtureSpec
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.train.citation.data import CitationSplit
 
@@ -59,10 +59,10 @@ def evaluate_citation_model(
     )
 
 
-def headline(evaluation: MixtureEvaluation, metric: str = "citation_f1") -> dict[str, Any]:
+def headline(evaluation: MixtureEvaluation, metric: str = "citation_f1") -> JsonObject:
     """``metric`` over every answerable label, per system (model, random) and mixture type:
     value, 95% CI and n (strict JSON; undefined values carry their reason)."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for agg in evaluation.result.aggregates:
         if agg.metric != metric or agg.facets.get("label") != ANSWERABLE:
             continue

@@ -19,9 +19,9 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ragtrail import jsonsafe
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import LLMClient
 from ragtrail.models.bundle import ModelBundle, write_bundle
 from ragtrail.train.citation.config import CitationTrainingConfig
@@ -46,10 +46,10 @@ class CitationTrainingResult:
     targets: TargetReport
     sft: StageResult
     rl: StageResult
-    lineage: dict[str, Any]
+    lineage: JsonObject
     wall_seconds: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return jsonsafe.check_finite(
             {
                 "bundle": str(self.bundle.path),

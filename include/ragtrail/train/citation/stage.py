@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ragtrail import jsonsafe
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.train.citation.config import CitationTrainingConfig
 
 ADAPTER = "adapter"
@@ -32,7 +33,7 @@ class StageResult:
     wall_seconds: float
     tokens_seen: int
     examples: int
-    history: tuple[dict[str, Any], ...] = ()
+    history: tuple[JsonObject, ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
     skipped: str | None = None
 
@@ -40,8 +41,8 @@ class StageResult:
         """One logged value per step where the trainer logged it (e.g. ``loss``, ``reward``)."""
         return [row[key] for row in self.history if key in row]
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {
             "name": self.name,
             "adapter_dir": str(self.adapter_dir) if self.adapter_dir else None,
             "steps": self.steps,
@@ -94,7 +95,7 @@ def finished_stage(
     )
 
 
-def step_history(log_history: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+def step_history(log_history: Sequence[Mapping[str, Any]]) -> tuple[JsonObject, ...]:
     """The per-step rows of a trainer's ``state.log_history`` (the final summary row, which
     has ``train_runtime``, left out), numbers only; a non-finite value (a NaN loss) is dropped
     from its row and named under ``undefined`` instead of leaking into JSON."""
@@ -102,7 +103,7 @@ def step_history(log_history: Sequence[Mapping[str, Any]]) -> tuple[dict[str, An
     for entry in log_history:
         if "train_runtime" in entry or "step" not in entry:
             continue
-        row: dict[str, Any] = {}
+        row: JsonObject = {}
         for key, value in entry.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue

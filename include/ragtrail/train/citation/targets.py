@@ -19,12 +19,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from ragtrail.evaluate.attribution.cited_answers import CITED_ANSWER_PROMPT
 from ragtrail.evaluate.citations.mixtures import stable_seed
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.train.citation.data import CitationPrompt
 from ragtrail.train.citation.reward import score_reply
@@ -61,7 +62,7 @@ class TargetReport:
     cached_answers: int
     wall_seconds: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "source": self.source,
             "model_id": self.model_id,
@@ -80,7 +81,7 @@ class TargetReport:
         }
 
 
-def _distribution(values: Sequence[float]) -> dict[str, Any]:
+def _distribution(values: Sequence[float]) -> JsonObject:
     if not values:
         return {"n": 0, "mean": None, "undefined": {"mean": "no answer"}}
     arr = np.asarray(values, dtype=float)
