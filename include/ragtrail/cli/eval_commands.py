@@ -292,7 +292,7 @@ def _print_selective(summary: SufficiencySummary) -> None:
 
 
 def _figure(aggregate: AggregateRow | None) -> Figure | None:
-    return None if aggregate is None else aggregate.figure()
+    return None if aggregate is None else aggregate.figure
 
 
 def _print_citations(summary: CitationSummary) -> None:

@@ -66,3 +66,18 @@ class Figure(Record):
 def is_none(value: object) -> bool:
     """``exclude_if`` for a key that the document leaves out rather than writing null."""
     return value is None
+
+
+class Estimate(WithUndefined):
+    """An aggregate's value with its confidence interval over ``n`` items (null parts with their
+    reasons); the base of every evaluation's aggregate rows."""
+
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+
+    @property
+    def figure(self) -> Figure:
+        """The number with its interval and n (what tables and headlines show)."""
+        return Figure(value=self.value, ci_low=self.ci_low, ci_high=self.ci_high, n=self.n)

@@ -11,8 +11,9 @@ plain strings here: their vocabularies live with the evaluators.
 from __future__ import annotations
 
 from ragtrail.jsonsafe import JsonObject
-from ragtrail.summaries.base import Figure, Record, WithUndefined
+from ragtrail.summaries.base import Estimate, Figure, Record, WithUndefined
 from ragtrail.summaries.judge_summary import JudgeGate
+from ragtrail.summaries.qa_sets import SetRunRecord
 
 
 def _empty(value: dict[str, str]) -> bool:
@@ -38,7 +39,7 @@ class CitationRun(CitationHeadline):
 # ------------------------------------------------------------------------- relevance mixtures
 
 
-class MixtureAggregate(WithUndefined):
+class MixtureAggregate(Estimate):
     """One metric of one (system, mixture type, label) group: the mean over questions with its
     bootstrap interval and n (``label`` ``answerable``: every answerable label together)."""
 
@@ -46,14 +47,6 @@ class MixtureAggregate(WithUndefined):
     label: str
     mixture: str
     system: str
-    value: float | None
-    ci_low: float | None
-    ci_high: float | None
-    n: int
-
-    @property
-    def figure(self) -> Figure:
-        return Figure(value=self.value, ci_low=self.ci_low, ci_high=self.ci_high, n=self.n)
 
 
 class UnanswerableRow(Record):
@@ -145,19 +138,11 @@ class MixtureView(Record):
 # --------------------------------------------------------------------- attributed-answer scenarios
 
 
-class ScenarioAggregate(WithUndefined):
+class ScenarioAggregate(Estimate):
     """One attribution metric of one scenario: the mean over its answers with interval and n."""
 
     scenario: str
     metric: str
-    value: float | None
-    ci_low: float | None
-    ci_high: float | None
-    n: int
-
-    @property
-    def figure(self) -> Figure:
-        return Figure(value=self.value, ci_low=self.ci_low, ci_high=self.ci_high, n=self.n)
 
 
 class ScenarioRetrievalRow(WithUndefined):
@@ -207,18 +192,11 @@ class ScenarioSummary(Record):
 # ---------------------------------------------------------------------------------- the summary
 
 
-class CitationSummary(WithUndefined):
+class CitationSummary(SetRunRecord):
     """A set's citation evaluation as stored with its run: the run and QA set, the answering
     model, the text weight the passages were retrieved with (and where it came from), the mixture
     evaluation and the scenarios (None with the reason under ``undefined`` when none was run)."""
 
-    run_id: str
-    set_name: str | None
-    corpus: str
-    snapshot_id: str
-    qa_set: str
-    qa_set_version: str
-    qa_set_name: str | None
     answerer: str
     text_weight: float
     text_weight_source: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import field_serializer, field_validator
 
 from ragtrail.records import QASetRef, SetKind
-from ragtrail.summaries.base import Record
+from ragtrail.summaries.base import Record, WithUndefined
 from ragtrail.summaries.quality_summary import ValidationResult
 
 
@@ -51,3 +51,16 @@ class GoldenRegistration(Record):
     created: bool
     quality: ValidationResult
     quality_uri: str
+
+
+class SetRunRecord(WithUndefined):
+    """What every answer-side summary of a set's run starts with: the run, the set's name in the
+    night (None for a lone run), the corpus snapshot and the QA set it evaluated."""
+
+    run_id: str
+    set_name: str | None
+    corpus: str
+    snapshot_id: str
+    qa_set: str
+    qa_set_version: str
+    qa_set_name: str | None

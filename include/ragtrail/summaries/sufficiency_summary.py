@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import Field
 
 from ragtrail.jsonsafe import JsonObject
-from ragtrail.summaries.base import Figure, Record, WithUndefined, is_none
+from ragtrail.summaries.base import Estimate, Figure, Record, WithUndefined, is_none
+from ragtrail.summaries.qa_sets import SetRunRecord
 
 
 class SufficiencyHeadline(Record):
@@ -44,19 +45,11 @@ class Proportion(WithUndefined, Figure):
     n: int
 
 
-class AggregateRow(WithUndefined):
+class AggregateRow(Estimate):
     """One aggregate of an evaluation (the metrics history's row): metric, facets, value, CI, n."""
 
     metric: str
     facets: dict[str, str | int | float | bool | None]
-    value: float | None
-    ci_low: float | None
-    ci_high: float | None
-    n: int
-
-    def figure(self) -> Figure:
-        """The aggregate's number with its interval and n."""
-        return Figure(value=self.value, ci_low=self.ci_low, ci_high=self.ci_high, n=self.n)
 
 
 class Agreement(Figure):
@@ -276,19 +269,12 @@ class QueryRow(Record):
 # ----------------------------------------------------------------------------- summary
 
 
-class SufficiencySummary(WithUndefined):
+class SufficiencySummary(SetRunRecord):
     """A set's sufficiency evaluation as stored with its run (``runs/<run id>/sufficiency.json``):
     the run and QA set, the models, the sampled items and settings, the raters and the primary
     one, the C/A/H view, the selective policy (null with the reason under ``undefined`` when not
     requested), every (question, setting) row, and the seconds and model calls per stage."""
 
-    run_id: str
-    set_name: str | None
-    corpus: str
-    snapshot_id: str
-    qa_set: str
-    qa_set_version: str
-    qa_set_name: str | None
     seed: int
     answerer: str
     judge_model: str

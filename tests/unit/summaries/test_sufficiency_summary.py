@@ -43,7 +43,7 @@ def test_the_summary_reads_as_typed_fields() -> None:
     assert summary.cah.table[1].correct.value is None
     assert summary.cah.table[1].correct.reason("value") == "no scored answers"
     assert summary.selective is not None and summary.selective.auc.gain is not None
-    assert summary.selective.auc.gain.figure() == Figure(value=0.15, ci_low=-0.1, ci_high=0.3, n=3)
+    assert summary.selective.auc.gain.figure == Figure(value=0.15, ci_low=-0.1, ci_high=0.3, n=3)
     assert summary.selective.policy == fitted_selective()["policy"]
     assert summary.queries[0].ratings["sufficiency.llm"] is None
 

@@ -207,7 +207,7 @@ def compact(summary: SufficiencySummary) -> SufficiencyHeadline:
         answerer=summary.answerer,
         primary_rater=summary.primary_rater.name,
         hallucination=hallucination,
-        auc_gain=gain.figure() if gain is not None else None,
+        auc_gain=gain.figure if gain is not None else None,
     )
 
 
