@@ -12,7 +12,7 @@ from ragtrail.cli import app
 from ragtrail.config import Settings
 from ragtrail.models.mlflow_registry import MlflowModelRegistry
 from ragtrail.models.registry import CHAMPION
-from tests.unit.test_model_registry import make_bundle
+from tests.unit.models.test_model_registry import make_bundle
 
 NAME = "ragtrail-citation"
 
