@@ -37,26 +37,28 @@ _USERINFO = re.compile(
     r"|[^/?#:@]*:[^@?#]*@"
 )
 
-_SECRET_NAMES = (
-    "key",
+_SECRET_WORDS = ("key", "sig", "pwd", "auth", "authorization")
+"""Short words: a parameter name that is one of them or ends in ``_word``, ``-word``, ``.word``."""
+_SECRET_SUFFIXES = (
     "apikey",
     "token",
     "secret",
     "password",
     "passwd",
-    "pwd",
     "signature",
-    "sig",
     "credential",
     "credentials",
-    "auth",
-    "authorization",
 )
+"""Longer words: a parameter name that ends in one of them (``sslpassword``, ``accesstoken``)."""
 _PARAM = re.compile(
-    r"([?&;#])((?:[A-Za-z0-9._~%-]*[._-])?(?:" + "|".join(_SECRET_NAMES) + r"))=([^&;#]*)",
+    r"([?&;#])("
+    r"(?:[A-Za-z0-9._~%-]*[._-])?(?:" + "|".join(_SECRET_WORDS) + r")"
+    r"|[A-Za-z0-9._~%-]*(?:" + "|".join(_SECRET_SUFFIXES) + r")"
+    r")=([^&;#]*)",
     re.IGNORECASE,
 )
-"""A parameter whose name is, or ends (after ``_``, ``-`` or ``.``) in, a credential word."""
+"""A credential-looking parameter and its value (to the next parameter or the end of the URL:
+punctuation after a URL in a sentence goes with it rather than risk keeping part of a secret)."""
 
 _REDACTED_MARKS = re.compile(r"://\*\*\*@|[?&;#][^=&;#\s]*=\*\*\*(?:[&;#\s]|$)")
 
