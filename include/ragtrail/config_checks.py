@@ -360,7 +360,8 @@ def describe_settings_error(
 
 def check_database_url(url: str | None) -> None:
     """ConfigError when ``database_url`` is no SQLAlchemy URL of an installed dialect. The value
-    is not echoed: it may hold a password."""
+    is not echoed: it may hold a password. (The example URL has no userinfo: errors are printed
+    redacted, and ``user@`` would read ``***@``.)"""
     if url is None:
         return
     from sqlalchemy.engine import make_url
@@ -372,5 +373,6 @@ def check_database_url(url: str | None) -> None:
         reason = redact(" ".join(str(exc).split()))
         raise ConfigError(
             f"invalid setting database_url (RAGTRAIL_DATABASE_URL): {reason}; expected e.g. "
-            "sqlite:///path/ragtrail.db or postgresql+psycopg://user@host/db"
+            "sqlite:///path/ragtrail.db or postgresql+psycopg://host:5432/db (user:password@ "
+            "before the host)"
         ) from None
