@@ -25,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from ragtrail.llm.backends.base import GenerationRequest
@@ -170,12 +171,20 @@ def test_no_credential_of_an_endpoint_url_is_written_anywhere(
     run("runs", "list", expect=1, RAGTRAIL_DATABASE_URL=unreachable)
     run("--debug", "runs", "list", expect=1, RAGTRAIL_DATABASE_URL=unreachable)
 
-    stored = [p for p in home.rglob("*") if p.is_file()]
-    assert any(p.suffix == ".html" for p in stored) and any(p.suffix == ".db" for p in stored)
-    assert any(p.name == "citations.json" for p in stored)
-    everything = b"".join(p.read_bytes() for p in stored)
-    assert b"***@127.0.0.1" in everything  # the specs were recorded, redacted
+    stored = {str(p.relative_to(home)): content(p) for p in home.rglob("*") if p.is_file()}
+    assert any(name.endswith(".html") for name in stored) and "ragtrail.db" in stored
+    assert any(name.endswith("citations.json") for name in stored)
+    assert any(name.endswith(".parquet") for name in stored)
+    assert any(b"***@127.0.0.1" in data for data in stored.values())  # recorded, redacted
     for secret in SECRETS:
-        leaks = [str(p.relative_to(home)) for p in stored if secret.encode() in p.read_bytes()]
+        leaks = [name for name, data in stored.items() if secret.encode() in data]
         assert not leaks, f"{secret} written to {leaks}"
         assert not [o for o in outputs if secret in o], f"{secret} in a command's output or logs"
+
+
+def content(path: Path) -> bytes:
+    """A file's bytes, and for a Parquet file (compressed pages) its rows as JSON as well."""
+    raw = path.read_bytes()
+    if path.suffix != ".parquet":
+        return raw
+    return raw + pd.read_parquet(path).to_json(orient="records").encode()
