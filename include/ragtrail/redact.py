@@ -13,8 +13,8 @@ hold it. :func:`redact` rewrites every URL in a text:
   ``api_key``, ``access_token``, ``X-Amz-Signature``) becomes ``***``.
 
 Everything else stays as written: a URL without credentials, an ``s3://bucket/key`` URI, a path, a
-spec without a URL. Redaction only ever removes text, so it may hide a little too much (an ``@`` in
-the path of a URL whose host has a port reads as userinfo) but never too little. A redacted text
+spec without a URL. When a URL is ambiguous redaction hides a little too much rather than too
+little (an ``@`` in the path of a URL whose host has a port reads as userinfo). A redacted text
 cannot connect to anything: :func:`is_redacted` tells a recorded spec from a real one, so the code
 that loads a model refuses one that was read back from a record.
 """
