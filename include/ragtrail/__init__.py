@@ -32,7 +32,8 @@ function-local import::
                              typed records and closed vocabularies, text normalisation, progress
                              events, reading user files safely, checks on what users configure
                              (unknown keys, bad YAML)
-    jsonsafe                 strict JSON: no NaN leaves the process, undefined values with reasons
+    jsonsafe | redact        strict JSON: no NaN leaves the process, undefined values with
+                             reasons; credentials in URLs hidden before anything is written
 
 dags/ and plugins/ are Airflow adapters outside the package: airflow.sdk plus
 ragtrail.pipeline / paths / records only (tests/dags checks them).

@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.redact import redact
 
 ENV_PREFIX = "RAGTRAIL_"
 ENV_DELIMITER = "__"
@@ -285,11 +286,13 @@ _SECRET_WORDS = ("password", "api_key", "token", "secret", "database_url")
 
 
 def _shown(value: Any, name: str = "") -> str:
-    """``value`` for a message: shortened, and hidden when ``name`` looks like a secret's."""
+    """``value`` for a message: shortened, hidden when ``name`` looks like a secret's, and with
+    the credentials of any URL in it redacted (a model spec's endpoint, an S3 endpoint)."""
     last = name.lower().replace(ENV_DELIMITER, ".").rsplit(".", 1)[-1]
     if any(last == word or last.endswith(f"_{word}") for word in _SECRET_WORDS):
         return "<hidden>"
-    return _REPR.repr(value)  # bounded: YAML aliases can make a value exponentially large
+    # bounded: YAML aliases can make a value exponentially large; redacted whole, then shortened
+    return _REPR.repr(redact(value) if isinstance(value, str) else value)
 
 
 def _error_line(
@@ -346,16 +349,19 @@ def describe_settings_error(
     source (the variable, the YAML file or the caller), or the variable that is not JSON."""
     if isinstance(exc, ValidationError):
         errors = exc.errors()
-        lines = [_error_line(e, environ, yaml_path, overrides) for e in errors[:_MAX_LISTED]]
+        lines = [
+            redact(_error_line(e, environ, yaml_path, overrides)) for e in errors[:_MAX_LISTED]
+        ]
         more = f" (+{len(errors) - _MAX_LISTED} more)" if len(errors) > _MAX_LISTED else ""
         return ConfigError("; ".join(lines) + more)
     unparsable = _unparsable_env(environ, model)
-    return ConfigError(unparsable or " ".join(str(exc).split()))
+    return ConfigError(redact(unparsable or " ".join(str(exc).split())))
 
 
 def check_database_url(url: str | None) -> None:
     """ConfigError when ``database_url`` is no SQLAlchemy URL of an installed dialect. The value
-    is not echoed: it may hold a password."""
+    is not echoed: it may hold a password. (The example URL has no userinfo: errors are printed
+    redacted, and ``user@`` would read ``***@``.)"""
     if url is None:
         return
     from sqlalchemy.engine import make_url
@@ -364,8 +370,9 @@ def check_database_url(url: str | None) -> None:
     try:
         make_url(url).get_dialect()
     except ArgumentError as exc:
-        reason = " ".join(str(exc).split())
+        reason = redact(" ".join(str(exc).split()))
         raise ConfigError(
             f"invalid setting database_url (RAGTRAIL_DATABASE_URL): {reason}; expected e.g. "
-            "sqlite:///path/ragtrail.db or postgresql+psycopg://user@host/db"
+            "sqlite:///path/ragtrail.db or postgresql+psycopg://host:5432/db (user:password@ "
+            "before the host)"
         ) from None

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.redact import redact
 
 
 class QuestionLabel(StrEnum):
@@ -132,13 +133,15 @@ class ModelSpecError(ValueError):
     """A model spec that is not ``kind:model`` (or whose kind is not accepted where it is used)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ModelSpec:
     """A typed model spec: ``kind:model`` as written in settings, flow params and CLI flags.
 
-    ``str(spec)`` is its travelling form. The kind is a plain string so that kinds registered at
-    run time (a test's ``scripted:`` double) parse too; :meth:`parse` refuses kinds outside
-    ``kinds`` when it is given, which is how settings accept only :data:`MODEL_KINDS`.
+    ``str(spec)`` is its travelling form, with any credentials in its URL: what loads the backend
+    and keys its client. What is recorded, logged or printed is :meth:`redacted` (``repr`` is
+    redacted too, for tracebacks and debug output). The kind is a plain string so that kinds
+    registered at run time (a test's ``scripted:`` double) parse too; :meth:`parse` refuses kinds
+    outside ``kinds`` when it is given, which is how settings accept only :data:`MODEL_KINDS`.
     """
 
     kind: str
@@ -152,7 +155,7 @@ class ModelSpec:
         kind, sep, model = spec.partition(":")
         if not sep or not kind or not model.strip() or (kinds is not None and kind not in kinds):
             shown = f" with kind one of {', '.join(kinds)}" if kinds is not None else ""
-            raise ModelSpecError(f"LLM spec {spec!r} must be 'kind:model'{shown}")
+            raise ModelSpecError(f"LLM spec {redact(spec)!r} must be 'kind:model'{shown}")
         return cls(kind, model)
 
     @classmethod
@@ -173,7 +176,7 @@ class ModelSpec:
         scheme_ok = not sep or (scheme == "s3" and rest.startswith("//") and len(rest) > 2)
         if not ref or any(ch.isspace() for ch in ref) or not scheme_ok:
             raise ModelSpecError(
-                f"NLI model {spec!r} must be 'hf:<HF id, local path or s3:// URI>' or that "
+                f"NLI model {redact(spec)!r} must be 'hf:<HF id, local path or s3:// URI>' or that "
                 "reference alone"
             )
         return cls(ModelKind.HF, ref)
@@ -185,6 +188,14 @@ class ModelSpec:
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.model}"
+
+    def redacted(self) -> str:
+        """The travelling form with the credentials of its URL hidden
+        (:func:`ragtrail.redact.redact`): the form to record, log or print."""
+        return redact(str(self))
+
+    def __repr__(self) -> str:
+        return f"ModelSpec(kind={self.kind!r}, model={redact(self.model)!r})"
 
 
 class MixtureType(StrEnum):

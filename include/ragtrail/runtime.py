@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ragtrail.config import ModelRole, Settings, load_settings
 from ragtrail.progress import LogProgress, ProgressSink, ProgressUpdate
 from ragtrail.records import ModelKind, ModelSpec
+from ragtrail.redact import redact
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -167,13 +168,16 @@ class Runtime:
 
     def llm_models(self) -> dict[str, str]:
         """The LLM of every role, one entry per distinct spec: ``{"llm": spec}`` when all roles
-        share one model, else ``{"llm (generator, critic)": spec_a, "llm (labeller)": spec_b}``."""
+        share one model, else ``{"llm (generator, critic)": spec_a, "llm (labeller)": spec_b}``.
+
+        The specs are redacted (credentials in a URL shown as ``***``): this is what runs,
+        reports and metrics rows record, never what loads a model."""
         roles_of: dict[str, list[str]] = {}
         for role in ModelRole:
             roles_of.setdefault(self.settings.model_for(role), []).append(role.value)
         if len(roles_of) == 1:
-            return {"llm": next(iter(roles_of))}
-        return {f"llm ({', '.join(roles)})": spec for spec, roles in roles_of.items()}
+            return {"llm": redact(next(iter(roles_of)))}
+        return {f"llm ({', '.join(roles)})": redact(spec) for spec, roles in roles_of.items()}
 
     def index(self, corpus: str) -> HybridIndex:
         """The hybrid index of ``corpus``, opened once per process."""
@@ -184,7 +188,8 @@ class Runtime:
         return self._indices[corpus]
 
     def backends(self) -> dict[str, str]:
-        """What produced a result: written into every report and metrics row."""
+        """What produced a result: written into every report and metrics row (with no
+        credentials: the LLM specs are redacted, the database is named by its dialect only)."""
         s = self.settings
         return {
             "index backend": s.index_backend,

@@ -25,6 +25,7 @@ from rich.progress import (
 from rich.text import Text
 
 from ragtrail.progress import ProgressUpdate
+from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
 
 console = Console(stderr=True)
@@ -75,10 +76,11 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except (ValueError, FileNotFoundError, SourceError, ModelLoadError) as exc:
+        # redacted: a message may quote a model spec, a database or an endpoint URL
         if debug_enabled():
-            sys.stderr.write("".join(traceback.format_exception(exc)))
+            sys.stderr.write(redact("".join(traceback.format_exception(exc))))
             sys.stderr.flush()
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        console.print(f"[red]error:[/red] {redact(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from exc
 
 

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 from ragtrail.records import QuarantineReason, QuarantineRecord, SourceFile
+from ragtrail.redact import redact
 from ragtrail.storage.s3uri import is_s3_uri, parse_s3_uri
 
 __all__ = ["SkipHandler", "SourceError", "iter_source", "read_source_file", "split_s3_uri"]
@@ -295,6 +296,12 @@ def _s3_client(endpoint_url: str | None) -> Any:
     return boto3.client("s3", endpoint_url=endpoint_url)
 
 
+def _shown(exc: Exception) -> str:
+    """A botocore error for a message: it names the endpoint's URL, whose credentials are
+    redacted."""
+    return redact(str(exc))
+
+
 def _list_s3_keys(client: Any, bucket: str, prefix: str) -> list[str]:
     """All object keys under ``prefix`` (paginated), sorted; folder markers and hidden parts
     skipped. Listing errors (no such bucket, access denied, unreachable endpoint) -> SourceError."""
@@ -319,9 +326,9 @@ def _list_s3_keys(client: Any, bucket: str, prefix: str) -> list[str]:
         code = exc.response.get("Error", {}).get("Code", "")
         if code == "NoSuchBucket":
             raise SourceError(f"S3 bucket does not exist: s3://{bucket}") from exc
-        raise SourceError(f"cannot list s3://{bucket}/{prefix}: {code or exc}") from exc
+        raise SourceError(f"cannot list s3://{bucket}/{prefix}: {code or _shown(exc)}") from exc
     except BotoCoreError as exc:
-        raise SourceError(f"cannot list s3://{bucket}/{prefix}: {exc}") from exc
+        raise SourceError(f"cannot list s3://{bucket}/{prefix}: {_shown(exc)}") from exc
     return sorted(keys)
 
 
@@ -346,7 +353,7 @@ def _read_s3(
                 log.warning("skipping %s (unreadable): access denied", uri)
                 skip(QuarantineRecord(uri, rel, QuarantineReason.UNREADABLE, "access denied"))
                 continue
-            raise SourceError(f"cannot read {uri}: {code or exc}") from exc
+            raise SourceError(f"cannot read {uri}: {code or _shown(exc)}") from exc
         except BotoCoreError as exc:  # network or credentials failure mid-run
-            raise SourceError(f"cannot read {uri}: {exc}") from exc
+            raise SourceError(f"cannot read {uri}: {_shown(exc)}") from exc
         yield SourceFile(rel_path=rel, uri=uri, data=data)

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import sha256_json
+from ragtrail.redact import redact
 
 
 class VerdictType(StrEnum):
@@ -70,6 +71,12 @@ class JudgeSpec:
     categories: tuple[str, ...] = ()
     approximate: bool = False
     description: str = ""
+
+    def __post_init__(self) -> None:
+        # Stored with every verdict and calibration and shown in reports: never a credential
+        # from the URL of the model behind the judge (its version hashes the full spec).
+        object.__setattr__(self, "model", redact(self.model))
+        object.__setattr__(self, "description", redact(self.description))
 
     @property
     def ref(self) -> str:

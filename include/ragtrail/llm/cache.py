@@ -2,7 +2,8 @@
 
 The key is the SHA-256 of the canonical JSON of everything that determines a completion: backend
 name, model id (including any adapter digest), prompt name and version, the decoding parameters and
-the exact messages. Re-running a stage with nothing changed therefore replays every completion
+the exact messages. The stored row shows the model id redacted (credentials in a URL hidden); only
+the key's hash covers the full id. Re-running a stage with nothing changed therefore replays every completion
 from the cache with zero model calls, and changing any of those inputs misses cleanly.
 
 Only calls that succeeded at the backend level and returned text are stored; errors and empty
@@ -24,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.records import sha256_text
+from ragtrail.redact import redact
 from ragtrail.storage.db import write_transaction
 from ragtrail.storage.tables import llm_cache
 
@@ -157,15 +159,20 @@ class SqlLLMCache:
         return found
 
     def put_many(self, entries: Iterable[CacheEntry]) -> None:
+        """Store ``entries`` (first write wins). The key keeps the hash of the full model id;
+        the stored model id, in its column and in the audited material, is redacted."""
         now = datetime.now(UTC)
         rows = {
             e.key: {
                 "cache_key": e.key,
                 "backend": e.backend[:64],
-                "model_id": e.model_id[:256],
+                "model_id": redact(e.model_id)[:256],
                 "prompt_name": e.prompt_name[:128],
                 "prompt_version": e.prompt_version[:32],
-                "request": {"material": e.material, "finish_reason": e.finish_reason},
+                "request": {
+                    "material": _redacted_material(e.material),
+                    "finish_reason": e.finish_reason,
+                },
                 "response_text": e.text,
                 "prompt_tokens": e.prompt_tokens,
                 "completion_tokens": e.completion_tokens,
@@ -195,6 +202,15 @@ class SqlLLMCache:
 
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(llm_cache)).scalar_one())
+
+
+def _redacted_material(material: JsonObject) -> JsonObject:
+    """The key material as stored for auditing: its model id redacted (the prompt messages are
+    kept as they were sent)."""
+    model_id = material.get("model_id")
+    if not isinstance(model_id, str):
+        return material
+    return {**material, "model_id": redact(model_id)}
 
 
 def _insert_ignore_factory(engine: Engine) -> Any:

@@ -33,6 +33,7 @@ from ragtrail.llm.prompts import Prompt
 from ragtrail.llm.structured import parse_output
 from ragtrail.llm.usage import Price, UsageCounters, UsageMeter
 from ragtrail.progress import ProgressSink, ProgressUpdate
+from ragtrail.redact import redact
 
 __all__ = [
     "Attempt",
@@ -377,10 +378,10 @@ class LLMClient:
         try:
             results = list(self.backend.generate(requests))
         except Exception as exc:
-            log.warning("backend %s raised: %s", self.backend.name, exc)
-            return [GenerationResult.failure(f"backend raised {type(exc).__name__}: {exc}")] * len(
-                requests
-            )
+            message = redact(str(exc))  # it may name the endpoint's URL
+            log.warning("backend %s raised: %s", self.backend.name, message)
+            error = f"backend raised {type(exc).__name__}: {message}"
+            return [GenerationResult.failure(error)] * len(requests)
         if len(results) != len(requests):
             msg = f"backend returned {len(results)} results for {len(requests)} requests"
             return [GenerationResult.failure(msg)] * len(requests)

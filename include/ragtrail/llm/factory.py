@@ -37,6 +37,7 @@ from typing import Any
 from ragtrail.llm.backends.base import LLMBackend
 from ragtrail.llm.backends.model_store import BUILTIN_SMOLLM2
 from ragtrail.records import ModelKind, ModelSpec, ModelSpecError
+from ragtrail.redact import is_redacted, redact
 
 BackendLoader = Callable[..., LLMBackend]
 """``loader(rest_of_spec, **kwargs) -> backend``; a backend class is such a loader."""
@@ -89,19 +90,30 @@ def registered_llm_backends() -> tuple[str, ...]:
 
 
 def load_llm_backend(spec: str, **kwargs: Any) -> LLMBackend:
-    """Return the backend named by ``spec`` (see module docstring)."""
+    """Return the backend named by ``spec`` (see module docstring).
+
+    A spec whose URL credentials were redacted (``***``, as every record and report shows them)
+    is refused: it was copied from a record, and it would only fail to authenticate. Error
+    messages show the spec redacted.
+    """
     spec = spec.strip()
+    shown = redact(spec)
+    if is_redacted(spec):
+        raise ValueError(
+            f"LLM spec {shown!r} has its credentials redacted (***), as recorded specs do: "
+            "give the spec with its real URL (e.g. from the settings or the environment)"
+        )
     try:
         parsed = ModelSpec.parse(spec, kinds=None)
     except ModelSpecError:
-        raise ValueError(f"LLM spec {spec!r} must look like 'kind:model' ({_kinds()})") from None
+        raise ValueError(f"LLM spec {shown!r} must look like 'kind:model' ({_kinds()})") from None
     if parsed.kind == ModelKind.BUILTIN:
         if spec != BUILTIN_SMOLLM2:
-            raise ValueError(f"unknown builtin model {spec!r}; known: {BUILTIN_SMOLLM2}")
+            raise ValueError(f"unknown builtin model {shown!r}; known: {BUILTIN_SMOLLM2}")
         return _resolve_loader(_LOADERS[ModelKind.HF])(spec, **kwargs)
     loader = _LOADERS.get(parsed.kind)
     if loader is None:
-        raise ValueError(f"unknown LLM backend kind {parsed.kind!r} in {spec!r} ({_kinds()})")
+        raise ValueError(f"unknown LLM backend kind {parsed.kind!r} in {shown!r} ({_kinds()})")
     return _resolve_loader(loader)(parsed.model, **kwargs)
 
 

@@ -13,8 +13,21 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy import Engine, and_, select, update
 
+from ragtrail.jsonsafe import JsonObject
+from ragtrail.redact import redact
 from ragtrail.storage.db import write_transaction
 from ragtrail.storage.tables import llm_usage
+
+
+def _added(row: JsonObject, other: JsonObject) -> JsonObject:
+    """Two usage rows of one key as one: counters and costs added (a cost stays unknown only
+    when both are)."""
+    total = dict(row)
+    for name in asdict(UsageCounters()):
+        total[name] = row[name] + other[name]
+    costs = [c for c in (row["cost_usd"], other["cost_usd"]) if c is not None]
+    total["cost_usd"] = round(sum(costs), 6) if costs else None
+    return total
 
 
 @dataclass
@@ -102,18 +115,23 @@ class UsageMeter:
         return None if price is None else round(price.cost(counters), 6)
 
     def flush(self, engine: Engine, run_id: str) -> int:
-        """Upsert every key's cumulative totals into ``llm_usage``; returns the rows written."""
-        rows = [
-            {
+        """Upsert every key's cumulative totals into ``llm_usage``; returns the rows written.
+
+        The stored model id is redacted (:func:`ragtrail.redact.redact`): ids that differ only
+        in hidden credentials share one row, their counts added."""
+        merged: dict[tuple[str, str, str], JsonObject] = {}
+        for (stage, backend, model_id), c in self.snapshot().items():
+            row = {
                 "run_id": run_id,
                 "stage": stage[:64],
                 "backend": backend[:64],
-                "model_id": model_id[:256],
+                "model_id": redact(model_id)[:256],
                 **asdict(c),
                 "cost_usd": self.cost_usd(model_id, c),
             }
-            for (stage, backend, model_id), c in self.snapshot().items()
-        ]
+            key = (row["stage"], row["backend"], row["model_id"])
+            merged[key] = _added(merged[key], row) if key in merged else row
+        rows = list(merged.values())
         if not rows:
             return 0
         keys = ["run_id", "stage", "backend", "model_id"]

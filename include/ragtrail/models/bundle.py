@@ -22,6 +22,7 @@ from typing import Any
 
 from ragtrail import jsonsafe
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.redact import redact_json
 
 BUNDLE_FORMAT = "ragtrail-model-bundle/1"
 BUNDLE_FILE = "bundle.json"
@@ -75,7 +76,8 @@ def write_bundle(
 
     ``adapters`` maps stage names to PEFT adapter directories, in merge order; each is copied.
     ``lineage`` must be strict JSON (undefined numbers as null with a reason, see
-    :mod:`ragtrail.jsonsafe`).
+    :mod:`ragtrail.jsonsafe`); it is written redacted (no credentials of a URL in it, e.g. a
+    teacher's spec: :mod:`ragtrail.redact`).
     """
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
@@ -97,7 +99,7 @@ def write_bundle(
         "kind": kind,
         "base_model": base_model,
         "adapters": list(adapters),
-        "lineage": dict(lineage or {}),
+        "lineage": redact_json(dict(lineage or {})),
     }
     text = jsonsafe.dumps(manifest, "bundle manifest", indent=2)  # refuses NaN before copying
     out.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,7 @@ from ragtrail.models.registry import (
     parse_version_ref,
 )
 from ragtrail.paths import safe_name
+from ragtrail.redact import redact, redact_json
 from ragtrail.storage.artifacts import ArtifactStore, open_artifact_store
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ class MlflowModelRegistry:
         except BundleError as exc:
             raise RegistryError(f"cannot register {bundle_dir}: {exc}") from exc
         full_lineage = jsonsafe.check_finite(
-            {**bundle.lineage, **dict(lineage or {})}, f"lineage of {name}"
+            redact_json({**bundle.lineage, **dict(lineage or {})}), f"lineage of {name}"
         )
         source, digest = upload_bundle(self.artifacts, self._key(name, "bundles"), Path(bundle_dir))
         self._ensure_model(name, bundle.kind)
@@ -152,7 +153,7 @@ class MlflowModelRegistry:
             **_flat_tags(full_lineage),
         }
         mv = self.client.create_model_version(
-            name, source=source, run_id=run_id, tags=tags, description=description or None
+            name, source=source, run_id=run_id, tags=tags, description=redact(description) or None
         )
         version = int(mv.version)
         lineage_key = self._key(name, "versions", str(version), "lineage.json")
@@ -336,7 +337,8 @@ class MlflowModelRegistry:
 
     def set_version_tags(self, name: str, version: int, tags: Mapping[str, str]) -> None:
         for key, value in tags.items():
-            self.client.set_model_version_tag(name, str(version), key, str(value)[:MAX_TAG_VALUE])
+            text = redact(str(value))[:MAX_TAG_VALUE]
+            self.client.set_model_version_tag(name, str(version), key, text)
 
     def set_status(self, name: str, version: int, status: VersionStatus) -> None:
         self.set_version_tags(name, version, {"ragtrail.status": status})
@@ -346,7 +348,13 @@ class MlflowModelRegistry:
     ) -> None:
         current = self.get_version(name, version)
         at = datetime.now(UTC)
-        record = {"at": at.isoformat(), "promote": promote, "reason": reason, "decision": decision}
+        reason = redact(reason)
+        record = {
+            "at": at.isoformat(),
+            "promote": promote,
+            "reason": reason,
+            "decision": redact_json(dict(decision)),
+        }
         key = self._key(name, "versions", str(version), "gates", f"{time.time_ns():020d}.json")
         uri = self.artifacts.put_bytes(
             key, jsonsafe.dumps(record, "gate decision", indent=2).encode("utf-8")

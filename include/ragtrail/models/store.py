@@ -28,6 +28,7 @@ from filelock import FileLock
 
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import sha256_text
+from ragtrail.redact import redact
 from ragtrail.storage.s3uri import parse_s3_uri
 
 log = logging.getLogger(__name__)
@@ -143,11 +144,12 @@ def mirror_s3_prefix(
     except (BotoCoreError, ClientError) as exc:
         marker = read_marker(target)
         if marker is not None and "digest" in marker:
-            log.warning("cannot list %s (%s); using the cached copy in %s", uri, exc, target)
+            shown = redact(str(exc))  # a botocore error names the endpoint's URL
+            log.warning("cannot list %s (%s); using the cached copy in %s", uri, shown, target)
             return MirroredPrefix(target, str(marker["digest"]))
         raise ModelFetchError(
-            f"cannot list {uri} (endpoint {endpoint or 'AWS default'}) and no complete copy is "
-            f"cached in {target}: {exc}"
+            f"cannot list {uri} (endpoint {redact(endpoint or 'AWS default')}) and no complete "
+            f"copy is cached in {target}: {redact(str(exc))}"
         ) from exc
     if not listing:
         raise ModelFetchError(f"no objects under {uri}; upload the model directory's files there")
@@ -165,7 +167,9 @@ def mirror_s3_prefix(
                 try:
                     _download(client, bucket, key, dest)
                 except (BotoCoreError, ClientError) as exc:
-                    raise ModelFetchError(f"download of s3://{bucket}/{key} failed: {exc}") from exc
+                    raise ModelFetchError(
+                        f"download of s3://{bucket}/{key} failed: {redact(str(exc))}"
+                    ) from exc
             manifest = {
                 rel: [etag, size] for (_key, size, etag), rel in zip(listing, files, strict=True)
             }

@@ -60,6 +60,7 @@ from ragtrail.records import (
     sha256_bytes,
     sha256_text,
 )
+from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
 from ragtrail.storage.corpus_store import (
     COMPLETE,
@@ -794,7 +795,7 @@ def ingest(
 def _close_failed(rt: Runtime, snapshot_id: str, exc: BaseException) -> None:
     """Close a running snapshot as failed with the error (best effort: the error is what the
     user must see, not a second one from the database)."""
-    detail = f"{type(exc).__name__}: {exc}"[:2000]
+    detail = redact(f"{type(exc).__name__}: {exc}")[:2000]  # e.g. an S3 endpoint's URL
     try:
         rt.store.close_snapshot(snapshot_id, status=FAILED, detail=detail)
     except Exception:  # never mask the original error

@@ -42,6 +42,7 @@ from ragtrail.pipeline.evaluation_sets import plan_sets
 from ragtrail.pipeline.passage_sources import corpus_from_runtime
 from ragtrail.pipeline.run_io import evaluated_snapshot, load_items
 from ragtrail.records import ModelKind, ModelSpec, QAItem
+from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.retrain_summary import ChallengerVersion, GateOutcome, TrainingSplit
 
@@ -128,7 +129,7 @@ def base_model_of(rt: Runtime, spec: str) -> str:
         case ModelSpec(kind=ModelKind.BUILTIN) as builtin:
             return str(builtin)
     raise ValueError(
-        f"cannot fine-tune the answerer {spec!r}: retraining needs a local model "
+        f"cannot fine-tune the answerer {redact(spec)!r}: retraining needs a local model "
         "(builtin:..., hf:<id or path>) or a registered champion; set flow param base_model"
     )
 
@@ -177,7 +178,7 @@ def train_challenger(
             **result.lineage,
             "retrain_run": run_id,
             "corpus": corpus,
-            "targets_from": cfg.teacher or f"best-of-{cfg.best_of_n} from {serving_what}",
+            "targets_from": redact(cfg.teacher or f"best-of-{cfg.best_of_n} from {serving_what}"),
         }
         version = rt.registry.register_bundle(
             name,
@@ -243,7 +244,7 @@ def gate_challenger(
     evidence = {
         **decision.as_json(),
         "compared_with": serving_what,
-        "compared_spec": serving,
+        "compared_spec": redact(serving),
         "split_version": split.split_version,
         "current": headline(current),
         "challenger": headline(challenger),

@@ -30,6 +30,7 @@ from ragtrail.evaluate.retrieval.evaluator import UNDEFINED_REASONS
 from ragtrail.jsonsafe import UNDEFINED_KEY
 from ragtrail.paths import safe_name
 from ragtrail.records import ANSWERABLE_LABELS, INCLUSIVE, LABELS
+from ragtrail.redact import redact
 from ragtrail.summaries.base import Record
 from ragtrail.summaries.quality_summary import ValidationResult
 from ragtrail.summaries.retrieval_summary import Change
@@ -486,7 +487,7 @@ def render_sets_report(
     html = _ENV.get_template("retrieval_report.html").render(
         title=title,
         header=context.header(),
-        backends={str(k): str(v) for k, v in context.backends.items()},
+        backends={str(k): redact(str(v)) for k, v in context.backends.items()},  # no credentials
         sets=parts,
         primary_title=metric_title(PRIMARY_METRIC),
         quality=list(quality),

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from ragtrail.generate.prompts import CRITIQUE_NAMES
 from ragtrail.records import LABELS
+from ragtrail.redact import redact
 from ragtrail.report.html import ReportSection, render_section
 from ragtrail.report.judge_notes import judges_section
 from ragtrail.summaries.generation_summary import GenerationSummary
@@ -115,11 +116,12 @@ def critique_section(summary: GenerationSummary) -> ReportSection:
 
 def llm_models_line(backends: dict[str, str]) -> str:
     """The LLMs of a run's ``backends`` in one line: ``"spec"`` when every role shares one model,
-    else ``"spec_a (generator, critic); spec_b (labeller)"``."""
+    else ``"spec_a (generator, critic); spec_b (labeller)"``; redacted, runs stored before
+    ragtrail redacted specs included."""
     if "llm" in backends:
-        return backends["llm"]
+        return redact(backends["llm"])
     return "; ".join(
-        f"{spec} {name.removeprefix('llm ')}"
+        f"{redact(spec)} {name.removeprefix('llm ')}"
         for name, spec in backends.items()
         if name.startswith("llm (")
     )

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
+from ragtrail.redact import redact
 from ragtrail.storage.s3uri import is_s3_uri, parse_s3_uri
 
 DEFAULT_MULTIPART_THRESHOLD = 8 * 1024 * 1024
@@ -304,5 +305,5 @@ def open_artifact_store(uri: str, *, s3_endpoint_url: str | None = None) -> Arti
     if parsed.scheme == "file":
         return LocalArtifactStore(unquote(parsed.path))
     if parsed.scheme and len(parsed.scheme) > 1:  # one letter: a Windows drive, i.e. a path
-        raise ValueError(f"unsupported artifact store URI scheme {parsed.scheme!r}: {uri}")
+        raise ValueError(f"unsupported artifact store URI scheme {parsed.scheme!r}: {redact(uri)}")
     return LocalArtifactStore(uri)

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import RowMapping
 
 from ragtrail.jsonsafe import JsonObject, check_finite
+from ragtrail.redact import redact_json
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import utcnow, write_transaction
 from ragtrail.storage.sql import SqlStore, utc
@@ -118,7 +119,7 @@ class JudgeStore(SqlStore):
             "judge_version": version,
             "role": role,
             "kind": kind,
-            "spec": dict(spec),
+            "spec": redact_json(dict(spec)),  # a judge's model spec: no credentials stored
             "reference": reference,
             "n": n,
             "metric": metric,

@@ -5,7 +5,9 @@
 idempotent per run: starting a run again resets it, recording an evaluation again replaces that
 run's points and per-query values of that evaluation. Per-query values live in the database (not in
 a parquet artifact) so that ``ragtrail runs compare`` can pair any two runs with nothing but the
-metadata database, whether that is a local SQLite file or PostgreSQL beside S3.
+metadata database, whether that is a local SQLite file or PostgreSQL beside S3. A run's parameters
+and the models and judges of its points are stored redacted (:mod:`ragtrail.redact`): no credential
+of a URL in them reaches the database.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ragtrail.evaluation_records import (
     parse_facet_key,
 )
 from ragtrail.jsonsafe import JsonObject, check_finite
+from ragtrail.redact import redact_json
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import make_engine, upgrade, utcnow, write_transaction
 from ragtrail.storage.sql import batches, insert, utc
@@ -150,7 +153,7 @@ class RunStore:
             "status": RUNNING,
             "started_at": utcnow(),
             "finished_at": None,
-            "params": check_finite(dict(params), "run params"),
+            "params": check_finite(redact_json(dict(params)), "run params"),
             "report_uri": None,
             "corpus": corpus if corpus is not None else _str_or_none(params.get("corpus")),
             "snapshot_id": snapshot_id
@@ -355,8 +358,8 @@ class RunStore:
                 corpus=corpus,
                 corpus_snapshot=corpus_snapshot,
                 qa_set_version=qa_set_version,
-                models=dict(models),
-                judges=dict(judges or {}),
+                models=redact_json(dict(models)),
+                judges=redact_json(dict(judges or {})),
                 undefined=dict(agg.undefined),
                 created_at=now,
             )
@@ -410,8 +413,8 @@ def _metric_rows(
             "evaluation": point.evaluation,
             "facet_key": key[2],
             "facets": facets,
-            "models": dict(point.models),
-            "judges": dict(point.judges),
+            "models": redact_json(dict(point.models)),
+            "judges": redact_json(dict(point.judges)),
             "undefined": dict(point.undefined),
         }
         rows.append(check_finite(row, f"metric point {key}"))

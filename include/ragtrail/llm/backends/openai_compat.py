@@ -31,6 +31,7 @@ import httpx
 
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
+from ragtrail.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,9 @@ class OpenAICompatBackend:
 
     Args:
         model: model name sent in each request (also the cache ``model_id``).
-        base_url: e.g. ``http://vllm:8000/v1`` (``/chat/completions`` is appended).
+        base_url: e.g. ``http://vllm:8000/v1`` (``/chat/completions`` is appended); credentials
+            in it (``http://user:password@host/v1``) are sent as HTTP basic auth, and never shown:
+            errors are redacted (:mod:`ragtrail.redact`).
         api_key: bearer token; None sends no Authorization header.
         timeout_s: per-request timeout (connect + read).
         max_retries: retries after the first attempt (so at most ``max_retries + 1`` attempts).
@@ -96,7 +99,7 @@ class OpenAICompatBackend:
         if max_retries < 0 or max_concurrency < 1:
             raise ValueError("max_retries must be >= 0 and max_concurrency >= 1")
         self.model_id = model
-        self.base_url = base_url.rstrip("/")
+        self.base_url, auth = _split_credentials(base_url.rstrip("/"))
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
@@ -114,6 +117,7 @@ class OpenAICompatBackend:
             headers["Authorization"] = f"Bearer {api_key}"
         self._http = httpx.Client(
             headers=headers,
+            auth=auth,
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
             limits=httpx.Limits(max_connections=max_concurrency),
@@ -186,14 +190,16 @@ class OpenAICompatBackend:
                 return result
             except _Fatal as exc:
                 return GenerationResult.failure(
-                    str(exc), attempts=attempt + 1, latency_s=time.perf_counter() - started
+                    redact(str(exc)), attempts=attempt + 1, latency_s=time.perf_counter() - started
                 )
             except _Retryable as exc:
-                last_error = str(exc)
+                last_error = redact(str(exc))  # an HTTP error may name the URL, credentials too
                 if attempt == self.max_retries:
                     break
                 delay = self._delay(attempt, exc.retry_after)
-                log.info("retrying after %s (attempt %d, wait %.2fs)", exc, attempt + 1, delay)
+                log.info(
+                    "retrying after %s (attempt %d, wait %.2fs)", last_error, attempt + 1, delay
+                )
                 self._sleep(delay)
         return GenerationResult.failure(
             f"gave up after {self.max_retries + 1} attempts: {last_error}",
@@ -240,6 +246,23 @@ class OpenAICompatBackend:
             finish_reason=str(choice.get("finish_reason") or "stop"),
             refusal=refusal if isinstance(refusal, str) and refusal else None,
         )
+
+
+def _split_credentials(url: str) -> tuple[str, httpx.BasicAuth | None]:
+    """``url`` without its userinfo, and that userinfo as HTTP basic auth (None without one).
+
+    The credentials then travel in the Authorization header only: httpx logs every request's URL
+    (at INFO, which Airflow task logs keep), so a URL holding them would write them there. A URL
+    httpx cannot parse is kept as it is: the first request reports it.
+    """
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return url, None
+    if not parsed.userinfo:
+        return url, None
+    bare = str(parsed.copy_with(username=None, password=None))
+    return bare, httpx.BasicAuth(parsed.username, parsed.password)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -26,6 +26,7 @@ from ragtrail.pipeline.generate.rounds import initial_deficit, run_rounds, settl
 from ragtrail.pipeline.judges import gate_decisions, generation_judges
 from ragtrail.progress import ProgressUpdate
 from ragtrail.records import LABELS, CandidateStatus
+from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.generation_summary import GenerationSummary
 from ragtrail.testset.store import TestSetStore
@@ -126,8 +127,10 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
             "per_label": per_label,
             "labels": list(request.labels),
             "doc_ids": list(request.doc_ids),
-            "llm": rt.settings.model_for(ModelRole.GENERATOR),
-            "models": {role.value: rt.settings.model_for(role) for role in GENERATION_ROLES},
+            "llm": redact(rt.settings.model_for(ModelRole.GENERATOR)),
+            "models": {
+                role.value: redact(rt.settings.model_for(role)) for role in GENERATION_ROLES
+            },
         },
         judges={
             name: decision.as_dict()

@@ -14,6 +14,7 @@ from pydantic import ConfigDict
 
 from ragtrail.config import CitationTrainingSettings, Settings
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.redact import redact
 
 
 class CitationTrainingConfig(CitationTrainingSettings):
@@ -27,4 +28,9 @@ class CitationTrainingConfig(CitationTrainingSettings):
         return cls(**{**settings.citation_training.model_dump(), **overrides})
 
     def as_dict(self) -> JsonObject:
-        return self.model_dump(mode="json")
+        """The settings as recorded in lineage: the teacher's spec redacted (no credentials of
+        its URL; :func:`ragtrail.redact.redact`)."""
+        data = self.model_dump(mode="json")
+        if isinstance(data.get("teacher"), str):
+            data["teacher"] = redact(data["teacher"])
+        return data
