@@ -101,3 +101,53 @@ def assume_calibrated(rt: Any) -> None:
             ci_high=1.0,
             metrics={"assumed_by_test": True},
         )
+
+
+DEAD_SPEC = "scripted:tests.scripted_llm:dead_backend"
+FLAKY_SPEC = "scripted:tests.scripted_llm:flaky_backend"
+EXITING_SPEC = "scripted:tests.scripted_llm:exiting_backend"
+EXIT_AFTER_ENV = "SCRIPTED_LLM_EXIT_AFTER"
+"""Requests :func:`exiting_backend` answers before its process exits (no ``RAGTRAIL_`` prefix:
+it is no setting)."""
+DEAD_ERROR = "connection refused (scripted dead endpoint)"
+
+
+def dead_backend(model_id: str = "scripted-dead-v1") -> ScriptedBackend:
+    """An endpoint that is down: every request fails with an error result."""
+    from ragtrail.llm.backends.base import GenerationResult
+
+    return ScriptedBackend(lambda request, number: GenerationResult.failure(DEAD_ERROR), model_id)
+
+
+def flaky_backend(model_id: str = "scripted-flaky-v1", every: int = 4) -> ScriptedBackend:
+    """The routed double, except that every ``every``-th distinct request (by content, in the
+    order first seen) fails every time it is sent: a quarter of the items fail, retries too."""
+    from ragtrail.llm.backends.base import GenerationResult
+
+    routed = backend(model_id)
+    seen: dict[str, int] = {}
+
+    def responder(request: Any, number: int) -> Any:
+        key = json.dumps(request.messages, sort_keys=True)
+        index = seen.setdefault(key, len(seen))
+        if index % every == 0:
+            return GenerationResult.failure("scripted flaky failure")
+        return routed._reply(request, number)
+
+    return ScriptedBackend(responder, model_id=model_id)
+
+
+def exiting_backend(model_id: str = "scripted-exiting-v1") -> ScriptedBackend:
+    """The routed double, until request number ``$SCRIPTED_LLM_EXIT_AFTER``: then the process
+    ends at once, as a killed one does (no cleanup, no exception handler runs)."""
+    import os
+
+    routed = backend(model_id)
+    limit = int(os.environ.get(EXIT_AFTER_ENV, "3"))
+
+    def responder(request: Any, number: int) -> Any:
+        if number >= limit:
+            os._exit(9)
+        return routed._reply(request, number)
+
+    return ScriptedBackend(responder, model_id=model_id)

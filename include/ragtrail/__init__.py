@@ -28,10 +28,10 @@ function-local import::
                              on and the report and CLI read
     config | paths | evaluation_records
                              settings, shipped paths, evaluation results as data
-    records | text | progress | input_files | config_checks
+    records | text | progress | input_files | config_checks | failures
                              typed records and closed vocabularies, text normalisation, progress
                              events, reading user files safely, checks on what users configure
-                             (unknown keys, bad YAML)
+                             (unknown keys, bad YAML), when a step's model calls mostly failed
     jsonsafe | redact        strict JSON: no NaN leaves the process, undefined values with
                              reasons; credentials in URLs hidden before anything is written
 

@@ -30,6 +30,7 @@ from ragtrail.config_checks import (
     describe_settings_error,
     read_settings_yaml,
 )
+from ragtrail.failures import DEFAULT_MAX_FAILED_SHARE
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import (
     DEFAULT_TEXT_WEIGHTS,
@@ -44,6 +45,17 @@ from ragtrail.records import (
 )
 
 SECRET_FIELDS = frozenset({"database_url", "es_api_key", "es_password", "llm_api_key"})
+
+
+def max_failed_share(items: str) -> Any:
+    """The field of a step's failure threshold (README: "What ragtrail refuses and why")."""
+    return Field(
+        DEFAULT_MAX_FAILED_SHARE,
+        ge=0.0,
+        le=1.0,
+        description=f"the step fails (exit code 3, its run stored as failed) when more than "
+        f"this share of its {items} failed; below it failed items are counted and left out",
+    )
 
 
 CHARS_PER_TOKEN_BOUND = 10
@@ -98,6 +110,18 @@ class IngestSettings(BaseModel):
         description="a running snapshot whose ingest has not reported for this many seconds is "
         "abandoned by the next ingest of the corpus (sooner when its process, on the same "
         "host, is gone)",
+    )
+
+
+class RunSettings(BaseModel):
+    """Evaluation runs (``ragtrail runs``): when a run left running counts as abandoned."""
+
+    stale_after_s: int = Field(
+        3600,
+        ge=1,
+        description="a running evaluation run that has not reported for this many seconds "
+        "(sooner when its process, on the same host, is gone) is marked abandoned by the next "
+        "command that reads the runs",
     )
 
 
@@ -161,6 +185,7 @@ class GenerationSettings(BaseModel):
     price_per_1k_tokens: dict[str, tuple[float, float]] = Field(
         default_factory=dict, description="model id -> (prompt, completion) USD per 1k tokens"
     )
+    max_failed_share: float = max_failed_share("candidates (a model error or an unparseable reply)")
 
 
 class ModelRole(StrEnum):
@@ -268,6 +293,9 @@ class JudgeSettings(BaseModel):
         le=100_000,
         description="bootstrap resamples for kappa intervals (0: no interval, null with a reason)",
     )
+    max_failed_share: float = max_failed_share(
+        "calibration verdicts (then nothing is stored and the judge stays uncalibrated)"
+    )
 
     @field_validator("entailment_fallback")
     @classmethod
@@ -331,6 +359,9 @@ class SufficiencySettings(BaseModel):
         description="token budget of an LLM rater's reply (a short reason, then the decision)",
     )
     bootstrap_samples: int = Field(1000, ge=0)
+    max_failed_share: float = max_failed_share(
+        "primary rater's verdicts, answers, correctness verdicts or confidence scores"
+    )
 
     @field_validator("raters")
     @classmethod
@@ -397,6 +428,9 @@ class CitationSettings(BaseModel):
     max_new_tokens: int = Field(160, ge=16, le=2048, description="answer token budget")
     max_invalid_share: float = Field(
         0.05, ge=0.0, le=1.0, description="warn when more citations than this are out of range"
+    )
+    max_failed_share: float = max_failed_share(
+        "mixture answers, scenario answers or entailment verdicts"
     )
 
     @field_validator("mixture_types")
@@ -569,6 +603,9 @@ class CitationTrainingSettings(BaseModel):
     )
     max_completion_length: int = Field(128, ge=8, le=2048, description="RL completion tokens")
     rl_temperature: float = Field(0.8, gt=0.0, le=2.0, description="RL sampling temperature")
+    max_failed_share: float = max_failed_share(
+        "SFT target answers, or answers of either model at the promotion gate"
+    )
 
 
 class Settings(BaseSettings):
@@ -621,6 +658,7 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(20 * 1024 * 1024, ge=1)
     chunking: ChunkingSettings = ChunkingSettings()
     ingest: IngestSettings = IngestSettings()
+    runs: RunSettings = RunSettings()
     retrieval: RetrievalEvalSettings = RetrievalEvalSettings()
     generation: GenerationSettings = GenerationSettings()
     models: ModelSettings = ModelSettings()

@@ -7,6 +7,7 @@ itself, so the choice between embedded and production backends lives in exactly 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from ragtrail.storage.metadata_store import SqlMetadataStore
 
 
+HEARTBEAT_EVERY_S = 30.0
+"""The runs a step holds report that they are alive at most this often (on progress)."""
 BATCHES_PER_CALL = 4
 """Model batches per backend call of a client: progress moves every few batches (larger batches,
 e.g. on a GPU, get larger steps), and a continuously batched backend keeps its slots full for
@@ -43,10 +46,37 @@ class Runtime:
         self.progress: ProgressSink = LogProgress(logging.getLogger("ragtrail.progress"))
         """Where long steps report progress: log lines by default (Airflow task logs); the CLI
         puts a terminal bar here."""
+        self.holds_runs = True
+        """Whether this process runs whole evaluation runs (the CLI, ``ragtrail nightly``), so
+        that its death ends them at once; an Airflow worker runs one task and sets False."""
+        self._held: dict[str, tuple[str | None, float]] = {}
 
     def report(self, update: ProgressUpdate) -> None:
-        """Hand ``update`` to the current :attr:`progress` sink (clients built earlier too)."""
+        """Hand ``update`` to the current :attr:`progress` sink (clients built earlier too), and
+        let the runs this process holds report that they are alive."""
         self.progress(update)
+        self._heartbeat()
+
+    def hold_run(self, run_id: str, night: str | None = None) -> None:
+        """Send heartbeats for ``run_id`` (and every running run of its ``night``) while long
+        steps report progress, until :meth:`release_run`."""
+        self._held[run_id] = (night, time.monotonic())
+
+    def release_run(self, run_id: str) -> None:
+        self._held.pop(run_id, None)
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        due = {
+            r: night for r, (night, last) in self._held.items() if now - last >= HEARTBEAT_EVERY_S
+        }
+        if not due:
+            return
+        from ragtrail.storage.runs_store import RunStore
+
+        RunStore(self.engine).heartbeat(due, nights={n for n in due.values() if n})
+        for run_id, night in due.items():
+            self._held[run_id] = (night, now)
 
     @cached_property
     def engine(self) -> Engine:

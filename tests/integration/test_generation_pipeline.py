@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ragtrail.config import ModelRole
+from ragtrail.failures import EvaluationFailedError
 from ragtrail.generate.critiques import CRITERIA
 from ragtrail.generate.labeller import LABEL_STAGE
 from ragtrail.llm import LLMClient
@@ -247,13 +248,22 @@ def test_faulty_backend_loses_nothing(rt):
         ),
     )
     _client(rt, faulty)
-    summary = generate_testset(rt, _request())
+    # A candidate takes a dozen calls: at these rates most candidates fail, so the run fails
+    # (generation.max_failed_share) and makes no version, but every candidate is kept.
+    with pytest.raises(EvaluationFailedError, match=r"run gen-1 failed: \d+ of \d+ candidates"):
+        generate_testset(rt, _request())
     store = TestSetStore(rt.engine)
+    assert store.latest_version("hb") is None
     cands = store.get_candidates("hb", run_id="gen-1")
     assert cands and not [c for c in cands if c.status == CandidateStatus.PENDING]
     failed = [c for c in cands if c.status == CandidateStatus.FAILED]
-    assert failed, "injected faults surface as recorded failures"
+    assert 2 * len(failed) > len(cands), "injected faults surface as recorded failures"
     assert all(c.failure_cause for c in failed)
+    # The same faults with the threshold off: a version of the survivors, every loss counted.
+    rt.settings.generation.max_failed_share = 1.0
+    summary = generate_testset(rt, _request("gen-2"))
+    cands = store.get_candidates("hb", run_id="gen-2")
+    assert cands and not [c for c in cands if c.status == CandidateStatus.PENDING]
     assert sum(f.count for f in summary.failures) == sum(
         1 for c in cands if c.status in {CandidateStatus.FAILED, CandidateStatus.REJECTED}
     )

@@ -19,7 +19,7 @@ from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.ingest import ingest
 from ragtrail.pipeline.publish import publish_retrieval_report
 from ragtrail.pipeline.retrieval import evaluate_retrieval
-from ragtrail.pipeline.run_io import load_run_summary
+from ragtrail.pipeline.run_io import complete_run, load_run_summary
 from ragtrail.storage.runs_store import RunStore
 
 CORPUS = "hb"
@@ -68,9 +68,24 @@ def test_two_runs_on_the_same_qa_set_compare_as_identical(rt, home, tmp_path):
     assert [r["run_id"] for r in runs] == ["night-2", "night-1"]
     assert all(r["n_metrics"] > 0 and r["qa_set_version"] == first.qa_set_version for r in runs)
 
+    # Evaluated but not finished (nothing published them): not compared without a flag.
+    result = _cli(home, "runs", "compare", "night-1", "night-2", "--resamples", "200")
+    assert result.exit_code == 2
+    assert "run 'night-1' did not complete: still running (pid" in result.output
+    flagged = _cli(
+        home, "runs", "compare", "night-1", "night-2", "--json", "--allow-incomplete",
+        "--resamples", "200",
+    )  # fmt: skip
+    assert flagged.exit_code == 0, flagged.output
+    assert set(_strict(flagged.stdout)["incomplete"]) == {"night-1", "night-2"}
+    assert "warning: run night-1 did not complete" in flagged.stderr
+    for run_id in ("night-1", "night-2"):
+        complete_run(rt, run_id)  # what publishing (or `eval retrieval --no-report`) does
+
     result = _cli(home, "runs", "compare", "night-1", "night-2", "--json", "--resamples", "500")
     assert result.exit_code == 0, result.output
     comparison = _strict(result.stdout)
+    assert "incomplete" not in comparison
     rows = comparison["comparisons"]
     labels = {r["facets"]["label"] for r in rows}
     assert {"fact_single", "summary", "reasoning", "inclusive"} <= labels
@@ -93,12 +108,15 @@ def test_compare_refuses_different_qa_sets_and_missing_per_query_results(rt, hom
     subset = tmp_path / "subset.jsonl"
     subset.write_text("\n".join(sample_qa_set().read_text().splitlines()[:20]) + "\n")
     evaluate_retrieval(rt, CORPUS, run_id="subset", qa_set=subset)
+    complete_run(rt, "full")
+    complete_run(rt, "subset")
     result = _cli(home, "runs", "compare", "full", "subset")
     assert result.exit_code == 2
     assert "different QA-set versions" in result.output
 
     full = RunStore(rt.engine).get_run("full")
     RunStore(rt.engine).start_run("bare", "evaluate_retrieval", full.params)
+    complete_run(rt, "bare")
     result = _cli(home, "runs", "compare", "full", "bare")
     assert result.exit_code == 2 and "no per-query results" in result.output
     result = _cli(home, "runs", "compare", "full", "nope")

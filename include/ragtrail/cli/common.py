@@ -65,23 +65,39 @@ def debug_enabled() -> bool:
     return _debug or os.environ.get(DEBUG_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+EXIT_INPUT_ERROR = 2
+"""A refused input (file, name, parameter, setting): nothing ran."""
+EXIT_FAILED_EVALUATION = 3
+"""An evaluation ran and failed: most of its model calls failed (a dead endpoint, a model that
+cannot follow the format); its run is stored as failed with the reason."""
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Errors caused by input (files, names, parameters, settings) end in one clear line and
-    exit code 2; the traceback is printed above it only with ``--debug`` / ``RAGTRAIL_DEBUG=1``
-    (for bug reports). Any other exception is a bug and keeps its traceback."""
+    exit code 2, an evaluation whose model calls mostly failed in one line and exit code 3; the
+    traceback is printed above it only with ``--debug`` / ``RAGTRAIL_DEBUG=1`` (for bug
+    reports). Any other exception is a bug and keeps its traceback (exit code 1)."""
     from ragtrail.embed.embedder import ModelLoadError
+    from ragtrail.failures import EvaluationFailedError
     from ragtrail.ingest.sources import SourceError
 
     try:
         yield
+    except EvaluationFailedError as exc:
+        _one_line_error(exc)
+        raise typer.Exit(EXIT_FAILED_EVALUATION) from exc
     except (ValueError, FileNotFoundError, SourceError, ModelLoadError) as exc:
-        # redacted: a message may quote a model spec, a database or an endpoint URL
-        if debug_enabled():
-            sys.stderr.write(redact("".join(traceback.format_exception(exc))))
-            sys.stderr.flush()
-        console.print(f"[red]error:[/red] {redact(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from exc
+        _one_line_error(exc)
+        raise typer.Exit(EXIT_INPUT_ERROR) from exc
+
+
+def _one_line_error(exc: BaseException) -> None:
+    # redacted: a message may quote a model spec, a database or an endpoint URL
+    if debug_enabled():
+        sys.stderr.write(redact("".join(traceback.format_exception(exc))))
+        sys.stderr.flush()
+    console.print(f"[red]error:[/red] {redact(str(exc))}", highlight=False, soft_wrap=True)
 
 
 @contextmanager

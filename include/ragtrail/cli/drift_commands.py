@@ -38,11 +38,14 @@ def drift_check(
     Drift = a primary metric worse by more than its threshold (drift.thresholds) with a
     Holm-corrected p-value below drift.alpha. Corpus changes and retired QA items are shown but
     never fire. Checking the same run against the same baseline again replaces its decision.
-    Exit code 0 whatever the decision (1 with --fail-on-drift when one fires; 2 on bad input).
+    Exit code 0 whatever the decision (1 with --fail-on-drift when one fires; 2 on bad input,
+    or when a run to check did not complete: running, failed or abandoned).
     """
     from ragtrail.pipeline.drift.step import check_runs, runs_to_check
+    from ragtrail.pipeline.run_io import settle_runs
 
     with runtime() as rt:
+        settle_runs(rt)
         run_ids = runs_to_check(rt.engine, corpus, run)
         decisions = check_runs(rt.engine, run_ids, rt.settings.drift, corpus=corpus)
     if as_json:

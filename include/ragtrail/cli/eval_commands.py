@@ -68,6 +68,7 @@ def eval_retrieval(
     """Recall@k, MRR, nDCG and P@5 per label for every text weight, with bootstrap CIs."""
     from ragtrail.pipeline.publish import publish_retrieval_report
     from ragtrail.pipeline.retrieval import evaluate_retrieval
+    from ragtrail.pipeline.run_io import complete_run
     from ragtrail.storage.db import utcnow
 
     run_id = run_id or f"eval-{utcnow():%Y%m%dT%H%M%S}"
@@ -76,6 +77,7 @@ def eval_retrieval(
             rt, corpus, run_id=run_id, qa_set=qa_set, text_weights=text_weight
         )
         published = publish_retrieval_report(rt, run_id) if report else None
+        complete_run(rt, run_id)  # publishing finished it; without a report, this command does
     if as_json:
         report_json = published.model_dump(mode="json", exclude={"sets"}) if published else None
         emit(result.to_json() | ({"report": report_json} if published else {}))
@@ -116,9 +118,13 @@ def eval_citations(
     as_json: JsonFlag = False,
 ) -> None:
     """Citation quality of the answering model: relevance mixtures (model vs random citations,
-    per mixture type and label, with CIs) and attributed-answer scenarios."""
+    per mixture type and label, with CIs) and attributed-answer scenarios.
+
+    Exit code 3 when more than citations.max_failed_share of the answers (or entailment
+    verdicts) failed: the run is then stored as failed, with the reason."""
     from ragtrail.pipeline.citations.step import evaluate_citations
     from ragtrail.pipeline.citations.views import load_citations
+    from ragtrail.pipeline.run_io import complete_run
     from ragtrail.storage.db import utcnow
 
     scenarios = None if scenario is None else [s for s in scenario if s.lower() != "none"]
@@ -135,6 +141,7 @@ def eval_citations(
             max_items=items,
             scenario_items=scenario_items,
         )
+        complete_run(rt, run_id)
         summary = load_citations(rt, run_id)
     if as_json:
         emit(summary.to_json() if summary else None)
@@ -164,6 +171,7 @@ def _run_sufficiency(
     """Run the sufficiency evaluation (``selective``: with the abstention policy) and return its
     stored summary and where it is stored; ``eval sufficiency`` and ``eval selective`` differ
     only in that flag."""
+    from ragtrail.pipeline.run_io import complete_run
     from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
     from ragtrail.pipeline.sufficiency.views import load_sufficiency
     from ragtrail.storage.db import utcnow
@@ -181,6 +189,7 @@ def _run_sufficiency(
             seed=seed,
             selective=selective,
         )
+        complete_run(rt, run_id)
         summary = load_sufficiency(rt, run_id)
     assert summary is not None
     return summary, result.sufficiency_uri
@@ -209,7 +218,10 @@ def eval_sufficiency(
     as_json: JsonFlag = False,
 ) -> None:
     """Is the context sufficient? Every rater (with its measured agreement) on the retrieved and
-    gold contexts, and the answers classified Correct / Abstain / Hallucinate per setting."""
+    gold contexts, and the answers classified Correct / Abstain / Hallucinate per setting.
+
+    Exit code 3 when more than sufficiency.max_failed_share of the primary rater's verdicts,
+    answers or correctness verdicts failed (the run is stored as failed, with the reason)."""
     summary, stored = _run_sufficiency(
         corpus, qa_set, rater, items, seed, run_id, selective=False, as_json=as_json
     )

@@ -23,10 +23,15 @@ def runs_list(
     limit: Annotated[int, typer.Option(min=1, help="At most this many runs.")] = 50,
     as_json: JsonFlag = False,
 ) -> None:
-    """List the corpus's runs, newest first, with their QA-set version and metric count."""
+    """List the corpus's runs, newest first, with their status, QA-set version and metric count.
+
+    A run left running by a process that is gone (or silent for runs.stale_after_s) is marked
+    abandoned first; why a run failed or was abandoned is printed below the table."""
+    from ragtrail.pipeline.run_io import settle_runs
     from ragtrail.storage.runs_store import RunStore
 
     with runtime() as rt:
+        settle_runs(rt)
         listed = RunStore(rt.engine).list_runs(corpus, limit=limit)
     if as_json:
         emit(
@@ -35,6 +40,7 @@ def runs_list(
                     "run_id": item.run.run_id,
                     "kind": item.run.kind,
                     "status": item.run.status,
+                    "status_detail": item.run.status_detail,
                     "created": item.run.started_at.isoformat(),
                     "qa_set_version": item.run.qa_set_version,
                     "snapshot_id": item.run.snapshot_id,
@@ -59,6 +65,13 @@ def runs_list(
             str(item.n_metrics),
         )
     Console().print(table)
+    for item in listed:
+        if item.run.status_detail:
+            console.print(
+                f"{item.run.run_id}: {item.run.status}: {item.run.status_detail}",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 @runs_app.command("compare")
@@ -69,17 +82,41 @@ def runs_compare(
         int, typer.Option(min=1, help="Bootstrap and permutation resamples.")
     ] = 9999,
     seed: Annotated[int, typer.Option(help="Seed of both resampling procedures.")] = 13,
+    allow_incomplete: Annotated[
+        bool,
+        typer.Option(
+            "--allow-incomplete",
+            help="Compare a run that did not complete (running, failed or abandoned) anyway, "
+            "flagged; without it such a run is refused (exit code 2).",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Paired per-question comparison of two runs on the same QA-set version.
+    """Paired per-question comparison of two complete runs on the same QA-set version.
 
     Per metric and facet: mean A, mean B, B - A with a paired bootstrap 95% CI, a sign-flip
     permutation p-value and Holm-corrected p-values across the facets of the metric.
     """
     from ragtrail.pipeline.compare import compare_stored_runs
+    from ragtrail.pipeline.run_io import settle_runs
 
     with runtime() as rt:
-        comparison = compare_stored_runs(rt.engine, run_a, run_b, n_resamples=resamples, seed=seed)
+        settle_runs(rt)
+        comparison = compare_stored_runs(
+            rt.engine,
+            run_a,
+            run_b,
+            n_resamples=resamples,
+            seed=seed,
+            allow_incomplete=allow_incomplete,
+        )
+    for run_id, state in comparison.incomplete.items():
+        console.print(
+            f"[yellow]warning:[/yellow] run {run_id} did not complete: {state}; compared "
+            "anyway (--allow-incomplete)",
+            highlight=False,
+            soft_wrap=True,
+        )
     if as_json:
         emit(comparison.as_dict(), "comparison")
         return
@@ -117,9 +154,11 @@ def runs_pin(
 
     A pinned baseline wins over the champion's and over the first run (`ragtrail drift check`).
     """
+    from ragtrail.pipeline.run_io import settle_runs
     from ragtrail.storage.drift_store import DriftStore
 
     with runtime() as rt:
+        settle_runs(rt)
         baseline = DriftStore(rt.engine).pin(run, note=note)
     if as_json:
         emit(baseline.as_dict())

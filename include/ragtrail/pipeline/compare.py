@@ -2,19 +2,22 @@
 
 Loads both runs and their per-query values from the metadata database (:class:`RunStore`), refuses
 pairs that cannot be compared (unknown run, different or unknown QA-set versions, no per-query
-values) and hands the values to :func:`ragtrail.evaluate.comparison.run_compare.compare_runs`.
+values, a run that did not complete: running, failed or abandoned) and hands the values to
+:func:`ragtrail.evaluate.comparison.run_compare.compare_runs`. A run that did not complete is
+compared only when asked (``allow_incomplete``), and then flagged in the result.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
 from ragtrail.evaluate.comparison.paired import DEFAULT_RESAMPLES, DEFAULT_SEED
 from ragtrail.evaluate.comparison.run_compare import FacetComparison, compare_runs
 from ragtrail.jsonsafe import JsonObject
-from ragtrail.storage.runs_store import RunRecord, RunStore
+from ragtrail.storage.runs_store import RUNNING, RunRecord, RunStore
 
 
 class RunComparisonError(ValueError):
@@ -31,6 +34,8 @@ class RunComparison:
     n_resamples: int
     seed: int
     rows: tuple[FacetComparison, ...]
+    incomplete: Mapping[str, str] = field(default_factory=dict)
+    """Run id -> its state, for each run that did not complete and was compared anyway."""
 
     def by_metric(self) -> dict[tuple[str, str], list[FacetComparison]]:
         """Rows grouped per (evaluation, metric), in order."""
@@ -40,7 +45,9 @@ class RunComparison:
         return groups
 
     def as_dict(self) -> JsonObject:
-        """Strict-JSON summary (undefined numbers are null with a reason)."""
+        """Strict-JSON summary (undefined numbers are null with a reason); ``incomplete`` only
+        when a run that did not complete was compared anyway."""
+        flagged = {"incomplete": dict(self.incomplete)} if self.incomplete else {}
         return {
             "run_a": self.run_a.run_id,
             "run_b": self.run_b.run_id,
@@ -51,6 +58,7 @@ class RunComparison:
             "seed": self.seed,
             "difference": "B - A",
             "comparisons": [row.as_record() for row in self.rows],
+            **flagged,
         }
 
 
@@ -61,14 +69,28 @@ def compare_stored_runs(
     *,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    allow_incomplete: bool = False,
+    own: Collection[str] = (),
 ) -> RunComparison:
-    """Pair the per-query values of two runs evaluated on the same QA-set version."""
+    """Pair the per-query values of two runs evaluated on the same QA-set version.
+
+    A run that did not complete is refused, unless ``allow_incomplete`` (then it is flagged in
+    :attr:`RunComparison.incomplete`); the runs in ``own`` may be running: the caller is
+    writing them (the night compares its runs before it publishes them)."""
     store = RunStore(engine)
     runs = []
+    incomplete: dict[str, str] = {}
     for run_id in (run_a, run_b):
         run = store.get_run(run_id)
         if run is None:
             raise RunComparisonError(f"no run {run_id!r} (see `ragtrail runs list`)")
+        if not run.complete and not (run.status == RUNNING and run_id in own):
+            if not allow_incomplete:
+                raise RunComparisonError(
+                    f"run {run_id!r} did not complete: {run.state_text()}; only complete runs "
+                    "are compared (--allow-incomplete compares it anyway, flagged)"
+                )
+            incomplete[run_id] = run.state_text()
         runs.append(run)
     first, second = runs
     if first.qa_set_version is None or second.qa_set_version is None:
@@ -97,4 +119,5 @@ def compare_stored_runs(
         n_resamples=n_resamples,
         seed=seed,
         rows=tuple(rows),
+        incomplete=incomplete,
     )

@@ -4,8 +4,9 @@ Every night evaluates, for the corpus, the latest version of each golden set and
 test-set version the test-set event names (or a QA set file given by hand; the shipped sample set
 when there is nothing else). Each set is evaluated as its own stored run, ``<night run id>.<set
 name>``, so ``ragtrail runs list`` / ``runs compare`` work per set, and each set is compared with
-the most recent earlier run on the same QA-set version (:meth:`RunStore.previous_run`) through
-the paired comparison of ``ragtrail runs compare``.
+the most recent earlier complete run on the same QA-set version (:meth:`RunStore.previous_run`:
+runs that are running, failed or abandoned are skipped) through the paired comparison of
+``ragtrail runs compare``.
 
 Each set is a :class:`~ragtrail.summaries.qa_sets.PlannedSet` (name, kind, typed QA-set
 reference, run id); it travels as XCom in its JSON form.
@@ -86,7 +87,7 @@ def change_since_previous(
     head |= {"previous_run": previous.run_id, "previous_snapshot": previous.snapshot_id}
     try:
         comparison = compare_stored_runs(
-            rt.engine, previous.run_id, run_id, n_resamples=n_resamples, seed=seed
+            rt.engine, previous.run_id, run_id, n_resamples=n_resamples, seed=seed, own=(run_id,)
         )
     except RunComparisonError as exc:
         return Change(**head, rows=[], undefined={"rows": str(exc)})

@@ -14,6 +14,12 @@ reads the latest calibration of that version against the configured bar:
   items and accepted test-set items;
 * an entailment judge on (premise, hypothesis, label) references such as the HAGRID
   attributable flags.
+
+A calibration whose verdicts mostly failed (more than ``judges.max_failed_share``: a dead
+endpoint, a model that cannot follow the verdict format) is not stored, since it would stand
+for the judge's version until the version changes; it raises
+:class:`~ragtrail.failures.EvaluationFailedError` (a ValueError, so the nightly reports the judge
+as not calibrated and it advises).
 """
 
 from __future__ import annotations
@@ -30,11 +36,16 @@ import numpy as np
 from ragtrail import jsonsafe
 from ragtrail.artifact_keys import calibration_key
 from ragtrail.config import ModelRole
+from ragtrail.failures import FailureCount, check_failures, one_line
 from ragtrail.generate.critiques import CRITERIA, LlmCritiqueJudge
 from ragtrail.generate.judges import LABELLER, criterion_of, critique_judge_name
 from ragtrail.generate.labeller import LlmLabellerJudge
 from ragtrail.jsonsafe import JsonObject
-from ragtrail.judges.calibration import calibrate_categorical, calibrate_contrasts
+from ragtrail.judges.calibration import (
+    CategoricalCalibration,
+    calibrate_categorical,
+    calibrate_contrasts,
+)
 from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput, JudgeRole, JudgeSpec
 from ragtrail.judges.contrasts import ContrastSource, build_contrasts
 from ragtrail.judges.gate import GateDecision, bar_for, decide, default_bars
@@ -257,8 +268,20 @@ def store_calibration_run(
     reference: str,
     details: list[JsonObject],
 ) -> CalibrationRecord:
-    """Keep the per-item verdicts as an artifact and the figures as a calibration row."""
+    """Keep the per-item verdicts as an artifact and the figures as a calibration row; nothing
+    is kept when more than ``judges.max_failed_share`` of the verdicts failed."""
     spec = judge.spec
+    failed = (
+        calibration.n_failed
+        if isinstance(calibration, CategoricalCalibration)
+        else calibration.failed
+    )
+    check_failures(
+        f"calibration of {spec.ref}",
+        [FailureCount("verdicts", failed, calibration.n, _first_error(details))],
+        max_share=rt.settings.judges.max_failed_share,
+        setting="judges.max_failed_share",
+    )
     uri = rt.artifacts.put_bytes(
         calibration_key(spec.name, spec.version, reference),
         jsonsafe.dumps({"spec": spec.as_dict(), "items": details}, "calibration").encode(),
@@ -266,6 +289,15 @@ def store_calibration_run(
     return store_calibration(
         JudgeStore(rt.engine), spec, calibration, reference=reference, details_uri=uri
     )
+
+
+def _first_error(details: Sequence[JsonObject]) -> str | None:
+    """The first error among per-item verdicts (a pair's verdicts sit under intact/perturbed)."""
+    for item in details:
+        for verdict in (item, item.get("intact"), item.get("perturbed")):
+            if isinstance(verdict, dict) and verdict.get("error"):
+                return one_line(str(verdict["error"]))
+    return None
 
 
 def calibrate_labeller(

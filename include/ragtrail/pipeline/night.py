@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ragtrail import jsonsafe
+from ragtrail.failures import EvaluationFailedError, combined
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.paths import safe_name, sample_corpus_dir
 from ragtrail.pipeline.events import (
@@ -589,6 +590,7 @@ def run_step_in_worker(
     from ragtrail.runtime import Runtime
 
     rt = Runtime()
+    rt.holds_runs = False  # the next task of a run is another process: only heartbeats count
     try:
         result = step.run(rt, **step_arguments(step, state), **extra)
     finally:
@@ -617,7 +619,14 @@ def run_flow(
     *,
     progress: Progress | None = None,
 ) -> FlowRun:
-    """Run every step of ``flow_`` in order on one runtime, exactly as the DAG would."""
+    """Run every step of ``flow_`` in order on one runtime, exactly as the DAG would.
+
+    As Airflow runs every instance of a mapped step whatever the others do, an instance whose
+    evaluation failed (:class:`~ragtrail.failures.EvaluationFailedError`: most of its model calls
+    failed) does not stop the other instances of its step; the flow stops after that step, as
+    the DAG's later tasks do not run after a failed one, raising every failure in one error.
+    Any other error stops the flow at once.
+    """
     run = FlowRun(flow_, dict(state))
     for step in flow_.steps:
         current = flow_state(flow_, run.state, run.results)
@@ -625,10 +634,17 @@ def run_flow(
         if step.map_over:
             assert step.map_as is not None
             items = list(current[step.map_over] or [])
+            failed: list[EvaluationFailedError] = []
             for done, item in enumerate(items, start=1):
-                checked_result(flow_, step, step.run(rt, **args, **{step.map_as: item}))
+                try:
+                    checked_result(flow_, step, step.run(rt, **args, **{step.map_as: item}))
+                except EvaluationFailedError as exc:
+                    log.error("%s.%s failed: %s", flow_.dag_id, step.name, exc)
+                    failed.append(exc)
                 if progress:
                     progress(step.name, done, len(items))
+            if failed:
+                raise combined(failed)
             continue
         result = checked_result(flow_, step, step.run(rt, **args))
         if step.emits:

@@ -92,6 +92,10 @@ def run_nightly(
     :data:`SAMPLE_GOLDEN_SET` (both idempotent). Evaluation covers every golden set of the corpus
     plus the generated version; with ``generate=False``, or when generation accepts nothing, it
     covers ``qa_set`` instead (when given; the sample set when the corpus has no golden set).
+
+    A step whose model calls mostly failed stops the night as it stops the DAGs
+    (:func:`~ragtrail.pipeline.night.run_flow`): the other sets' instances of that step still
+    run, then :class:`~ragtrail.failures.EvaluationFailedError` names every failed set.
     """
     run_id = run_id or f"nightly-{utcnow():%Y%m%dT%H%M%S}"
     params = {"corpus": corpus, "qa_set": str(qa_set) if qa_set else None}

@@ -35,7 +35,14 @@ from ragtrail.pipeline.drift.views import load_drift
 from ragtrail.pipeline.evaluation_sets import change_since_previous, primary_set
 from ragtrail.pipeline.events import HeadlinesEvent, RetrievalMetricsEvent
 from ragtrail.pipeline.generate import load_generation_summary
-from ragtrail.pipeline.run_io import get_parquet, load_run_summary, report_dir, stored_json
+from ragtrail.pipeline.run_io import (
+    get_parquet,
+    load_run_summary,
+    report_dir,
+    resume_runs,
+    settle_runs,
+    stored_json,
+)
 from ragtrail.pipeline.sufficiency.views import compact as compact_sufficiency
 from ragtrail.pipeline.sufficiency.views import load_sufficiency, metrics_frame
 from ragtrail.records import INCLUSIVE, LABELS, SetKind
@@ -106,6 +113,8 @@ def publish_sets(
 
     if not sets:
         raise ValueError("nothing to publish: no evaluated QA set")
+    settle_runs(rt)
+    resume_runs(rt, [entry.run_id for entry in sets])
     out = report_dir(rt, run_id)
     out.mkdir(parents=True, exist_ok=True)
     runner = QualityRunner(out)

@@ -18,7 +18,10 @@ The ``retrain_models`` flow (``pipeline/night.py`` RETRAIN) runs these three ste
    already answered by retraining does not fire again every night.
 
 Every step is idempotent per flow run: the split and the registered version are looked up by the
-run id before anything is recomputed.
+run id before anything is recomputed. A step whose model calls mostly failed (more than
+``citation_training.max_failed_share`` of the SFT target answers, or of either model's answers at
+the gate) raises :class:`~ragtrail.failures.EvaluationFailedError`: nothing is trained, and no
+promotion is decided.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 from ragtrail.artifact_keys import retrain_split_key
 from ragtrail.config import ModelRole
 from ragtrail.evaluate.citations.evaluator import MixtureEvaluation
+from ragtrail.failures import FailureCount, check_failures
 from ragtrail.models.registry import (
     CHAMPION,
     RegistryError,
@@ -198,17 +202,32 @@ def train_challenger(
     )
 
 
-def _evaluate(rt: Runtime, spec: str, split: Any) -> MixtureEvaluation:
+def _evaluate(rt: Runtime, spec: str, split: Any, run_id: str) -> MixtureEvaluation:
+    """``spec`` on the split's frozen mixtures; raises when most of its answers failed (a gate
+    decided on what a dead endpoint left would promote or keep a model for nothing)."""
     from ragtrail.train.citation import evaluate_citation_model
 
     cfg = rt.settings.citations
-    return evaluate_citation_model(
+    evaluation = evaluate_citation_model(
         rt.llm_for_spec(spec),
         split,
         max_new_tokens=cfg.max_new_tokens,
         baseline_repeats=cfg.baseline_repeats,
         bootstrap_samples=cfg.bootstrap_samples,
     )
+    check_failures(
+        "promotion gate",
+        [
+            FailureCount.of(
+                f"answers of {spec}",
+                (None if a.ok else (a.error or a.cause or "failed") for a in evaluation.answers),
+            )
+        ],
+        max_share=rt.settings.citation_training.max_failed_share,
+        setting="citation_training.max_failed_share",
+        run_id=run_id,
+    )
+    return evaluation
 
 
 def gate_challenger(
@@ -233,8 +252,8 @@ def gate_challenger(
     challenger_spec = str(ModelSpec(ModelKind.REGISTRY, f"{name}@{version}"))
     if serving == challenger_spec:
         return GateOutcome(model=name, version=version, promoted=True, reason="already champion")
-    current = _evaluate(rt, serving, split)
-    challenger = _evaluate(rt, challenger_spec, split)
+    current = _evaluate(rt, serving, split, run_id)
+    challenger = _evaluate(rt, challenger_spec, split, run_id)
     decision = decide_promotion(
         current.rows,
         challenger.rows,
@@ -249,6 +268,9 @@ def gate_challenger(
         "current": headline(current),
         "challenger": headline(challenger),
     }
+    # The runs a promoted model is accepted on, found before the registry changes: a night that
+    # did not complete is refused here, not after the promotion.
+    accepted = runs_to_check(rt.engine, corpus, drift_run_id) if decision.promote else []
     settle_challenger(
         rt.registry,
         name,
@@ -260,7 +282,7 @@ def gate_challenger(
     accepted_on: list[str] = []
     if decision.promote:
         store = DriftStore(rt.engine)
-        for run in runs_to_check(rt.engine, corpus, drift_run_id):
+        for run in accepted:
             store.record_champion_baseline(corpus, run, name, str(version))
             accepted_on.append(run)
     log.info(

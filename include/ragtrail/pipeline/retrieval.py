@@ -20,8 +20,18 @@ from ragtrail.evaluate.retrieval.evaluator import (
     ScanConfig,
     collect_candidates,
 )
-from ragtrail.pipeline.run_io import evaluated_snapshot, load_items, producing_models, put_parquet
-from ragtrail.records import LABELS
+from ragtrail.jsonsafe import JsonObject
+from ragtrail.pipeline.run_io import (
+    evaluated_snapshot,
+    held_run,
+    load_items,
+    night_of_set,
+    producing_models,
+    put_parquet,
+    run_owner,
+    settle_runs,
+)
+from ragtrail.records import LABELS, QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.retrieval_summary import EvaluatorInfo, RetrievalRun, RetrievalSummary
@@ -61,9 +71,26 @@ def evaluate_retrieval(
         "qa_set_name": set_name,
         "text_weights": list(weights),
     }
+    settle_runs(rt)
     runs = RunStore(rt.engine)
-    runs.start_run(run_id, "evaluate_retrieval", params)
+    runs.start_run(run_id, "evaluate_retrieval", params, owner=run_owner(rt))
+    with held_run(rt, run_id, night_of_set(run_id, set_name)):
+        return _scan(rt, corpus, run_id, items, snapshot.snapshot_id, qa_version, config, params)
 
+
+def _scan(
+    rt: Runtime,
+    corpus: str,
+    run_id: str,
+    items: list[QAItem],
+    snapshot_id: str,
+    qa_version: str,
+    config: ScanConfig,
+    params: JsonObject,
+) -> RetrievalRun:
+    """The scan of :func:`evaluate_retrieval` on the started and held run, stored."""
+    settings = rt.settings
+    runs = RunStore(rt.engine)
     candidates = collect_candidates(
         rt.index(corpus), rt.embedder.encode, items, config.candidates_per_modality, rt.report
     )
@@ -76,7 +103,7 @@ def evaluate_retrieval(
         run_id,
         evaluation,
         corpus=corpus,
-        corpus_snapshot=snapshot.snapshot_id,
+        corpus_snapshot=snapshot_id,
         qa_set_version=qa_version,
         models=producing_models(settings.index_backend, settings.embedding_model, backends),
         judges={},

@@ -7,7 +7,10 @@ pipeline's import graph has no cycle. Artifact keys live in :mod:`ragtrail.artif
 - :func:`load_items` reads a QA set by its typed reference (:class:`~ragtrail.records.QASetRef`:
   a golden version, a generated version or a file; None: the sample set); :func:`sample_items` spreads a seeded sample over
   the labels;
-- :func:`open_set_run` starts (or reopens) the stored run of one QA set of the night;
+- :func:`open_set_run` starts (or reopens) the stored run of one QA set of the night, and
+  :func:`held_run` holds it while a step writes to it: heartbeats on progress, and ``failed``
+  with the reason when the step raises (:func:`check_step_failures`: most model calls failed);
+- :func:`settle_runs` marks runs whose process is gone (or silent) ``abandoned``;
 - :func:`put_parquet` / :func:`get_parquet` / :func:`stored_json` / :func:`load_run_summary`
   read and write a run's artifacts; :func:`report_dir` is where its report is rendered;
 - :func:`best_text_weight` is the hybrid weight the answer-side steps retrieve with.
@@ -17,23 +20,37 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ragtrail.artifact_keys import run_summary_key
+from ragtrail.failures import FailureCount, check_failures, one_line
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.paths import sample_qa_set
 from ragtrail.records import INCLUSIVE, QAItem, QASetRef, QuestionLabel, SetKind
 from ragtrail.runtime import Runtime
 from ragtrail.storage.corpus_store import SnapshotRecord
-from ragtrail.storage.runs_store import RunStore
+from ragtrail.storage.runs_store import (
+    ABANDONED,
+    FAILED,
+    RUNNING,
+    SUCCESS,
+    RunOwner,
+    RunRecord,
+    RunStore,
+)
 from ragtrail.summaries.retrieval_summary import RetrievalSummary
 from ragtrail.testset.qaset import load_qa_set
+
+log = logging.getLogger(__name__)
 
 
 def put_parquet(rt: Runtime, key: str, frame: pd.DataFrame) -> str:
@@ -65,6 +82,84 @@ def producing_models(
     return {**backends, "index_backend": index_backend, "embedding_model": embedding_model}
 
 
+def run_owner(rt: Runtime) -> RunOwner:
+    """This process as the owner of the runs it writes (with its pid when it holds them
+    whole: see :attr:`Runtime.holds_runs`)."""
+    return RunOwner.this_process(holds_run=rt.holds_runs)
+
+
+def settle_runs(rt: Runtime) -> list[RunRecord]:
+    """Mark the runs left running by a process that is gone from this host, or silent for
+    ``runs.stale_after_s``, ``abandoned``; returns them (each is logged)."""
+    stale_after = timedelta(seconds=rt.settings.runs.stale_after_s)
+    settled = RunStore(rt.engine).settle_stale_runs(stale_after)
+    for run in settled:
+        log.warning("run %s abandoned: %s", run.run_id, run.status_detail)
+    return settled
+
+
+def night_of_set(run_id: str, set_name: str | None) -> str | None:
+    """The night a set's run ``<night>.<set name>`` belongs to (None for a lone run)."""
+    if set_name and run_id.endswith(f".{set_name}"):
+        return run_id[: -len(set_name) - 1]
+    return None
+
+
+@contextmanager
+def held_run(rt: Runtime, run_id: str, night: str | None = None) -> Iterator[None]:
+    """While a step writes to ``run_id``: heartbeats on progress (for its night's runs too), and
+    when the step raises, the run ends ``failed`` with the error as its reason (then the error
+    goes on). A killed process leaves it running, for :func:`settle_runs` to abandon."""
+    rt.hold_run(run_id, night)
+    try:
+        yield
+    except Exception as exc:
+        reason = one_line(str(exc), limit=2000) or type(exc).__name__
+        RunStore(rt.engine).fail_run(run_id, reason)
+        raise
+    finally:
+        rt.release_run(run_id)
+
+
+def check_step_failures(
+    run_id: str,
+    evaluation: str,
+    counts: Iterable[FailureCount],
+    *,
+    max_share: float,
+    setting: str,
+) -> None:
+    """Raise :class:`~ragtrail.failures.EvaluationFailedError` when more than ``max_share`` of
+    one kind of items failed (inside :func:`held_run`, which stores the run as failed)."""
+    check_failures(evaluation, counts, max_share=max_share, setting=setting, run_id=run_id)
+
+
+def resume_runs(rt: Runtime, run_ids: Iterable[str]) -> None:
+    """The night's later steps (drift, publishing) take its set runs back: a run still running
+    (or abandoned while it waited for a worker) is this step's again, a complete one stays as
+    it is, and a failed one is refused (ValueError): what it measured is not to be used."""
+    store, owner = RunStore(rt.engine), run_owner(rt)
+    for run_id in run_ids:
+        run = store.get_run(run_id)
+        if run is None:
+            continue
+        if run.status == FAILED:
+            raise ValueError(f"run {run_id} {run.state_text()}: it is not published or checked")
+        if run.status in (RUNNING, ABANDONED):
+            if run.status == ABANDONED:
+                log.warning("run %s was abandoned (%s); resumed", run_id, run.status_detail)
+            store.claim_run(run_id, owner)
+
+
+def complete_run(rt: Runtime, run_id: str) -> None:
+    """End as ``success`` a run that a command ran by itself (``ragtrail eval citations``, ``eval
+    retrieval --no-report``: nothing publishes it), when it is still running."""
+    store = RunStore(rt.engine)
+    run = store.get_run(run_id)
+    if run is not None and run.status == RUNNING:
+        store.finish_run(run_id, SUCCESS)
+
+
 @dataclass(frozen=True)
 class SetRun:
     """One QA set opened for an answer-side evaluation under a set's run id: its items, the
@@ -76,6 +171,7 @@ class SetRun:
     items: list[QAItem]
     qa_version: str
     params: JsonObject
+    night: str | None = None
 
     def record(self, rt: Runtime, **models: Any) -> JsonObject:
         """The keyword arguments of ``RunStore.record_evaluation`` (the producing models plus
@@ -102,7 +198,8 @@ def open_set_run(
     snapshot_id: str | None,
 ) -> SetRun:
     """Load the QA set, fix the snapshot and start the run ``run_id`` (as ``task``) unless the
-    set's retrieval step already did."""
+    set's retrieval step already did; either way this process owns it now (running again when
+    a retried or added step reopens it). Hold it with :func:`held_run` while writing."""
     snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
     items, qa_version, qa_source = load_items(rt, qa_set)
     params = {
@@ -112,10 +209,14 @@ def open_set_run(
         "qa_set_version": qa_version,
         "qa_set_name": set_name,
     }
+    settle_runs(rt)
     runs = RunStore(rt.engine)
     if runs.get_run(run_id) is None:
-        runs.start_run(run_id, task, params)
-    return SetRun(run_id, corpus, snapshot.snapshot_id, items, qa_version, params)
+        runs.start_run(run_id, task, params, owner=run_owner(rt))
+    else:
+        runs.claim_run(run_id, run_owner(rt))
+    night = night_of_set(run_id, set_name)
+    return SetRun(run_id, corpus, snapshot.snapshot_id, items, qa_version, params, night)
 
 
 QASetSource = QASetRef | str | Path | None

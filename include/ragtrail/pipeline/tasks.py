@@ -29,7 +29,7 @@ from ragtrail.pipeline.events import (
 from ragtrail.pipeline.ingest import IngestSummary
 from ragtrail.pipeline.publish import announce_headlines, publish_night
 from ragtrail.pipeline.retrieval import evaluate_retrieval
-from ragtrail.pipeline.run_io import evaluated_snapshot
+from ragtrail.pipeline.run_io import evaluated_snapshot, resume_runs, settle_runs
 from ragtrail.records import QASetRef, SetKind
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.base import Record
@@ -384,6 +384,8 @@ def check_drift(
     from ragtrail.pipeline.drift.views import compact
 
     planned = _planned(sets)
+    settle_runs(rt)
+    resume_runs(rt, [s.run_id for s in planned])  # the night's own runs, still to be published
     decisions = check_runs(rt.engine, [s.run_id for s in planned], rt.settings.drift, corpus=corpus)
     per_set = {s.name: compact(d) for s, d in zip(planned, decisions, strict=True)}
     for name, d in per_set.items():

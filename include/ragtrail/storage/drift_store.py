@@ -8,6 +8,10 @@ A run is checked against the *baseline* of its corpus and QA-set version, resolv
 3. ``first``: the earliest successfully finished run of the same kind, corpus and QA-set version
    that started before the checked run.
 
+A run that did not complete (running, failed, abandoned) is never a baseline: it cannot be
+pinned or recorded as the champion's, and a stored baseline whose run has since failed or been
+abandoned is passed over for the next kind.
+
 Decisions are stored whatever they say; the id is derived from (run, baseline run) so checking the
 same pair again replaces the row instead of adding one.
 """
@@ -15,6 +19,7 @@ same pair again replaces the row instead of adding one.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -25,7 +30,7 @@ from sqlalchemy.engine import RowMapping
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import utcnow, write_transaction
-from ragtrail.storage.runs_store import RunRecord, RunStore
+from ragtrail.storage.runs_store import ABANDONED, FAILED, RunRecord, RunStore
 from ragtrail.storage.sql import SqlStore, as_dict, upsert
 from ragtrail.summaries.drift_summary import DriftDecision
 
@@ -34,6 +39,8 @@ BaselineKind = Literal["pinned", "champion", "first"]
 CHECKED, NO_BASELINE = "checked", "no_baseline"
 SUCCESS = "success"
 """The status of a run whose publication passed (``pipeline/publish.py``)."""
+
+log = logging.getLogger(__name__)
 
 
 class BaselineError(ValueError):
@@ -125,8 +132,15 @@ class DriftStore(SqlStore):
             baseline = stored.get(kind)
             if baseline is not None:
                 record = runs.get_run(baseline.run_id)
-                if record is not None:
+                if record is not None and record.complete:
                     return ResolvedBaseline(record, kind)  # type: ignore[arg-type]
+                if record is not None:
+                    log.warning(
+                        "%s baseline %s passed over: it %s",
+                        kind,
+                        record.run_id,
+                        record.state_text(),
+                    )
         first = self._first_run(run)
         return ResolvedBaseline(first, FIRST) if first is not None else None
 
@@ -159,7 +173,9 @@ class DriftStore(SqlStore):
             problems.append("it records no corpus")
         if run.qa_set_version is None:
             problems.append("it records no QA-set version")
-        if require_finished and run.finished_at is None:
+        if run.status in (FAILED, ABANDONED):
+            problems.append(f"it did not complete: {run.state_text()}")
+        elif require_finished and run.finished_at is None:
             problems.append(f"it has not finished (status {run.status!r})")
         if problems:
             raise BaselineError(f"run {run_id!r} cannot be a baseline: " + "; ".join(problems))

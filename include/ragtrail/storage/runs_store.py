@@ -1,6 +1,14 @@
 """Runs, their metrics history and their per-query results (tables ``runs``, ``metrics_history``,
 ``query_results``).
 
+A run is ``running`` until whoever started it ends it: ``success`` (or ``failed_quality``: its
+metrics were published but a GX check failed), ``failed`` (a step raised, e.g. most of its model
+calls failed; :mod:`ragtrail.failures`) with the reason in ``status_detail``, or ``abandoned``: a
+run left running by a process that is gone from this host, or that has not reported for
+``runs.stale_after_s``, is marked so by :meth:`RunStore.settle_stale_runs`, which every command
+reading the runs calls first. Only complete runs (neither running, failed nor abandoned) are
+previous runs, drift baselines or compared without a flag.
+
 :class:`RunStore` returns frozen records, never dicts. Every write is one transaction and
 idempotent per run: starting a run again resets it, recording an evaluation again replaces that
 run's points and per-query values of that evaluation. Per-query values live in the database (not in
@@ -12,12 +20,14 @@ of a URL in them reaches the database.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+import os
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, and_, delete, func, select, update
+from sqlalchemy import Connection, Engine, and_, delete, func, or_, select, update
 from sqlalchemy.engine import URL, RowMapping
 
 from ragtrail.evaluation_records import (
@@ -31,18 +41,36 @@ from ragtrail.evaluation_records import (
 from ragtrail.jsonsafe import JsonObject, check_finite
 from ragtrail.redact import redact_json
 from ragtrail.storage import tables as t
+from ragtrail.storage.corpus_store import pid_alive
 from ragtrail.storage.db import make_engine, upgrade, utcnow, write_transaction
 from ragtrail.storage.sql import batches, insert, utc
 
-RUNNING = "running"
+RUNNING, SUCCESS, FAILED_QUALITY = "running", "success", "failed_quality"
+FAILED, ABANDONED = "failed", "abandoned"
+INCOMPLETE = frozenset({RUNNING, FAILED, ABANDONED})
+"""The statuses of a run that did not complete: never a previous run, a baseline or compared
+without a flag."""
 BATCH_SIZE = 2000
 """Rows per executemany batch."""
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class RunOwner:
+    """Who runs a run: its host, and its pid when one process runs all of it (the CLI,
+    ``ragtrail nightly``); Airflow tasks, each a process of its own, leave the pid out."""
+
+    host: str
+    pid: int | None
+
+    @classmethod
+    def this_process(cls, *, holds_run: bool = True) -> RunOwner:
+        return cls(socket.gethostname(), os.getpid() if holds_run else None)
+
+
+@dataclass(frozen=True)
 class RunRecord:
-    """One row of ``runs``."""
+    """One row of ``runs``; datetimes are timezone-aware UTC."""
 
     run_id: str
     kind: str
@@ -54,6 +82,32 @@ class RunRecord:
     corpus: str | None
     snapshot_id: str | None
     qa_set_version: str | None
+    owner_host: str | None = None
+    owner_pid: int | None = None
+    heartbeat_at: datetime | None = None
+    status_detail: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Neither running, failed nor abandoned."""
+        return self.status not in INCOMPLETE
+
+    def owner_text(self) -> str:
+        """Who runs it, for messages: "pid 42 on host h", "host h" or "an unknown owner"."""
+        if self.owner_host is None:
+            return "an unknown owner"
+        if self.owner_pid is None:
+            return f"host {self.owner_host}"
+        return f"pid {self.owner_pid} on host {self.owner_host}"
+
+    def state_text(self) -> str:
+        """Its status with why, for messages: "failed (6 of 6 ... failed)", "still running (pid
+        42 on host h, last heartbeat ...)"."""
+        if self.status == RUNNING:
+            beat = _when(self.heartbeat_at or self.started_at)
+            return f"still running ({self.owner_text()}, last heartbeat {beat})"
+        detail = f" ({self.status_detail})" if self.status_detail else ""
+        return f"{self.status}{detail}"
 
 
 @dataclass(frozen=True)
@@ -142,16 +196,20 @@ class RunStore:
         corpus: str | None = None,
         snapshot_id: str | None = None,
         qa_set_version: str | None = None,
+        owner: RunOwner | None = None,
     ) -> None:
-        """Register a running run; starting it again resets it (retries are idempotent).
+        """Register a running run owned by ``owner``; starting it again resets it (retries are
+        idempotent).
 
         ``corpus``, ``snapshot_id`` and ``qa_set_version`` default to the same keys of ``params``.
+        Without an owner only its heartbeat tells whether it is alive.
         """
+        now = utcnow()
         row = {
             "run_id": run_id,
             "kind": kind,
             "status": RUNNING,
-            "started_at": utcnow(),
+            "started_at": now,
             "finished_at": None,
             "params": check_finite(redact_json(dict(params)), "run params"),
             "report_uri": None,
@@ -162,6 +220,7 @@ class RunStore:
             "qa_set_version": qa_set_version
             if qa_set_version is not None
             else _str_or_none(params.get("qa_set_version")),
+            **_owner_values(owner, now),
         }
         r = t.runs
         with write_transaction(self.engine) as conn:
@@ -169,13 +228,93 @@ class RunStore:
             conn.execute(r.insert(), [row])
 
     def finish_run(self, run_id: str, status: str, report_uri: str | None = None) -> None:
-        """Record a run's final status and report location; KeyError for an unknown run."""
+        """Record a run's final status and report location (kept when None); KeyError for an
+        unknown run."""
         r = t.runs
-        values = {"status": status, "finished_at": utcnow(), "report_uri": report_uri}
+        values: dict[str, Any] = {"status": status, "finished_at": utcnow(), "status_detail": None}
+        if report_uri is not None:
+            values["report_uri"] = report_uri
         with write_transaction(self.engine) as conn:
             result = conn.execute(update(r).where(r.c.run_id == run_id).values(values))
             if result.rowcount == 0:
                 raise KeyError(f"no run {run_id!r}")
+
+    def claim_run(self, run_id: str, owner: RunOwner | None) -> RunRecord:
+        """Make ``owner`` the owner of a run a step is about to write to: running again (a
+        retried or added step), with a fresh heartbeat and no reason; its start stays. KeyError
+        for an unknown run."""
+        r = t.runs
+        values = {
+            "status": RUNNING,
+            "finished_at": None,
+            "status_detail": None,
+            **_owner_values(owner, utcnow()),
+        }
+        with write_transaction(self.engine) as conn:
+            conn.execute(update(r).where(r.c.run_id == run_id).values(values))
+            row = conn.execute(select(r).where(r.c.run_id == run_id)).mappings().first()
+        if row is None:
+            raise KeyError(f"no run {run_id!r}")
+        return _run(row)
+
+    def fail_run(self, run_id: str, detail: str, *, status: str = FAILED) -> bool:
+        """End a *running* run as ``failed`` (or ``abandoned``) with the reason; False when it
+        is unknown or not running (nothing changed)."""
+        if status not in (FAILED, ABANDONED):
+            raise ValueError(f"a run is closed as failed or abandoned, not {status!r}")
+        r = t.runs
+        values = {"status": status, "finished_at": utcnow(), "status_detail": detail}
+        with write_transaction(self.engine) as conn:
+            result = conn.execute(
+                update(r).where(r.c.run_id == run_id, r.c.status == RUNNING).values(values)
+            )
+        return bool(result.rowcount)
+
+    def heartbeat(self, run_ids: Iterable[str], *, nights: Iterable[str] = ()) -> None:
+        """Record that the running runs ``run_ids`` are alive, and every running run of the
+        ``nights`` (``<night>.<set name>``): under Airflow a set's run may wait for the other
+        sets' tasks for long, and the night's progress is its sign of life."""
+        ids, prefixes = list(run_ids), [f"{night}." for night in nights]
+        if not ids and not prefixes:
+            return
+        r = t.runs
+        which = or_(
+            r.c.run_id.in_(ids), *(r.c.run_id.startswith(p, autoescape=True) for p in prefixes)
+        )
+        with write_transaction(self.engine) as conn:
+            conn.execute(
+                update(r).where(r.c.status == RUNNING, which).values(heartbeat_at=utcnow())
+            )
+
+    def settle_stale_runs(
+        self, stale_after: timedelta, *, host: str | None = None
+    ) -> list[RunRecord]:
+        """Mark the running runs whose owner is presumed dead ``abandoned`` with the reason,
+        and return them as they are now: the owner's process is gone from this host, or the run
+        has not reported for ``stale_after``."""
+        host = host or socket.gethostname()
+        r = t.runs
+        with self.engine.connect() as conn:
+            query = select(r).where(r.c.status == RUNNING)
+            running = [_run(row) for row in conn.execute(query).mappings()]
+        now = utcnow()
+        doomed = [
+            (run, reason)
+            for run in running
+            if (reason := run_stale_reason(run, now, stale_after, host)) is not None
+        ]
+        settled = []
+        for run, reason in doomed:
+            values = {"status": ABANDONED, "finished_at": now, "status_detail": reason}
+            with write_transaction(self.engine) as conn:
+                result = conn.execute(
+                    update(r).where(r.c.run_id == run.run_id, r.c.status == RUNNING).values(values)
+                )
+            if result.rowcount:
+                settled.append(
+                    replace(run, status=ABANDONED, finished_at=now, status_detail=reason)
+                )
+        return settled
 
     def get_run(self, run_id: str) -> RunRecord | None:
         r = t.runs
@@ -184,8 +323,9 @@ class RunStore:
         return _run(row) if row is not None else None
 
     def previous_run(self, run_id: str) -> RunRecord | None:
-        """The most recent run of the same kind, corpus and QA-set version that started before
-        ``run_id`` did (what a night is compared with); None when there is none.
+        """The most recent complete run of the same kind, corpus and QA-set version that started
+        before ``run_id`` did (what a night is compared with); None when there is none. Runs
+        that are running, failed or abandoned are skipped.
 
         KeyError for an unknown run; a run without corpus or QA-set version has no previous run.
         """
@@ -203,6 +343,7 @@ class RunStore:
                 r.c.qa_set_version == run.qa_set_version,
                 r.c.run_id != run.run_id,
                 r.c.started_at < run.started_at,
+                r.c.status.not_in(sorted(INCOMPLETE)),
             )
             .order_by(r.c.started_at.desc(), r.c.run_id.desc())
             .limit(1)
@@ -450,6 +591,33 @@ def _delete_run_rows(conn: Connection, table: Any, run_id: str, evaluation: str 
     conn.execute(query)
 
 
+def run_stale_reason(
+    run: RunRecord, now: datetime, stale_after: timedelta, host: str
+) -> str | None:
+    """Why the owner of the running ``run`` is presumed dead, or None while it may be alive."""
+    beat = run.heartbeat_at or run.started_at
+    if now - beat > stale_after:
+        return (
+            f"no heartbeat from {run.owner_text()} since {_when(beat)} "
+            f"(runs.stale_after_s={int(stale_after.total_seconds())})"
+        )
+    if run.owner_pid is not None and run.owner_host == host and not pid_alive(run.owner_pid):
+        return f"its process (pid {run.owner_pid} on host {host}) is gone"
+    return None
+
+
+def _when(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _owner_values(owner: RunOwner | None, now: datetime) -> dict[str, Any]:
+    return {
+        "owner_host": owner.host if owner else None,
+        "owner_pid": owner.pid if owner else None,
+        "heartbeat_at": now,
+    }
+
+
 def _run(row: RowMapping) -> RunRecord:
     return RunRecord(
         run_id=row["run_id"],
@@ -462,6 +630,10 @@ def _run(row: RowMapping) -> RunRecord:
         corpus=row["corpus"],
         snapshot_id=row["snapshot_id"],
         qa_set_version=row["qa_set_version"],
+        owner_host=row["owner_host"],
+        owner_pid=row["owner_pid"],
+        heartbeat_at=utc(row["heartbeat_at"]) if row["heartbeat_at"] is not None else None,
+        status_detail=row["status_detail"],
     )
 
 

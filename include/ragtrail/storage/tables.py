@@ -143,6 +143,7 @@ runs = Table(
     metadata,
     Column("run_id", String(128), primary_key=True),
     Column("kind", String(32), nullable=False),
+    # running | success | failed_quality (published, a GX check failed) | failed | abandoned
     Column("status", String(16), nullable=False),
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("finished_at", DateTime(timezone=True), nullable=True),
@@ -152,6 +153,12 @@ runs = Table(
     Column("corpus", String(128), nullable=True, index=True),
     Column("snapshot_id", String(64), nullable=True),
     Column("qa_set_version", String(128), nullable=True),
+    # 0008: who runs it (host, and the pid when one process runs all of it), when it last
+    # reported, and why it ended failed or abandoned.
+    Column("owner_host", String(255), nullable=True),
+    Column("owner_pid", Integer, nullable=True),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=True),
+    Column("status_detail", Text, nullable=True),
 )
 
 # One row per (run, evaluation, metric, facet set). Columns after created_at were added by 0003

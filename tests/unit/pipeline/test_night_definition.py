@@ -58,3 +58,60 @@ def test_ingest_state_carries_the_mass_removal_guard_and_the_owner() -> None:
     assert (nightly["allow_mass_removal"], nightly["in_process"]) == (True, True)
     plan = next(s for s in INGEST.steps if s.name == "plan")
     assert {"allow_mass_removal", "run_id", "in_process"} <= set(plan.inputs)
+
+
+def test_a_failed_evaluation_of_one_set_lets_the_others_run_then_stops_the_flow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As Airflow runs every instance of a mapped task, and none of the tasks after a failed
+    one: ``ragtrail nightly`` evaluates the other sets, then stops with every failure."""
+    from ragtrail.failures import EvaluationFailedError, FailedStepsError, FailureCount
+    from ragtrail.pipeline.night import run_flow
+
+    calls: list[str] = []
+
+    def evaluate(rt: object, *, item: str) -> dict[str, str]:
+        calls.append(f"evaluate {item}")
+        if item in ("a", "c"):
+            raise EvaluationFailedError(
+                "citation evaluation",
+                [FailureCount("answers", 4, 4, "connection refused")],
+                max_share=0.5,
+                setting="citations.max_failed_share",
+                run_id=f"night.{item}",
+            )
+        return {}
+
+    def publish(rt: object) -> dict[str, str]:
+        calls.append("publish")
+        return {}
+
+    functions = {"evaluate": evaluate, "publish": publish}
+    monkeypatch.setattr(Step, "function", lambda self: functions[self.task])
+    flow_ = Flow(
+        dag_id="test_flow",
+        doc="",
+        run_prefix="t",
+        steps=(
+            Step("evaluate", "evaluate", "", map_over="items", map_as="item"),
+            Step("publish", "publish", "", after_mapped=True),
+        ),
+        params={},
+        resolver=lambda params, extra, run_id: {},
+    )
+    with pytest.raises(FailedStepsError) as failed:
+        run_flow(None, flow_, {"items": ["a", "b", "c"]})
+    assert calls == ["evaluate a", "evaluate b", "evaluate c"]  # no publish
+    message = str(failed.value)
+    assert "\n" not in message
+    assert "run night.a failed: 4 of 4 answers failed" in message
+    assert "run night.c failed" in message
+    assert [e.run_id for e in failed.value.errors] == ["night.a", "night.c"]
+
+    calls.clear()  # a single failure is raised as it is
+    with pytest.raises(EvaluationFailedError) as single:
+        run_flow(None, flow_, {"items": ["b", "a"]})
+    assert not isinstance(single.value, FailedStepsError) and calls[-1] == "evaluate a"
+    calls.clear()
+    run_flow(None, flow_, {"items": ["b"]})
+    assert calls == ["evaluate b", "publish"]

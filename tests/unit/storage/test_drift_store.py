@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sqlalchemy import Engine
 
@@ -233,3 +235,40 @@ def test_history_plots_the_pooled_cell_the_check_compared(db: Engine) -> None:
     assert points[0].ci_low is not None and points[0].ci_high is not None
     assert points[0].ci_low <= 5 / 6 <= points[0].ci_high
     assert (points[1].ci_low, points[1].ci_high) == (0.0, 0.0)
+
+
+def test_runs_that_did_not_complete_are_never_checked_or_baselines(db: Engine) -> None:
+    runs, store = RunStore(db), DriftStore(db)
+    _run(db, "n1", [1.0] * 10)  # complete: the first baseline
+    _run(db, "n1b", [1.0] * 10)
+    _run(db, "failed", [0.0] * 10, status=None)
+    assert runs.fail_run("failed", "citation evaluation failed: 6 of 6 answers failed")
+    _run(db, "killed", [0.0] * 10, status=None)
+    assert runs.fail_run("killed", "its process (pid 7 on host h) is gone", status="abandoned")
+    _run(db, "now", [1.0] * 10, status=None)
+    for run_id, state in (("failed", "failed (citation"), ("killed", "abandoned (its process")):
+        with pytest.raises(DriftCheckError, match=rf"run '{run_id}' {re.escape(state)}"):
+            _check(db, run_id)
+        with pytest.raises(BaselineError, match=rf"did not complete: {re.escape(state)}"):
+            store.pin(run_id)
+        with pytest.raises(BaselineError, match="did not complete"):
+            store.record_champion_baseline(CORPUS, run_id, "m", "1")
+    # a pin whose run has failed since is passed over: the first complete run is the baseline
+    store.pin("n1")
+    runs.claim_run("n1", None)
+    runs.fail_run("n1", "a retried step failed")
+    decision = _check(db, "now")
+    assert (decision.baseline_run_id, decision.baseline_kind) == ("n1b", FIRST)
+
+
+def test_runs_to_check_refuses_a_night_that_did_not_complete(db: Engine) -> None:
+    for name in ("gold", "generated"):
+        _run(db, f"night-1.{name}", [1.0], name=name)
+    _run(db, "night-2.gold", [1.0], name="gold")
+    _run(db, "night-2.generated", [1.0], name="generated", status=None)  # still running
+    with pytest.raises(DriftCheckError, match=r"run 'night-2.generated' still running \("):
+        runs_to_check(db, CORPUS)
+    assert runs_to_check(db, CORPUS, "night-1") == ["night-1.generated", "night-1.gold"]
+    RunStore(db).fail_run("night-2.generated", "sufficiency evaluation failed: ...")
+    with pytest.raises(DriftCheckError, match=r"failed .*complete runs only"):
+        runs_to_check(db, CORPUS, "night-2")

@@ -11,13 +11,21 @@ from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from ragtrail.evaluate.contract import Aggregate, EvaluationResult, QueryValue, facet_key
 from ragtrail.storage import tables
 from ragtrail.storage.db import alembic_config, upgrade, utcnow
-from ragtrail.storage.runs_store import MetricPoint, RunRecord, RunStore
+from ragtrail.storage.runs_store import (
+    ABANDONED,
+    FAILED,
+    RUNNING,
+    MetricPoint,
+    RunOwner,
+    RunRecord,
+    RunStore,
+)
 
 
 @pytest.fixture
@@ -62,6 +70,8 @@ def test_run_lifecycle(store: RunStore) -> None:
     run = store.get_run("r1")
     assert run.status == "complete" and run.report_uri.endswith("index.html")
     assert run.finished_at >= run.started_at
+    store.finish_run("r1", "success")  # the report location stays
+    assert store.get_run("r1").report_uri.endswith("index.html")
     store.start_run("r1", "nightly", {"seed": 14})
     run = store.get_run("r1")
     assert run.status == "running" and run.params == {"seed": 14}
@@ -107,6 +117,7 @@ def test_list_runs_newest_first_with_counts(store: RunStore) -> None:
 def test_previous_run_is_the_latest_earlier_run_on_the_same_version(store: RunStore) -> None:
     def start(run_id: str, version: str, corpus: str = "hb", kind: str = "evaluate_retrieval"):
         store.start_run(run_id, kind, {"corpus": corpus, "qa_set_version": version})
+        store.finish_run(run_id, "success")
 
     start("n1.gold", "gs-1")
     start("n1.generated", "ts-1")
@@ -120,6 +131,14 @@ def test_previous_run_is_the_latest_earlier_run_on_the_same_version(store: RunSt
     assert previous is not None and previous.run_id == "n2.gold"
     assert store.previous_run("n2.gold").run_id == "n1.gold"  # type: ignore[union-attr]
     assert store.previous_run("n3.generated") is None  # a new version has no history
+    # Runs that did not complete are never a previous run.
+    start("n4.gold", "gs-1")
+    store.start_run("n5.gold", "evaluate_retrieval", {"corpus": "hb", "qa_set_version": "gs-1"})
+    start("n6.gold", "gs-1")
+    store.claim_run("n6.gold", None)
+    assert store.fail_run("n6.gold", "6 of 6 answers failed")
+    store.start_run("n7.gold", "evaluate_retrieval", {"corpus": "hb", "qa_set_version": "gs-1"})
+    assert store.previous_run("n7.gold").run_id == "n4.gold"  # type: ignore[union-attr]
     store.start_run("bare", "evaluate_retrieval", {})
     assert store.previous_run("bare") is None
     with pytest.raises(KeyError):
@@ -314,3 +333,124 @@ def test_migration_0003_turns_old_points_into_retrieval_facets(engine: Engine) -
         ],
         key=str,
     )
+
+
+# -- owners, heartbeats, failed and abandoned runs (issue 22) ------------------------------------
+
+
+def _gone_pid() -> int:
+    """The pid of a process that has exited and been reaped (a killed run's owner)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_failed_run_keeps_its_reason_until_it_is_claimed_again(store: RunStore) -> None:
+    owner = RunOwner.this_process()
+    store.start_run("r1", "evaluate_retrieval", {"corpus": "hb"}, owner=owner)
+    run = store.get_run("r1")
+    assert (run.owner_host, run.owner_pid) == (owner.host, owner.pid)
+    assert run.heartbeat_at is not None and run.complete is False
+    assert store.fail_run("r1", "citations failed: 6 of 6 answers failed")
+    run = store.get_run("r1")
+    assert (run.status, run.status_detail) == (FAILED, "citations failed: 6 of 6 answers failed")
+    assert run.finished_at is not None and not run.complete
+    assert run.state_text() == "failed (citations failed: 6 of 6 answers failed)"
+    assert not store.fail_run("r1", "again")  # only a running run is failed
+    assert not store.fail_run("nope", "x")
+    claimed = store.claim_run("r1", RunOwner("elsewhere", None))
+    assert (claimed.status, claimed.status_detail, claimed.finished_at) == (RUNNING, None, None)
+    assert (claimed.owner_host, claimed.owner_pid, claimed.started_at) == (
+        "elsewhere",
+        None,
+        run.started_at,
+    )
+    assert "still running (host elsewhere, last heartbeat" in claimed.state_text()
+    store.finish_run("r1", "success")
+    assert store.get_run("r1").complete
+    with pytest.raises(KeyError):
+        store.claim_run("nope", None)
+    with pytest.raises(ValueError, match="failed or abandoned"):
+        store.fail_run("r1", "x", status="success")
+
+
+def test_stale_runs_are_abandoned_with_the_reason(store: RunStore) -> None:
+    here = RunOwner.this_process()
+    store.start_run("alive", "evaluate_retrieval", {}, owner=here)
+    store.start_run("killed", "evaluate_retrieval", {}, owner=RunOwner(here.host, _gone_pid()))
+    store.start_run("other-host", "evaluate_retrieval", {}, owner=RunOwner("far-away", 1))
+    store.start_run("silent", "evaluate_retrieval", {}, owner=RunOwner(here.host, None))
+    store.start_run("done", "evaluate_retrieval", {}, owner=RunOwner(here.host, _gone_pid()))
+    store.finish_run("done", "success")
+    with store.engine.begin() as conn:  # "silent" last reported two hours ago
+        conn.execute(
+            tables.runs.update()
+            .where(tables.runs.c.run_id == "silent")
+            .values(heartbeat_at=utcnow() - timedelta(hours=2))
+        )
+    settled = store.settle_stale_runs(timedelta(hours=1))
+    assert sorted(r.run_id for r in settled) == ["killed", "silent"]
+    killed = store.get_run("killed")
+    assert killed.status == ABANDONED and "is gone" in (killed.status_detail or "")
+    silent = store.get_run("silent")
+    assert silent.status == ABANDONED
+    assert (silent.status_detail or "").startswith(f"no heartbeat from host {here.host} since")
+    assert "runs.stale_after_s=3600" in (silent.status_detail or "")
+    # a pid on another host cannot be checked; a live one stays; a finished run is left alone
+    assert {r: store.get_run(r).status for r in ("alive", "other-host", "done")} == {
+        "alive": RUNNING,
+        "other-host": RUNNING,
+        "done": "success",
+    }
+    assert store.settle_stale_runs(timedelta(hours=1)) == []
+
+
+def test_a_heartbeat_keeps_a_run_and_its_night_alive(store: RunStore) -> None:
+    old = utcnow() - timedelta(hours=2)
+    for run_id in ("night_1.gold", "night_1.generated", "nightX1.gold", "lone"):
+        store.start_run(run_id, "evaluate_retrieval", {}, owner=RunOwner("h", None))
+    with store.engine.begin() as conn:
+        conn.execute(tables.runs.update().values(heartbeat_at=old))
+    store.heartbeat(["lone"], nights=["night_1"])  # "_" is no wildcard
+    beats = {r.run.run_id: r.run.heartbeat_at > old for r in store.list_runs()}
+    assert beats == {
+        "night_1.gold": True,
+        "night_1.generated": True,
+        "nightX1.gold": False,
+        "lone": True,
+    }
+    settled = store.settle_stale_runs(timedelta(hours=1))
+    assert [r.run_id for r in settled] == ["nightX1.gold"]
+
+
+def test_migration_0008_adds_the_owner_columns_to_existing_runs(engine: Engine) -> None:
+    upgrade(engine, "0007")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO runs (run_id, kind, status, started_at, params) "
+                "VALUES ('old', 'evaluate_retrieval', 'running', :t, '{}')"
+            ),
+            {"t": utcnow() - timedelta(days=3)},
+        )
+    upgrade(engine)
+    store = RunStore(engine)
+    run = store.get_run("old")
+    assert (run.owner_host, run.owner_pid, run.heartbeat_at, run.status_detail) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    (settled,) = store.settle_stale_runs(timedelta(hours=1))  # stale since its start
+    assert settled.run_id == "old" and "an unknown owner" in (settled.status_detail or "")
+    with engine.begin() as conn:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0007")
+    with engine.connect() as conn:
+        columns = {c["name"] for c in inspect(conn).get_columns("runs")}
+    assert "owner_pid" not in columns and "status" in columns

@@ -147,3 +147,23 @@ def test_held_out_evaluation_scores_every_frozen_mixture_with_a_baseline(
     assert set(top) == {"model", "random"}
     for cell in top["random"].values():
         assert cell["n"] > 0 and cell["ci_low"] <= cell["value"] <= cell["ci_high"]
+
+
+def test_targets_from_a_dead_teacher_stop_the_run_before_training(
+    tmp_path: Path, split: CitationSplit
+) -> None:
+    from ragtrail.failures import EvaluationFailedError
+    from ragtrail.llm.backends.base import GenerationResult
+
+    dead = ScriptedBackend(
+        lambda request, number: GenerationResult.failure("connection refused"),
+        model_id="dead-teacher",
+    )
+    out = tmp_path / "run"
+    with pytest.raises(EvaluationFailedError) as failed:
+        train_citation_model("unused-base", split, CONFIG, out, teacher=LLMClient(dead))
+    assert str(failed.value).startswith(
+        "SFT target generation failed: 3 of 3 target answers of dead-teacher failed (first error: "
+    )
+    assert "citation_training.max_failed_share=0.5" in str(failed.value)
+    assert not (out / "stages").exists()  # nothing was trained

@@ -15,6 +15,10 @@ Both land in the metrics history under the set's run id (next to its retrieval m
 per-query values included, and one strict-JSON summary (``runs/<run id>/citations.json``) holds
 everything the report shows. Model calls go through the cached client: a rerun makes none and
 gives the same numbers. Rerunning the step replaces the run's citation rows instead of adding.
+
+When more than ``citations.max_failed_share`` of the mixture answers, of the scenario answers or
+of the scenarios' entailment verdicts failed, nothing of that evaluation is recorded: the run
+ends ``failed`` with the counts and the step raises (:mod:`ragtrail.failures`).
 """
 
 from __future__ import annotations
@@ -29,12 +33,21 @@ from ragtrail.evaluate.attribution.scenarios import run_scenarios
 from ragtrail.evaluate.attribution.scoring import score_answers
 from ragtrail.evaluate.citations.evaluator import CitationEvalConfig, evaluate_mixtures
 from ragtrail.evaluate.citations.mixture_answers import DEFAULT_ANSWER_PARAMS
+from ragtrail.failures import FailureCount
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import GenerationParams
 from ragtrail.pipeline.citations.views import citation_queries_frame, compact, mixture_view
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
 from ragtrail.pipeline.passage_sources import corpus_from_runtime, scenario_corpus
-from ragtrail.pipeline.run_io import best_text_weight, open_set_run, put_parquet, sample_items
+from ragtrail.pipeline.run_io import (
+    SetRun,
+    best_text_weight,
+    check_step_failures,
+    held_run,
+    open_set_run,
+    put_parquet,
+    sample_items,
+)
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
@@ -73,6 +86,14 @@ def evaluate_citations(
     cs = rt.settings.citations
     seed = rt.settings.seed if seed is None else seed
     scenario_names = tuple(cs.scenarios if scenarios is None else scenarios)
+    config = CitationEvalConfig(  # checked before the run is touched
+        mixture_spec=mixture or cs.mixture,
+        mixture_types=tuple(cs.mixture_types),
+        seed=seed,
+        baseline_repeats=cs.baseline_repeats,
+        bootstrap_samples=cs.bootstrap_samples,
+        exclude_ground_documents=cs.exclude_ground_documents,
+    )
     opened = open_set_run(
         rt,
         corpus,
@@ -82,6 +103,31 @@ def evaluate_citations(
         set_name=set_name,
         snapshot_id=snapshot_id,
     )
+    with held_run(rt, run_id, opened.night):
+        return _evaluate(
+            rt,
+            opened,
+            config,
+            scenario_names,
+            set_name=set_name,
+            max_items=cs.max_items if max_items is None else max_items,
+            scenario_items=cs.scenario_items if scenario_items is None else scenario_items,
+        )
+
+
+def _evaluate(
+    rt: Runtime,
+    opened: SetRun,
+    config: CitationEvalConfig,
+    scenario_names: Sequence[str],
+    *,
+    set_name: str | None,
+    max_items: int,
+    scenario_items: int,
+) -> CitationRun:
+    """The body of :func:`evaluate_citations`, on the opened and held run."""
+    cs = rt.settings.citations
+    corpus, run_id, seed = opened.corpus, opened.run_id, config.seed
     items, params = opened.items, opened.params
     text_weight, weight_source = best_text_weight(rt, run_id)
     runs = RunStore(rt.engine)
@@ -92,15 +138,7 @@ def evaluate_citations(
     answerer = rt.llm_models().get(ModelRole.ANSWERER.value, client.backend.model_id)
     record = opened.record(rt, answerer=answerer)
 
-    sample = sample_items(items, cs.max_items if max_items is None else max_items, seed)
-    config = CitationEvalConfig(
-        mixture_spec=mixture or cs.mixture,
-        mixture_types=tuple(cs.mixture_types),
-        seed=seed,
-        baseline_repeats=cs.baseline_repeats,
-        bootstrap_samples=cs.bootstrap_samples,
-        exclude_ground_documents=cs.exclude_ground_documents,
-    )
+    sample = sample_items(items, max_items, seed)
     mix = evaluate_mixtures(
         sample,
         corpus_from_runtime(rt, corpus, text_weight=text_weight),
@@ -108,13 +146,19 @@ def evaluate_citations(
         config=config,
         params=answer_params,
     )
+    _check(
+        rt,
+        run_id,
+        FailureCount.of(
+            "answers of the relevance mixtures",
+            (None if a.ok else (a.error or a.cause or "failed") for a in mix.answers),
+        ),
+    )
     runs.record_evaluation(run_id, mix.result, **record, judges={})
 
     scenarios: ScenarioSummary | None = None
     if scenario_names:
-        scen_sample = sample_items(
-            items, cs.scenario_items if scenario_items is None else scenario_items, seed
-        )
+        scen_sample = sample_items(items, scenario_items, seed)
         scenarios = _scenarios(
             rt, corpus, run_id, scen_sample, scenario_names, text_weight, answer_params, record
         )
@@ -132,6 +176,16 @@ def evaluate_citations(
     uri = rt.artifacts.put_bytes(citations_key(run_id), summary.dumps(indent=1).encode())
     put_parquet(rt, citation_queries_key(run_id), citation_queries_frame(mix))
     return CitationRun(**dict(compact(summary)), citations_uri=uri)
+
+
+def _check(rt: Runtime, run_id: str, *counts: FailureCount) -> None:
+    check_step_failures(
+        run_id,
+        "citation evaluation",
+        counts,
+        max_share=rt.settings.citations.max_failed_share,
+        setting="citations.max_failed_share",
+    )
 
 
 def _scenarios(
@@ -167,6 +221,20 @@ def _scenarios(
             if answer.status == "ok":
                 records.append(answer.record)
                 facets.append({"scenario": name})
+    answers = [
+        answer
+        for result in run.scenarios.values()
+        for answer in result.answers
+        if answer.status != "skipped"
+    ]
+    _check(
+        rt,
+        run_id,
+        FailureCount.of(
+            "answers of the attributed-answer scenarios",
+            (None if a.status == "ok" else (a.error or a.cause or str(a.status)) for a in answers),
+        ),
+    )
     by_record = dict(zip(map(id, records), facets, strict=True))
     score = score_answers(
         records,
@@ -174,6 +242,17 @@ def _scenarios(
         facets_of=lambda r: by_record[id(r)],
         bootstrap_samples=cs.bootstrap_samples,
         seed=params.seed,
+    )
+    first_verdict_error = next((str(f.get("error")) for f in score.failures), None)
+    _check(
+        rt,
+        run_id,
+        FailureCount(
+            "entailment verdicts of the scenarios",
+            score.failed_verdicts,
+            score.judged_pairs,
+            first_verdict_error,
+        ),
     )
     runs = RunStore(rt.engine)
     runs.record_evaluation(run_id, score.result, **record, judges={"entailment": decision})

@@ -10,6 +10,11 @@
    how many items of the QA set were retired by those changes;
 5. store the decision (replacing an earlier check of the same run against the same baseline).
 
+Only complete runs are checked or serve as baselines: a run that failed (most of its model calls
+failed) or was abandoned (its process was killed) is refused with its reason, and ``ragtrail
+drift check`` refuses a run that is still running too (the night's own drift step checks its
+runs before it publishes them).
+
 Only primary-metric drops fire a decision. Corpus changes and retired items are evidence, not
 triggers: a corpus can change a lot without hurting the model, and retraining on every edit would
 waste the GPU pool; when the changes do hurt, the metrics show it. A first night (no baseline)
@@ -41,7 +46,7 @@ from ragtrail.storage.drift_store import (
     DriftStore,
     decision_id_for,
 )
-from ragtrail.storage.runs_store import RunRecord, RunStore
+from ragtrail.storage.runs_store import ABANDONED, FAILED, RunRecord, RunStore
 from ragtrail.summaries.drift_summary import (
     BaselineUsed,
     CorpusChanges,
@@ -63,6 +68,12 @@ FIRES_ON = (
 NO_BASELINE_REASON = (
     "no pinned baseline, no champion baseline and no earlier successful run of this corpus and "
     "QA-set version"
+)
+
+
+INCOMPLETE_RUN = (
+    "drift is checked on complete runs only (see `ragtrail runs list`; check another run or "
+    "night with --run)"
 )
 
 
@@ -107,6 +118,8 @@ def check_run(
         raise DriftCheckError(f"no run {run_id!r} (see `ragtrail runs list`)")
     if corpus is not None and run.corpus != corpus:
         raise DriftCheckError(f"run {run_id!r} is of corpus {run.corpus!r}, not {corpus!r}")
+    if run.status in (FAILED, ABANDONED):
+        raise DriftCheckError(f"run {run_id!r} {run.state_text()}: {INCOMPLETE_RUN}")
     store = DriftStore(engine)
     baseline = store.resolve_baseline(run)
     qa_set = qa_set_retirement(engine, run)
@@ -153,6 +166,7 @@ def check_run(
             run.run_id,
             n_resamples=settings.n_resamples,
             seed=settings.seed,
+            own=(run.run_id,),
         )
     except RunComparisonError as exc:
         status = INCOMPARABLE
@@ -290,7 +304,8 @@ def night_of(run: RunRecord) -> str | None:
 
 def runs_to_check(engine: Engine, corpus: str, run: str | None = None) -> list[str]:
     """The runs ``ragtrail drift check`` covers: ``run`` (a set's run, or a night's id: all its
-    sets), else every set of the corpus's newest night (or its newest lone run)."""
+    sets), else every set of the corpus's newest night (or its newest lone run). Refused when
+    one of them did not complete (running, failed or abandoned), naming it and why."""
     listed = [item.run for item in RunStore(engine).list_runs(corpus, limit=10_000)]
     evaluated = [r for r in listed if r.qa_set_version is not None]
     if run is not None:
@@ -302,14 +317,23 @@ def runs_to_check(engine: Engine, corpus: str, run: str | None = None) -> list[s
                 f"corpus {corpus!r} has no evaluation run or night {run!r} "
                 "(see `ragtrail runs list`)"
             )
-        return found
+        return _complete(evaluated, found)
     if not evaluated:
         raise DriftCheckError(f"corpus {corpus!r} has no evaluation run to check")
     newest = evaluated[0]
     night = night_of(newest)
     if night is None:
-        return [newest.run_id]
-    return sorted(r.run_id for r in evaluated if night_of(r) == night)
+        return _complete(evaluated, [newest.run_id])
+    return _complete(evaluated, sorted(r.run_id for r in evaluated if night_of(r) == night))
+
+
+def _complete(listed: Sequence[RunRecord], run_ids: list[str]) -> list[str]:
+    """``run_ids``, or DriftCheckError naming the first of them that did not complete."""
+    by_id = {r.run_id: r for r in listed}
+    for run_id in run_ids:
+        if not by_id[run_id].complete:
+            raise DriftCheckError(f"run {run_id!r} {by_id[run_id].state_text()}: {INCOMPLETE_RUN}")
+    return run_ids
 
 
 def check_runs(

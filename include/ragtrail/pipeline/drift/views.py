@@ -34,7 +34,9 @@ def drift_history(engine: Engine, decision: DriftDecision) -> dict[str, list[His
     run's QA-set version, oldest first: the most-worsened drifted cell, else the tested cell with
     the most paired questions. Keyed ``evaluation:metric [facets]``.
 
-    Each point is the mean of the cell's per-question values in one run with a bootstrap 95% CI:
+    Runs that did not complete are left out (the checked run itself excepted: the night plots
+    it before publishing it). Each point is the mean of the cell's per-question values in one
+    run with a bootstrap 95% CI:
     the cells the check pairs (:func:`~ragtrail.evaluate.comparison.run_compare.query_cells`), including the
     pooled ``label=inclusive`` cell, which evaluators' stored aggregates may pool and name
     differently (``all``, ``answerable``)."""
@@ -48,7 +50,10 @@ def drift_history(engine: Engine, decision: DriftDecision) -> dict[str, list[His
     store = RunStore(engine)
     listed = store.list_runs(decision.corpus, limit=HISTORY_RUNS)
     runs = [
-        item.run for item in reversed(listed) if item.run.qa_set_version == decision.qa_set_version
+        item.run
+        for item in reversed(listed)
+        if item.run.qa_set_version == decision.qa_set_version
+        and (item.run.complete or item.run.run_id == decision.run_id)
     ]
     cells = {run.run_id: query_cells(store.query_results(run.run_id)) for run in runs}
     out: dict[str, list[HistoryPoint]] = {}

@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 from ragtrail.artifact_keys import generation_plan_key
 from ragtrail.config import ModelRole
+from ragtrail.failures import FailureCount, check_failures
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.pipeline.generate.artifacts import write_artifacts
 from ragtrail.pipeline.generate.candidates import baseline, pending, statement_candidates
@@ -152,7 +153,12 @@ def generate_shard(rt: Runtime, corpus: str, run_id: str, chunk_ids: Sequence[st
 
 
 def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> GenerationSummary:
-    """Unanswerable pairs, dedup, quotas, top-up rounds, baseline, version and artifacts."""
+    """Unanswerable pairs, dedup, quotas, top-up rounds, baseline, version and artifacts.
+
+    Every candidate is stored with its status first; then, when more than
+    ``generation.max_failed_share`` of them failed (a model error or an unusable reply), no
+    version is made and :class:`~ragtrail.failures.EvaluationFailedError` is raised: a set
+    made of the few survivors of a dead endpoint would pose as a test set."""
     plan = load_plan(rt, corpus, run_id)
     testsets = TestSetStore(rt.engine)
     existing_ids = set(plan.existing_ids)
@@ -173,6 +179,22 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> GenerationSumm
     settle(outcome)
     baseline_items = baseline(rt, plan, outcome.contexts_used)
     testsets.upsert_candidates(candidates, corpus=corpus, run_id=run_id)
+    failed = FailureCount.of(
+        "candidates",
+        (
+            (c.failure_cause or "failed") if c.status == CandidateStatus.FAILED else None
+            for c in candidates
+        ),
+    )
+    if failed.exceeds(rt.settings.generation.max_failed_share):
+        rt.llm_usage.flush(rt.engine, run_id)
+        check_failures(
+            "test-set generation",
+            [failed],
+            max_share=rt.settings.generation.max_failed_share,
+            setting="generation.max_failed_share",
+            run_id=run_id,
+        )
     version = (
         testsets.create_version(
             corpus,

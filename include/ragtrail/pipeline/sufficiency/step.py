@@ -18,6 +18,10 @@ The C/A/H and selective evaluations land in the metrics history under the set's 
 strict-JSON summary (``runs/<run id>/sufficiency.json``) holds everything the report shows, the
 policy is stored as its own artifact and the per-(question, setting) rows as Parquet. All model
 calls go through the cached clients: a rerun makes none and gives identical numbers.
+
+When more than ``sufficiency.max_failed_share`` of the primary rater's verdicts, of the answers,
+of the correctness verdicts or of either confidence score failed, the run ends ``failed`` with
+the counts and the step raises (:mod:`ragtrail.failures`); nothing more of it is recorded.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from typing import Any
 from ragtrail import jsonsafe
 from ragtrail.artifact_keys import selective_policy_key, sufficiency_key, sufficiency_queries_key
 from ragtrail.config import ModelRole
+from ragtrail.evaluate.sufficiency.cah import JUDGE_FAILED, CAHRecord, Outcome, evaluate_cah
 from ragtrail.evaluate.sufficiency.cah import AnswerCase as CAHCase
-from ragtrail.evaluate.sufficiency.cah import CAHRecord, Outcome, evaluate_cah
 from ragtrail.evaluate.sufficiency.confidence import (
     ConfidenceRow,
     ConfidenceScore,
@@ -55,12 +59,21 @@ from ragtrail.evaluate.sufficiency.short_answers import (
     answer_questions,
     short_answer_params,
 )
-from ragtrail.judges.contract import Judge, JudgeInput
+from ragtrail.failures import FailureCount
+from ragtrail.judges.contract import Judge, JudgeInput, Verdict
 from ragtrail.judges.sufficiency_raters import SUFFICIENT
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.judges import golden_items, ground_context
 from ragtrail.pipeline.passage_sources import scenario_corpus
-from ragtrail.pipeline.run_io import best_text_weight, open_set_run, put_parquet, sample_items
+from ragtrail.pipeline.run_io import (
+    SetRun,
+    best_text_weight,
+    check_step_failures,
+    held_run,
+    open_set_run,
+    put_parquet,
+    sample_items,
+)
 from ragtrail.pipeline.sufficiency.raters import calibrate_sufficiency_raters, sufficiency_raters
 from ragtrail.pipeline.sufficiency.views import (
     RATED_SETTINGS,
@@ -166,6 +179,7 @@ def evaluate_sufficiency(
     ss = rt.settings.sufficiency
     selective = rt.settings.selective.enabled if selective is None else selective
     seed = rt.settings.seed if seed is None else seed
+    judges = sufficiency_raters(rt, raters)  # unknown rater names fail before the run is touched
     opened = open_set_run(
         rt,
         corpus,
@@ -175,7 +189,32 @@ def evaluate_sufficiency(
         set_name=set_name,
         snapshot_id=snapshot_id,
     )
-    sample = sample_items(opened.items, ss.max_items if max_items is None else max_items, seed)
+    with held_run(rt, run_id, opened.night):
+        return _evaluate(
+            rt,
+            opened,
+            judges,
+            set_name=set_name,
+            max_items=ss.max_items if max_items is None else max_items,
+            seed=seed,
+            selective=selective,
+        )
+
+
+def _evaluate(
+    rt: Runtime,
+    opened: SetRun,
+    judges: list[Judge],
+    *,
+    set_name: str | None,
+    max_items: int,
+    seed: int,
+    selective: bool,
+) -> SufficiencyRun:
+    """The body of :func:`evaluate_sufficiency`, on the opened and held run."""
+    ss = rt.settings.sufficiency
+    corpus, run_id = opened.corpus, opened.run_id
+    sample = sample_items(opened.items, max_items, seed)
     text_weight, weight_source = best_text_weight(rt, run_id)
     runs = RunStore(rt.engine)
     answerer, judge_model = (
@@ -189,7 +228,6 @@ def evaluate_sufficiency(
     clock.lap("contexts")
 
     # 1. raters, each calibrated on the corpus's golden references first (cached per version)
-    judges = sufficiency_raters(rt, raters)
     golden, _ = golden_items(rt, corpus)
     calibrations = calibrate_sufficiency_raters(rt, corpus, golden, judges)
     primary = choose_primary(judges, calibrations)
@@ -204,6 +242,7 @@ def evaluate_sufficiency(
         for i, _, p in rated
     ]
     verdicts = {judge.spec.name: judge.judge(inputs) for judge in judges}
+    _check(rt, run_id, _verdict_failures(f"verdicts of {primary.name}", verdicts[primary.name]))
     sufficient = {
         (item.qid, setting): (v.value == SUFFICIENT) if v.ok else None
         for (item, setting, _), v in zip(rated, verdicts[primary.name], strict=True)
@@ -222,6 +261,11 @@ def evaluate_sufficiency(
         [ShortAnswerInput(question=i.question, passages=list(p)) for i, _, p in answered],
         short_answer_params(ss.max_new_tokens, seed),
     )
+    _check(
+        rt,
+        run_id,
+        FailureCount.of("answers", (a.error or "failed" if a.failed else None for a in answers)),
+    )
     clock.lap("answers")
     correctness = calibrate_correctness_if_missing(rt, corpus, golden)
     cases = [
@@ -238,6 +282,20 @@ def evaluate_sufficiency(
         for (item, setting, _), answer in zip(answered, answers, strict=True)
     ]
     cah = evaluate_cah(cases, correctness_judge(rt))
+    judged = [r for r in cah.records if r.verdict is not None]
+    _check(
+        rt,
+        run_id,
+        FailureCount.of(
+            "correctness verdicts",
+            (
+                r.unscored_reason
+                if r.unscored_reason and r.unscored_reason.startswith(JUDGE_FAILED)
+                else None
+                for r in judged
+            ),
+        ),
+    )
     clock.lap("correctness")
     gates = {
         "sufficiency": (calibrations[primary.name].get("gate") or {}),
@@ -251,6 +309,21 @@ def evaluate_sufficiency(
     undefined: dict[str, str] = {}
     if selective:
         rows, confidence = _selective_rows(rt, cah.records, answered, seed)
+        _check(
+            rt,
+            run_id,
+            *(
+                FailureCount.of(
+                    f"{name} confidence scores",
+                    (
+                        None if scores[name].value is not None else (scores[name].error or "failed")
+                        for scores in confidence.values()
+                    ),
+                )
+                for name in (P_TRUE, P_CORRECT)
+                if any(name in scores for scores in confidence.values())
+            ),
+        )
         evaluator = SelectiveEvaluator(_selective_config(rt, seed))
         run = evaluator.run(SelectiveInputs(rows))
         policy = run.policies.get(WITH_SUFFICIENCY)
@@ -287,6 +360,20 @@ def evaluate_sufficiency(
     uri = rt.artifacts.put_bytes(sufficiency_key(run_id), summary.dumps(indent=1).encode())
     put_parquet(rt, sufficiency_queries_key(run_id), queries_frame(summary))
     return SufficiencyRun(**dict(compact(summary)), sufficiency_uri=uri)
+
+
+def _verdict_failures(what: str, verdicts: Sequence[Verdict]) -> FailureCount:
+    return FailureCount.of(what, (None if v.ok else (v.error or "no value") for v in verdicts))
+
+
+def _check(rt: Runtime, run_id: str, *counts: FailureCount) -> None:
+    check_step_failures(
+        run_id,
+        "sufficiency evaluation",
+        counts,
+        max_share=rt.settings.sufficiency.max_failed_share,
+        setting="sufficiency.max_failed_share",
+    )
 
 
 class _Clock:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragtrail import jsonsafe
+from ragtrail.failures import FailureCount, check_failures
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import LLMClient
 from ragtrail.models.bundle import ModelBundle, write_bundle
@@ -110,6 +111,19 @@ def train_citation_model(
         threshold=config.reward_threshold,
         max_new_tokens=config.target_max_new_tokens,
         seed=config.seed,
+    )
+    check_failures(  # training on the few targets a dead teacher left would pose as retraining
+        "SFT target generation",
+        [
+            FailureCount(
+                f"target answers of {report.model_id}",
+                report.failed_answers,
+                report.answers,
+                report.first_error,
+            )
+        ],
+        max_share=config.max_failed_share,
+        setting="citation_training.max_failed_share",
     )
     stages = out_dir / STAGES_DIR
     sft = run_sft(base_model, prompts, targets, config, stages / "sft", cache_dir=cache_dir)

@@ -61,6 +61,7 @@ class TargetReport:
     tokens_generated: int
     cached_answers: int
     wall_seconds: float
+    first_error: str | None = None
 
     def as_dict(self) -> JsonObject:
         return {
@@ -128,11 +129,15 @@ def make_targets(
     best: dict[int, SFTTarget] = {}
     rewards_all: list[float] = []
     failed = tokens = cached = 0
+    first_error: str | None = None
     for (i, draw), outcome in zip(owners, outcomes, strict=True):
         tokens += sum(a.completion_tokens for a in outcome.attempts)
         cached += all(a.cached for a in outcome.attempts)
         if not outcome.ok or outcome.value is None or outcome.cut_off:
             failed += 1
+            if first_error is None:
+                cut = "the reply was cut off at the token limit" if outcome.cut_off else None
+                first_error = cut or outcome.error or "no value"
             continue
         text = outcome.value.model_dump_json()
         prompt = prompts[i]
@@ -155,5 +160,6 @@ def make_targets(
         tokens_generated=tokens,
         cached_answers=cached,
         wall_seconds=time.perf_counter() - started,
+        first_error=first_error,
     )
     return kept, report
