@@ -156,12 +156,13 @@ def test_no_credential_of_an_endpoint_url_is_written_anywhere(
     assert {r["run_id"] for r in runs} >= {"cit-1"}
 
     # wrong credentials (another model name: nothing replays from the cache): the server's 401
-    run(
+    # fails every answer, so the evaluation fails (exit code 3) with its reason stored, redacted
+    refused = run(
         "eval", "citations", "--corpus", "hb", "--items", "2", "--scenario", "none",
         "--run-id", "cit-wrong", "--json",
-        expect=0, RAGTRAIL_GENERATION__LLM=endpoint.spec(WRONG, model="uncached"),
+        expect=3, RAGTRAIL_GENERATION__LLM=endpoint.spec(WRONG, model="uncached"),
     )  # fmt: skip
-    assert endpoint.refused > 0
+    assert endpoint.refused > 0 and "cit-wrong" in refused.stderr
     # a misspelt spec and an unreachable database: one line each, no password
     bad_spec = run(
         "runs", "list", expect=2, RAGTRAIL_MODELS__CRITIC=endpoint.spec().replace("openai", "opena")

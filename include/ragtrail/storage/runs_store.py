@@ -39,7 +39,7 @@ from ragtrail.evaluation_records import (
     parse_facet_key,
 )
 from ragtrail.jsonsafe import JsonObject, check_finite
-from ragtrail.redact import redact_json
+from ragtrail.redact import redact, redact_json
 from ragtrail.storage import tables as t
 from ragtrail.storage.corpus_store import pid_alive
 from ragtrail.storage.db import make_engine, upgrade, utcnow, write_transaction
@@ -263,7 +263,8 @@ class RunStore:
         if status not in (FAILED, ABANDONED):
             raise ValueError(f"a run is closed as failed or abandoned, not {status!r}")
         r = t.runs
-        values = {"status": status, "finished_at": utcnow(), "status_detail": detail}
+        # redacted: the reason quotes the first error, which may name an endpoint URL
+        values = {"status": status, "finished_at": utcnow(), "status_detail": redact(detail)}
         with write_transaction(self.engine) as conn:
             result = conn.execute(
                 update(r).where(r.c.run_id == run_id, r.c.status == RUNNING).values(values)
