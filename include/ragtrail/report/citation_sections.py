@@ -17,7 +17,7 @@ from matplotlib.figure import Figure as Plot
 
 from ragtrail.evaluate.citations.evaluator import ANSWERABLE as ALL_ANSWERABLE
 from ragtrail.records import LABELS
-from ragtrail.report.html import ReportSection, render_section
+from ragtrail.report.html import ReportSection, figure_text, render_section
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.citation_summary import (
     CitationSummary,
@@ -31,14 +31,6 @@ MODEL, RANDOM = "model", "random"
 F1, PRECISION, RECALL = "citation_f1", "citation_precision", "citation_recall"
 DRILL_DOWN_LIMIT = 40
 """Answers shown in the drill-down (the first ones by question id and mixture type)."""
-
-
-def _figure(figure: Figure | None, digits: int = 2) -> str:
-    if figure is None or figure.value is None:
-        return "–"
-    low, high = figure.ci_low, figure.ci_high
-    ci = f" [{low:.{digits}f}, {high:.{digits}f}]" if low is not None and high is not None else ""
-    return f"{figure.value:.{digits}f}{ci}"
 
 
 def _value(figure: Figure | None, digits: int = 2) -> str:
@@ -84,10 +76,10 @@ def mixture_table_section(mixture: MixtureView, answerer: str) -> ReportSection:
                 [
                     mix,
                     label,
-                    _figure(model_f1),
-                    _figure(by.get((RANDOM, mix, label, F1))),
-                    _figure(by.get((MODEL, mix, label, PRECISION))),
-                    _figure(by.get((MODEL, mix, label, RECALL))),
+                    figure_text(model_f1),
+                    figure_text(by.get((RANDOM, mix, label, F1))),
+                    figure_text(by.get((MODEL, mix, label, PRECISION))),
+                    figure_text(by.get((MODEL, mix, label, RECALL))),
                     _value(by.get((MODEL, mix, label, "invalid_citation_rate"))),
                     _value(by.get((MODEL, mix, label, "answer_words")), 1),
                     _n(model_f1),
@@ -129,8 +121,8 @@ def unanswerable_section(mixture: MixtureView) -> ReportSection | None:
         [
             row.mixture,
             row.system,
-            _figure(row.cited_any.figure),
-            _figure(row.abstained.figure if row.abstained else None),
+            figure_text(row.cited_any.figure),
+            figure_text(row.abstained.figure if row.abstained else None),
             row.cited_any.n,
         ]
         for row in mixture.unanswerable
@@ -247,7 +239,7 @@ def scenario_section(scenarios: ScenarioSummary) -> ReportSection:
     rows = []
     for name in scenarios.names:
         n = max((a.n for a in scenarios.aggregates if a.scenario == name), default=0)
-        rows.append([name, *(_figure(by.get((name, metric))) for _, metric in shown), n])
+        rows.append([name, *(figure_text(by.get((name, metric))) for _, metric in shown), n])
     judge = scenarios.judge
     note = (
         f"{scenarios.items} question(s) per scenario. Entailment by "
@@ -267,7 +259,7 @@ def scenario_retrieval_section(scenarios: ScenarioSummary) -> ReportSection:
     rows = [
         [
             name,
-            *(_figure(by.get((name, metric))) for _, metric in RETRIEVAL_COLUMNS),
+            *(figure_text(by.get((name, metric))) for _, metric in RETRIEVAL_COLUMNS),
             _n(by.get((name, "P@1"))),
         ]
         for name in scenarios.names

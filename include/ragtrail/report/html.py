@@ -31,6 +31,7 @@ from ragtrail.jsonsafe import UNDEFINED_KEY
 from ragtrail.paths import safe_name
 from ragtrail.records import ANSWERABLE_LABELS, INCLUSIVE, LABELS
 from ragtrail.redact import redact
+from ragtrail.summaries.base import Figure as SummaryFigure
 from ragtrail.summaries.base import Record
 from ragtrail.summaries.quality_summary import ValidationResult
 from ragtrail.summaries.retrieval_summary import Change
@@ -97,6 +98,15 @@ class ReportSection:
 # ------------------------------------------------------------------------------------------------
 # Jinja2
 # ------------------------------------------------------------------------------------------------
+
+
+def figure_text(figure: SummaryFigure | None, digits: int = 2) -> str:
+    """``0.62 [0.48, 0.75]``: a figure with its interval when it has one, ``–`` when undefined."""
+    if figure is None or figure.value is None:
+        return "–"
+    low, high = figure.ci_low, figure.ci_high
+    ci = f" [{low:.{digits}f}, {high:.{digits}f}]" if low is not None and high is not None else ""
+    return f"{figure.value:.{digits}f}{ci}"
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

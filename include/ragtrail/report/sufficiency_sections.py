@@ -15,7 +15,7 @@ from typing import Any
 
 from matplotlib.figure import Figure as Plot
 
-from ragtrail.report.html import ReportSection, render_section
+from ragtrail.report.html import ReportSection, figure_text, render_section
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.sufficiency_summary import (
     Agreement,
@@ -29,14 +29,6 @@ from ragtrail.summaries.sufficiency_summary import (
 DRILL_DOWN_LIMIT = 40
 
 
-def _figure(figure: Figure | None, digits: int = 2) -> str:
-    if figure is None or figure.value is None:
-        return "–"
-    low, high = figure.ci_low, figure.ci_high
-    ci = f" [{low:.{digits}f}, {high:.{digits}f}]" if low is not None and high is not None else ""
-    return f"{figure.value:.{digits}f}{ci}"
-
-
 def _table(title: str, columns: list[str], rows: list[list[Any]], note: str) -> ReportSection:
     html = render_section("table_section.html", columns=columns, rows=rows, note=note)
     return ReportSection(title=title, html=str(html))
@@ -45,13 +37,13 @@ def _table(title: str, columns: list[str], rows: list[list[Any]], note: str) -> 
 def _calibration_text(agreement: Agreement) -> str:
     if agreement.value is None:
         return agreement.reason or agreement.status or "not calibrated"
-    return f"{agreement.metric or '?'} {_figure(agreement)} (n={agreement.n or 0})"
+    return f"{agreement.metric or '?'} {figure_text(agreement)} (n={agreement.n or 0})"
 
 
 def _share(setting: RaterSetting | None) -> str:
     """A share with its interval and the verdicts it is over (failed ones are counted apart)."""
     share = setting.share if setting is not None else None
-    return f"{_figure(share)} (n={share.n if share is not None else 0})"
+    return f"{figure_text(share)} (n={share.n if share is not None else 0})"
 
 
 def raters_section(summary: SufficiencySummary) -> ReportSection:
@@ -105,7 +97,7 @@ def cah_section(summary: SufficiencySummary) -> ReportSection:
             row.setting,
             row.sufficiency,
             row.label,
-            *(_figure(rate) for rate in (row.correct, row.abstain, row.hallucinate)),
+            *(figure_text(rate) for rate in (row.correct, row.abstain, row.hallucinate)),
             row.n_scored,
             row.n_unscored,
         ]
@@ -198,9 +190,9 @@ def selective_sections(
         else f"no policy ({selective.reason}); confidence alone is shown"
     )
     rows = [
-        ["confidence alone", _figure(auc.confidence), selective.confidence_source],
-        ["sufficiency + confidence", _figure(auc.sufficiency_confidence), "policy"],
-        ["difference", _figure(auc.gain), f"n={auc.gain.n if auc.gain is not None else 0}"],
+        ["confidence alone", figure_text(auc.confidence), selective.confidence_source],
+        ["sufficiency + confidence", figure_text(auc.sufficiency_confidence), "policy"],
+        ["difference", figure_text(auc.gain), f"n={auc.gain.n if auc.gain is not None else 0}"],
     ]
     note = (
         f"{status}. Logistic regression on {', '.join(selective.features)} predicting "
