@@ -230,9 +230,9 @@ def test_overlong_content_is_chunked_within_the_bound_and_flagged(make_runtime, 
     assert hits  # search returns the bounded chunk under its headings, never the whole file
     assert all(h.text == by_id[h.chunk_id].to_chunk().index_text() for h in hits)
     quality = check_corpus_quality(rt, CORPUS, summary.snapshot)
-    assert quality["success"]
-    [chunk_check] = [v for v in quality["validations"] if v["name"] == "chunks"]
-    assert any("long_word_share" in w for w in chunk_check["warnings"])
+    assert quality.success
+    [chunk_check] = [v for v in quality.validations if v.name == "chunks"]
+    assert any("long_word_share" in w for w in chunk_check.warnings)
 
 
 # -- killed runs ------------------------------------------------------------------------------

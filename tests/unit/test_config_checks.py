@@ -308,6 +308,7 @@ def _names_in_code(skip: frozenset[str] = frozenset()) -> dict[str, set[str]]:
             if (
                 not path.is_file()
                 or "__pycache__" in path.parts
+                or any(part.endswith(".egg-info") for part in path.parts)  # pip's build output
                 or rel in DELIBERATE_TYPOS | skip
                 or (path.suffix not in SUFFIXES and path.name not in {"Dockerfile", "Makefile"})
             ):
