@@ -1,12 +1,16 @@
 """The package's shape holds: no import cycle between modules, and the layer list a newcomer reads
-in ``ragtrail/__init__.py`` is the one import-linter enforces (pyproject.toml)."""
+in ``ragtrail/__init__.py`` is the one import-linter enforces (pyproject.toml), and git tracks
+no link or environment."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import tomllib
 from pathlib import Path
+
+import pytest
 
 import ragtrail
 
@@ -131,3 +135,21 @@ def test_package_docstring_lists_the_enforced_layers() -> None:
         if line.startswith("    ") and not line.startswith("     ") and head:
             listed.append(head)
     assert listed == _contract_layers("ragtrail layers")
+
+
+def test_the_repository_tracks_no_link_and_no_environment() -> None:
+    """A committed link (a worktree's ``.venv`` pointing at another checkout, say) replaces
+    whatever stands at its path in every clone: a fresh clone's ``make setup`` then fails, and a
+    checkout that had a real virtualenv there loses it."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(
+        ["git", "ls-files", "--stage"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    links = [line.split("\t", 1)[1] for line in listed if line.startswith("120000 ")]
+    environments = [
+        line.split("\t", 1)[1]
+        for line in listed
+        if line.split("\t", 1)[1].split("/", 1)[0] in {".venv", "venv", ".ragtrail"}
+    ]
+    assert links == [] and environments == []
