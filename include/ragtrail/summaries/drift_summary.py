@@ -51,6 +51,12 @@ class DriftRowEvidence(Record):
         """``k=v, ...`` (empty when the cell has no facets)."""
         return ", ".join(f"{k}={v}" for k, v in self.facets.items())
 
+    @property
+    def name(self) -> str:
+        """``evaluation:metric [k=v, ...]``, how the event and the CLI name the row."""
+        facets = self.facets_text
+        return f"{self.evaluation}:{self.metric}" + (f" [{facets}]" if facets else "")
+
 
 class CorpusChanges(Record):
     """Documents added, updated and removed since the baseline's snapshot, with their shares of

@@ -114,7 +114,7 @@ def test_untested_rows_are_undefined_with_reasons_and_leave_the_family() -> None
     # Only the six-question cell is tested, so its p = 0.03125 is not corrected: it drifts.
     assert result.n_tested == 1 and by_mixture["m1"].p_holm == pytest.approx(0.03125)
     assert result.fired
-    text = jsonsafe.dumps([r.as_record() for r in result.rows], "rows")
+    text = jsonsafe.dumps([r.to_json() for r in result.rows], "rows")
     assert "NaN" not in text
 
 

@@ -20,14 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from ragtrail.evaluate.comparison.paired import holm
 from ragtrail.evaluate.comparison.run_compare import FacetComparison
 from ragtrail.evaluation_records import FacetValue
-from ragtrail.jsonsafe import JsonObject
-
-Direction = Literal["worse", "better", "unchanged"]
+from ragtrail.summaries.drift_summary import Direction, DriftRowEvidence
 
 
 @dataclass(frozen=True)
@@ -75,61 +72,10 @@ class DriftPolicy:
 
 
 @dataclass(frozen=True)
-class DriftRow:
-    """One primary metric in one facet cell: baseline (A), current (B) and the verdict."""
-
-    evaluation: str
-    metric: str
-    facets: Mapping[str, FacetValue]
-    greater_is_better: bool
-    n: int
-    baseline: float | None
-    current: float | None
-    diff: float | None  # current - baseline
-    ci_low: float | None
-    ci_high: float | None
-    p_value: float | None
-    p_holm: float | None
-    threshold: float
-    direction: Direction | None
-    tested: bool
-    drifted: bool
-    undefined: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        """``evaluation:metric [k=v, ...]``, how the event and the CLI name the row."""
-        facets = ", ".join(f"{k}={v}" for k, v in self.facets.items())
-        return f"{self.evaluation}:{self.metric}" + (f" [{facets}]" if facets else "")
-
-    def as_record(self) -> JsonObject:
-        """Strict-JSON record; every None number has its reason under ``undefined``."""
-        return {
-            "evaluation": self.evaluation,
-            "metric": self.metric,
-            "facets": dict(self.facets),
-            "greater_is_better": self.greater_is_better,
-            "n": self.n,
-            "baseline": self.baseline,
-            "current": self.current,
-            "diff": self.diff,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "p_value": self.p_value,
-            "p_holm": self.p_holm,
-            "threshold": self.threshold,
-            "direction": self.direction,
-            "tested": self.tested,
-            "drifted": self.drifted,
-            "undefined": dict(self.undefined),
-        }
-
-
-@dataclass(frozen=True)
 class DriftAssessment:
     """All primary-metric rows of one decision and whether any drifted."""
 
-    rows: tuple[DriftRow, ...]
+    rows: tuple[DriftRowEvidence, ...]
     alpha: float
     n_tested: int
 
@@ -138,7 +84,7 @@ class DriftAssessment:
         return any(row.drifted for row in self.rows)
 
     @property
-    def drifted(self) -> tuple[DriftRow, ...]:
+    def drifted(self) -> tuple[DriftRowEvidence, ...]:
         return tuple(row for row in self.rows if row.drifted)
 
 
@@ -182,7 +128,7 @@ def _row(
     policy: DriftPolicy,
     p_holm: float | None,
     untested: str | None,
-) -> DriftRow:
+) -> DriftRowEvidence:
     s = comp.stats
     threshold = policy.threshold_for(comp.evaluation, comp.metric)
     undefined = dict(s.undefined)
@@ -198,7 +144,7 @@ def _row(
     else:
         assert s.diff is not None and p_holm is not None
         drifted = worsening(s.diff, primary.greater_is_better) > threshold and p_holm < policy.alpha
-    return DriftRow(
+    return DriftRowEvidence(
         evaluation=comp.evaluation,
         metric=comp.metric,
         facets=dict(comp.facets),

@@ -174,7 +174,7 @@ def check_run(
         fired = False
     else:
         assessment = assess_drift(comparison.rows, primaries, drift_policy(settings))
-        rows = [DriftRowEvidence.from_json(row.as_record()) for row in assessment.rows]
+        rows = list(assessment.rows)
         drifted = [row.name for row in assessment.drifted]
         n_tested = assessment.n_tested
         fired = assessment.fired
