@@ -153,13 +153,13 @@ def test_corpus_drift_by_hand() -> None:
     after = SnapshotDocuments("s2", {"a": "h1", "b": "h2x", "e": "h5"})
     drift = corpus_drift(before, after)
     assert (drift.added, drift.updated, drift.removed, drift.unchanged) == (1, 1, 2, 1)
-    record = drift.as_record()
+    record = drift.to_json()
     assert (record["added_share"], record["updated_share"], record["removed_share"]) == (
         0.25,
         0.25,
         0.5,
     )
     assert record["changed_share"] == 1.0 and record["undefined"] == {}
-    empty = corpus_drift(SnapshotDocuments("s0"), after).as_record()
+    empty = corpus_drift(SnapshotDocuments("s0"), after).to_json()
     assert empty["removed_share"] is None
     assert empty["undefined"]["changed_share"] == NO_BASELINE_DOCUMENTS

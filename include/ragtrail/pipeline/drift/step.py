@@ -200,7 +200,7 @@ def corpus_evidence(engine: Engine, baseline: RunRecord, run: RunRecord) -> Corp
         return None
     before = snapshot_documents(engine, baseline.snapshot_id)
     after = snapshot_documents(engine, run.snapshot_id)
-    return CorpusChanges.from_json(corpus_drift(before, after).as_record())
+    return corpus_drift(before, after)
 
 
 def snapshot_documents(engine: Engine, snapshot_id: str) -> SnapshotDocuments:
