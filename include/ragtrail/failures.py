@@ -25,10 +25,11 @@ MAX_ERROR_CHARS = 200
 """The first error is quoted up to this many characters (endpoint errors can be pages long)."""
 
 
-def one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """``text`` on one line (whitespace runs folded), cut at ``limit`` characters."""
+def one_line(text: str, limit: int | None = MAX_ERROR_CHARS) -> str:
+    """``text`` on one line (whitespace runs folded), cut at ``limit`` characters (None: not
+    cut)."""
     folded = " ".join(str(text).split())
-    return folded if len(folded) <= limit else folded[: limit - 3] + "..."
+    return folded if limit is None or len(folded) <= limit else folded[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,8 @@ def held_run(rt: Runtime, run_id: str, night: str | None = None) -> Iterator[Non
     try:
         yield
     except Exception as exc:
-        reason = one_line(str(exc), limit=2000) or type(exc).__name__
+        # whole: the run store hides credentials in it, then bounds it
+        reason = one_line(str(exc), limit=None) or type(exc).__name__
         RunStore(rt.engine).fail_run(run_id, reason)
         raise
     finally:

@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.engine import RowMapping
 
+from ragtrail.redact import redact
 from ragtrail.storage import tables as t
 from ragtrail.storage.db import utcnow, write_transaction
 from ragtrail.storage.sql import Row, SqlStore, as_dict, upsert
@@ -132,6 +133,16 @@ class SnapshotClosedError(ValueError):
 
 def _when(moment: datetime) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+
+
+MAX_STATUS_DETAIL = 2000
+"""Characters of a closed snapshot's or run's reason that are kept (errors can be pages long)."""
+
+
+def stored_detail(detail: str) -> str:
+    """A closing reason as stored: credentials hidden first (the reason quotes an error, which
+    may name an S3 endpoint, a database or an LLM endpoint with its password), then bounded."""
+    return redact(detail)[:MAX_STATUS_DETAIL]
 
 
 def pid_alive(pid: int) -> bool:
@@ -289,7 +300,7 @@ class CorpusStore(SqlStore):
         if status not in (FAILED, ABANDONED):
             raise ValueError(f"a snapshot is closed as failed or abandoned, not {status!r}")
         s = t.snapshots
-        values = {"status": status, "finished_at": utcnow(), "status_detail": detail}
+        values = {"status": status, "finished_at": utcnow(), "status_detail": stored_detail(detail)}
         with write_transaction(self.engine) as conn:
             result = conn.execute(
                 update(s)

@@ -39,9 +39,9 @@ from ragtrail.evaluation_records import (
     parse_facet_key,
 )
 from ragtrail.jsonsafe import JsonObject, check_finite
-from ragtrail.redact import redact, redact_json
+from ragtrail.redact import redact_json
 from ragtrail.storage import tables as t
-from ragtrail.storage.corpus_store import pid_alive
+from ragtrail.storage.corpus_store import pid_alive, stored_detail
 from ragtrail.storage.db import make_engine, upgrade, utcnow, write_transaction
 from ragtrail.storage.sql import batches, insert, utc
 
@@ -263,8 +263,7 @@ class RunStore:
         if status not in (FAILED, ABANDONED):
             raise ValueError(f"a run is closed as failed or abandoned, not {status!r}")
         r = t.runs
-        # redacted: the reason quotes the first error, which may name an endpoint URL
-        values = {"status": status, "finished_at": utcnow(), "status_detail": redact(detail)}
+        values = {"status": status, "finished_at": utcnow(), "status_detail": stored_detail(detail)}
         with write_transaction(self.engine) as conn:
             result = conn.execute(
                 update(r).where(r.c.run_id == run_id, r.c.status == RUNNING).values(values)

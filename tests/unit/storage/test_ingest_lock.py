@@ -16,12 +16,14 @@ from ragtrail.storage.corpus_store import (
     ABANDONED,
     COMPLETE,
     FAILED,
+    MAX_STATUS_DETAIL,
     RUNNING,
     IngestLockedError,
     SnapshotClosedError,
     SnapshotOwner,
     pid_alive,
     stale_reason,
+    stored_detail,
 )
 from ragtrail.storage.db import upgrade, utcnow
 from ragtrail.storage.metadata_store import SqlMetadataStore
@@ -242,3 +244,11 @@ def _record(heartbeat, pid, host):  # type: ignore[no-untyped-def]
         owner_pid=pid,
         heartbeat_at=heartbeat,
     )
+
+
+def test_a_stored_reason_hides_credentials_before_it_is_bounded() -> None:
+    # a URL that straddles the bound: cut first, its password would be kept in part
+    url = "http://alice:S3cretPw@127.0.0.1:9/v1"
+    detail = "x" * (MAX_STATUS_DETAIL - 16) + f" {url} refused"
+    stored = stored_detail(detail)
+    assert len(stored) == MAX_STATUS_DETAIL and "S3cr" not in stored and "alice" not in stored

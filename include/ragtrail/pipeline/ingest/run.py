@@ -9,7 +9,6 @@ from collections.abc import Callable
 from ragtrail.pipeline.ingest.finalize import IngestSummary, finalize_ingest
 from ragtrail.pipeline.ingest.plan import plan_ingest
 from ragtrail.pipeline.ingest.shard import Progress, ingest_shard
-from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
 from ragtrail.storage.corpus_store import (
     FAILED,
@@ -55,7 +54,7 @@ def ingest(
 def _close_failed(rt: Runtime, snapshot_id: str, exc: BaseException) -> None:
     """Close a running snapshot as failed with the error (best effort: the error is what the
     user must see, not a second one from the database)."""
-    detail = redact(f"{type(exc).__name__}: {exc}")[:2000]  # e.g. an S3 endpoint's URL
+    detail = f"{type(exc).__name__}: {exc}"
     try:
         rt.store.close_snapshot(snapshot_id, status=FAILED, detail=detail)
     except Exception:  # never mask the original error
