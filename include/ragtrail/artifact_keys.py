@@ -9,12 +9,14 @@ The artifact store (a local folder or an S3 prefix) is laid out as::
     testsets/<corpus>/runs/<generation run>/plan.json          a generation run's shard plan
     golden/<corpus>/<name>/<version>/quality.json              a golden set's GX checks
     runs/<run>/metrics.json                                    one evaluation run's summary
-    runs/<run>/{retrieval_*,citation_queries,sufficiency_queries}.parquet
-    runs/<run>/{citations,sufficiency,selective_policy}.json
-    runs/<night>/{citation_metrics,sufficiency_metrics}.json   the night's announced headlines
+    runs/<run>/{retrieval_*,citation_queries,sufficiency_queries,evidence_queries}.parquet
+    runs/<run>/{citations,sufficiency,selective_policy,evidence}.json
+    runs/<night>/{citation_metrics,sufficiency_metrics,evidence_metrics}.json
+                                                               the night's announced headlines
     runs/<run>/report/...                                      the HTML report and Data Docs
     judges/<judge>/<version>/<reference>.json                  one calibration's verdicts
     retrain/<run>/split.json                                   a retraining run's data split
+    retrain/<run>/evidence_split.json                          ... of the evidence extractor
     <registry prefix>/<model>/{bundles,versions,mlflow}/...    the model registry
 
 A reader who wants to know where something lives reads this module, and a writer who adds an
@@ -110,6 +112,14 @@ def sufficiency_queries_key(run_id: str) -> str:
     return f"{run_prefix(run_id)}/sufficiency_queries.parquet"
 
 
+def evidence_key(run_id: str) -> str:
+    return f"{run_prefix(run_id)}/evidence.json"
+
+
+def evidence_queries_key(run_id: str) -> str:
+    return f"{run_prefix(run_id)}/evidence_queries.parquet"
+
+
 def selective_policy_key(run_id: str) -> str:
     return f"{run_prefix(run_id)}/selective_policy.json"
 
@@ -135,6 +145,12 @@ def calibration_key(judge: str, version: str, reference: str) -> str:
 def retrain_split_key(run_id: str) -> str:
     """A retraining run's split of the QA sets into training prompts and frozen mixtures."""
     return f"retrain/{run_id}/split.json"
+
+
+def retrain_evidence_split_key(run_id: str) -> str:
+    """A retraining run's split of the QA sets for the evidence extractor (by question and
+    document) into training prompts and frozen gate items."""
+    return f"retrain/{run_id}/evidence_split.json"
 
 
 def registry_key(prefix: str, model: str, *parts: str) -> str:

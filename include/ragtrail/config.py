@@ -196,6 +196,7 @@ class ModelRole(StrEnum):
     CRITIC = "critic"  # the critiques that gate candidates
     ANSWERER = "answerer"  # answers with citations, in answer-side evaluation
     JUDGE = "judge"  # LLM judgements of answers (sufficiency, correctness)
+    EXTRACTOR = "extractor"  # the evidence a question needs, cut from the passages (SEER)
 
 
 LLM_SPEC_KINDS = MODEL_KINDS
@@ -227,8 +228,9 @@ class ModelSettings(BaseModel):
     critic: str | None = Field(None, description="LLM spec; default generation.llm")
     answerer: str | None = Field(None, description="LLM spec; default generation.llm")
     judge: str | None = Field(None, description="LLM spec; default generation.llm")
+    extractor: str | None = Field(None, description="LLM spec; default generation.llm")
 
-    @field_validator("generator", "labeller", "critic", "answerer", "judge")
+    @field_validator("generator", "labeller", "critic", "answerer", "judge", "extractor")
     @classmethod
     def _valid_spec(cls, v: str | None) -> str | None:
         return None if v is None else check_llm_spec(v)
@@ -477,6 +479,9 @@ class RegistrySettings(BaseModel):
     )
     citation_model_name: str = Field("ragtrail-citation", description="the citation answerer")
     generator_model_name: str = Field("ragtrail-generator", description="the question generator")
+    extractor_model_name: str = Field(
+        "ragtrail-extractor", description="the evidence extractor (SEER)"
+    )
 
 
 class PromotionSettings(BaseModel):
@@ -608,6 +613,101 @@ class CitationTrainingSettings(BaseModel):
     )
 
 
+NOISE_RATIOS = (0.0, 1.0, 2.0, 4.0)
+"""Irrelevant passages added per retrieved one in the robustness test (0-400%, METHODS §10)."""
+
+
+class EvidenceSettings(BaseModel):
+    """The nightly evaluation of the evidence extractor (METHODS §10, SEER).
+
+    ``max_items`` questions per QA set (spread over the labels, seeded) are given the top
+    ``retrieval_k`` chunks at the set's best text weight; the extractor in service, its base
+    model zero-shot and the model-free extractive baseline each write evidence, and the answerer
+    answers from it, from the full passages and from nothing. Noise ratios above 0 add that many
+    irrelevant chunks per retrieved one (the extractor only). CPU defaults: a handful of items.
+    """
+
+    enabled: bool = Field(True, description="evaluate the evidence extractor in the nightly")
+    qa_sets: Literal["golden", "all"] = Field(
+        "golden", description="which QA sets of a night are evaluated: golden sets only, or all"
+    )
+    max_items: int = Field(4, ge=0, description="questions per QA set; 0 = all")
+    retrieval_k: int = Field(3, ge=1, le=50, description="retrieved chunks per question")
+    noise_ratios: tuple[float, ...] = Field(
+        NOISE_RATIOS, description="irrelevant chunks added per retrieved chunk (0 = none)"
+    )
+    max_new_tokens: int = Field(128, ge=16, le=2048, description="evidence token budget")
+    answer_max_new_tokens: int = Field(64, ge=8, le=2048, description="answer token budget")
+    scorer: str = Field(
+        "builtin:smollm2-135m-instruct",
+        description="the fixed causal LM whose log-probabilities define helpfulness "
+        "(builtin:..., hf:<id or path>, a local path or s3:// URI)",
+    )
+    scorer_batch_size: int = Field(4, ge=1, le=256)
+    bootstrap_samples: int = Field(1000, ge=0)
+    max_failed_share: float = max_failed_share(
+        "evidence extractions, answers, faithfulness verdicts or helpfulness scores"
+    )
+
+    @field_validator("noise_ratios")
+    @classmethod
+    def _ratios(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v or any(not (0.0 <= r <= 10.0) for r in v):
+            raise ValueError("noise_ratios must be a non-empty list of numbers in [0, 10]")
+        return tuple(sorted(set(v)))
+
+
+class EvidenceTrainingSettings(BaseModel):
+    """Self-alignment of the evidence extractor (SEER, METHODS §10): self-sampling, three
+    experts, smoothed CoV weighting, and LPO (lambda-weighted pairwise preferences) with LoRA.
+
+    The paper's training parameters are lr 1e-5, warmup 1.5%, cosine, batch 16, gradient
+    accumulation 2, 2 epochs; the defaults here keep the schedule and scale the budget to the
+    bundled SmolLM2-135M on a CPU (a few prompts, a few steps, a larger learning rate). A GPU
+    pool raises ``max_train_prompts``, ``samples`` and ``max_steps``.
+    """
+
+    seed: int = Field(13, description="seed of the split, sampling, LoRA init and the loop")
+    eval_share: float = Field(0.3, gt=0.0, lt=1.0, description="questions held out for the gate")
+    max_train_prompts: int = Field(8, ge=0, description="training prompts used; 0 = all")
+    max_eval_items: int = Field(8, ge=0, description="held-out items the gate compares on")
+    samples: int = Field(10, ge=2, le=64, description="M: evidence samples per prompt")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(80, ge=0, description="0 = no top-k cut")
+    temperature: float = Field(1.0, gt=0.0, le=2.0)
+    dedup_threshold: float = Field(
+        0.8, gt=0.0, le=1.0, description="samples this similar (word-trigram Jaccard) are dropped"
+    )
+    tau: float = Field(1.0, gt=0.0, description="temperature of the CoV expert weighting")
+    weighting: Literal["cov", "equal"] = Field("cov", description="how expert scores combine")
+    pair_weighting: Literal["lambda", "uniform"] = Field(
+        "lambda", description="LPO pair weights: lambda (MRR gain of a swap) or uniform"
+    )
+    beta: float = Field(0.1, gt=0.0, description="strength of the preference (DPO beta)")
+    lr: float = Field(1e-4, gt=0.0)
+    warmup_ratio: float = Field(0.015, ge=0.0, lt=1.0)
+    pairs_per_batch: int = Field(16, ge=1)
+    grad_accum: int = Field(2, ge=1)
+    epochs: int = Field(2, ge=1)
+    max_steps: int = Field(6, ge=0, description="optimiser steps; 0 = run the epochs")
+    lora_r: int = Field(8, ge=1, le=256)
+    lora_alpha: int = Field(16, ge=1)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    max_length: int = Field(1024, ge=64, description="prompt + evidence tokens (prompt cut)")
+    max_failed_share: float = max_failed_share(
+        "evidence samples or expert scores, or answers of either extractor at the gate"
+    )
+    max_faithfulness_decrease: float = Field(
+        0.05, ge=0.0, le=1.0, description="gate guard: mean faithfulness of the evidence"
+    )
+    max_compression_decrease: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="gate guard: relative drop of the mean compression (0.25 = a quarter)",
+    )
+
+
 class Settings(BaseSettings):
     """Settings for one ragtrail installation. Build with :func:`load_settings`."""
 
@@ -670,6 +770,8 @@ class Settings(BaseSettings):
     promotion: PromotionSettings = PromotionSettings()
     drift: DriftSettings = DriftSettings()
     citation_training: CitationTrainingSettings = CitationTrainingSettings()
+    evidence: EvidenceSettings = EvidenceSettings()
+    evidence_training: EvidenceTrainingSettings = EvidenceTrainingSettings()
     nli_model: str | None = Field(
         None,
         description="NLI model for entailment judges: 'hf:<HF id, local path or s3:// URI>'; "

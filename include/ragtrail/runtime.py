@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ragtrail.embed.embedder import CachedEmbedder, Embedder
     from ragtrail.index.base import HybridIndex
     from ragtrail.llm import LLMBackend, LLMClient, SqlLLMCache, UsageMeter
+    from ragtrail.llm.scoring import LogProbScorer
     from ragtrail.models.registry import ModelRegistry
     from ragtrail.storage.artifacts import ArtifactStore
     from ragtrail.storage.metadata_store import SqlMetadataStore
@@ -155,6 +156,28 @@ class Runtime:
         from ragtrail.models.mlflow_registry import MlflowModelRegistry
 
         return MlflowModelRegistry.from_settings(self.settings)
+
+    @cached_property
+    def scorer(self) -> LogProbScorer:
+        """The fixed LM of the helpfulness expert (``settings.evidence.scorer``), its
+        log-probabilities cached by content in the metadata database."""
+        from ragtrail.llm.scoring import (
+            CachedLogProbScorer,
+            SqlScoreCache,
+            TransformersLogProbScorer,
+        )
+
+        self.limit_torch_threads()
+        inner = TransformersLogProbScorer(
+            self.settings.evidence.scorer,
+            cache_dir=self.settings.resolved_model_cache_dir,
+            batch_size=self.settings.evidence.scorer_batch_size,
+        )
+        return CachedLogProbScorer(inner, SqlScoreCache(self.engine))
+
+    def use_scorer(self, scorer: LogProbScorer) -> None:
+        """Serve helpfulness with an already built scorer (tests, benchmarks)."""
+        self.__dict__["scorer"] = scorer
 
     def use_llm_backends(self, backends: Mapping[str, LLMBackend]) -> None:
         """Serve these specs with already built backends, starting a fresh usage meter.

@@ -91,6 +91,7 @@ class GenerationParams:
     max_new_tokens: int = 512
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int = 0
     seed: int = 0
     stop: tuple[str, ...] = ()
     guided_json: bool = True
@@ -355,6 +356,7 @@ class LLMClient:
                 else params.temperature
             ),
             top_p=params.top_p,
+            top_k=params.top_k,
             seed=state.seed + attempt,
             json_schema=state.schema,
             stop=params.stop,

@@ -36,15 +36,14 @@ from ragtrail.config import ModelRole
 from ragtrail.evaluate.citations.evaluator import MixtureEvaluation
 from ragtrail.failures import FailureCount, check_failures
 from ragtrail.models.registry import (
-    CHAMPION,
     RegistryError,
-    current_version,
-    parse_model_ref,
     settle_challenger,
 )
 from ragtrail.pipeline.evaluation_sets import plan_sets
 from ragtrail.pipeline.passage_sources import corpus_from_runtime
 from ragtrail.pipeline.run_io import evaluated_snapshot, load_items
+from ragtrail.pipeline.serving import base_model_of
+from ragtrail.pipeline.serving import serving_spec as model_in_service
 from ragtrail.records import ModelKind, ModelSpec, QAItem
 from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
@@ -109,33 +108,8 @@ def _load_split(rt: Runtime, run_id: str) -> Any:
 
 
 def serving_spec(rt: Runtime) -> tuple[str, str]:
-    """The model in service and what it is: the registered champion (``registry:<name>@<v>``),
-    else the configured answerer."""
-    name = rt.settings.registry.citation_model_name
-    try:
-        champion = current_version(rt.registry, name, CHAMPION)
-    except RegistryError:
-        champion = None
-    if champion is not None:
-        return str(ModelSpec(ModelKind.REGISTRY, f"{name}@{champion}")), f"champion v{champion}"
-    return rt.settings.model_for(ModelRole.ANSWERER), "configured answerer (no champion yet)"
-
-
-def base_model_of(rt: Runtime, spec: str) -> str:
-    """The base model a new version is trained on: the champion bundle's base, else the
-    configured answerer's model (it must be a local model: ``builtin:``, ``hf:`` or a path)."""
-    match ModelSpec.try_parse(spec):
-        case ModelSpec(kind=ModelKind.REGISTRY, model=reference):
-            name, ref = parse_model_ref(reference)
-            return rt.registry.get_version(name, ref).base_model  # recorded at registration
-        case ModelSpec(kind=ModelKind.HF, model=model):
-            return model
-        case ModelSpec(kind=ModelKind.BUILTIN) as builtin:
-            return str(builtin)
-    raise ValueError(
-        f"cannot fine-tune the answerer {redact(spec)!r}: retraining needs a local model "
-        "(builtin:..., hf:<id or path>) or a registered champion; set flow param base_model"
-    )
+    """The citation model in service and what it is (the champion, else the answerer)."""
+    return model_in_service(rt, rt.settings.registry.citation_model_name, ModelRole.ANSWERER)
 
 
 def _version_of_run(rt: Runtime, run_id: str) -> int | None:
@@ -163,7 +137,7 @@ def train_challenger(
         return ChallengerVersion(model=name, version=existing, reused=True)
     split = _load_split(rt, run_id)
     serving, serving_what = serving_spec(rt)
-    base = base_model or base_model_of(rt, serving)
+    base = base_model or base_model_of(rt, serving, role=ModelRole.ANSWERER)
     cfg = rt.settings.citation_training
     teacher = rt.llm_for_spec(cfg.teacher) if cfg.teacher else None
     current = None if teacher is not None else rt.llm_for_spec(serving)

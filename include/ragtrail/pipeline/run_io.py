@@ -22,6 +22,7 @@ import io
 import json
 import logging
 import random
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -315,3 +316,20 @@ def best_text_weight(rt: Runtime, run_id: str) -> tuple[float, str]:
 def stored_json(rt: Runtime, key: str) -> Any:
     """The JSON document stored under ``key``, or None when there is none."""
     return json.loads(rt.artifacts.get_bytes(key)) if rt.artifacts.exists(key) else None
+
+
+class StageClock:
+    """Wall seconds and model calls of each stage of a step (what its summary records)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self._start = time.perf_counter()
+        self._calls = rt.llm_usage.totals().calls
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def lap(self, stage: str) -> None:
+        now, calls = time.perf_counter(), self._rt.llm_usage.totals().calls
+        self.seconds[stage] = round(now - self._start, 3)
+        self.calls[stage] = calls - self._calls
+        self._start, self._calls = now, calls

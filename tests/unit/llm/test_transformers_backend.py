@@ -139,7 +139,7 @@ def test_a_single_request_decodes_as_plain_generate(tiny_llama: Path, temperatur
     backend = TransformersBackend(str(tiny_llama), batch_size=4)
     for req in requests(3, max_new_tokens=12, temperature=temperature, seed=9):
         ids = backend._encode(req.messages)
-        sampler = _PerRowSampler([req.temperature], [req.top_p], [req.effective_seed()])
+        sampler = _PerRowSampler([req.temperature], [req.top_p], [req.effective_seed()], [req.top_k])
         with torch.inference_mode():
             out = backend.model.generate(
                 input_ids=torch.tensor([ids]),
@@ -527,7 +527,7 @@ def test_builtin_smollm2_guided_answer_decodes_as_plain_generate(tmp_path: Path)
     )
     ids = backend._encode(req.messages)
     processors = LogitsProcessorList(
-        [backend._constrained_rows([req], len(ids)), _PerRowSampler([0.0], [1.0], [0])]
+        [backend._constrained_rows([req], len(ids)), _PerRowSampler([0.0], [1.0], [0], [0])]
     )
     with torch.inference_mode():
         out = backend.model.generate(

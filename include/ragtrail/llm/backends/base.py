@@ -40,7 +40,8 @@ def _freeze_messages(messages: Sequence[Mapping[str, str]]) -> tuple[Message, ..
 class GenerationRequest:
     """One chat completion to produce.
 
-    ``temperature == 0`` means greedy decoding. ``seed`` makes sampling reproducible on backends
+    ``temperature == 0`` means greedy decoding; sampling keeps the ``top_k`` most likely tokens
+    (0: all) and then the ``top_p`` nucleus. ``seed`` makes sampling reproducible on backends
     that support it. ``json_schema`` asks for guided JSON decoding where the backend can do it
     (other backends ignore it; the prompt itself carries the schema too). ``stop`` strings end the
     completion early and are not included in the text. ``avoid_copying`` lists texts (the
@@ -54,6 +55,7 @@ class GenerationRequest:
     max_new_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int = 0
     seed: int | None = None
     json_schema: JsonObject | None = None
     stop: tuple[str, ...] = ()
@@ -71,6 +73,8 @@ class GenerationRequest:
             raise ValueError("temperature must be >= 0")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError("top_p must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0 (0 = no top-k cut)")
 
     def generation_params(self) -> JsonObject:
         """The decoding parameters as plain JSON-able data (used in cache keys and logs)."""
@@ -82,6 +86,8 @@ class GenerationRequest:
             "stop": list(self.stop),
             "json_schema": self.json_schema,
         }
+        if self.top_k:  # only when set, so earlier cache keys stay valid
+            params["top_k"] = self.top_k
         if self.avoid_copying:
             params["avoid_copying"] = list(self.avoid_copying)
         if self.avoid_words:

@@ -163,6 +163,8 @@ class OpenAICompatBackend:
         }
         if req.seed is not None:
             body["seed"] = req.seed
+        if req.top_k:  # not in OpenAI's API; vLLM and most compatible servers accept it
+            body["top_k"] = req.top_k
         if req.stop:
             body["stop"] = list(req.stop)
         if req.json_schema is not None and self.supports_json_schema:

@@ -93,15 +93,21 @@ class _PerRowSampler(LogitsProcessor):
     """A logits processor that samples each row with its own generator, then forces that token.
 
     ``generate`` runs in greedy mode; for rows with ``temperature > 0`` this processor replaces
-    the scores by a one-hot choice drawn from the row's own ``torch.Generator``, so sampling is
+    the scores by a one-hot choice drawn from the row's own ``torch.Generator`` (among the row's
+    ``top_k`` best tokens when set, then its ``top_p`` nucleus), so sampling is
     reproducible per request and independent of batch composition. Greedy rows pass through.
     """
 
     def __init__(
-        self, temperatures: Sequence[float], top_ps: Sequence[float], seeds: Sequence[int]
+        self,
+        temperatures: Sequence[float],
+        top_ps: Sequence[float],
+        seeds: Sequence[int],
+        top_ks: Sequence[int],
     ):
         self.temperatures = list(temperatures)
         self.top_ps = list(top_ps)
+        self.top_ks = list(top_ks)
         self.generators = [
             torch.Generator().manual_seed(int(s) % (2**63)) if t > 0 else None
             for t, s in zip(temperatures, seeds, strict=True)
@@ -112,6 +118,7 @@ class _PerRowSampler(LogitsProcessor):
         part = copy.copy(self)
         part.temperatures = [self.temperatures[r] for r in rows]
         part.top_ps = [self.top_ps[r] for r in rows]
+        part.top_ks = [self.top_ks[r] for r in rows]
         part.generators = [self.generators[r] for r in rows]
         return part
 
@@ -123,6 +130,10 @@ class _PerRowSampler(LogitsProcessor):
             if gen is None:
                 continue
             logits = scores[row].float() / self.temperatures[row]
+            top_k = self.top_ks[row]
+            if 0 < top_k < logits.numel():
+                kth = torch.topk(logits, top_k).values[-1]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
             probs = torch.softmax(logits, dim=-1)
             top_p = self.top_ps[row]
             if top_p < 1.0:
@@ -475,6 +486,7 @@ class TransformersBackend:
             [r.temperature for r in reqs],
             [r.top_p for r in reqs],
             [r.effective_seed() for r in reqs],
+            [r.top_k for r in reqs],
         )
         constrained = self._constrained_rows(reqs, 0)
         # Batches attend to the shared prefix apart: the rows' caches leave it out.
@@ -634,6 +646,7 @@ class TransformersBackend:
             [r.temperature for r in reqs],
             [r.top_p for r in reqs],
             [r.effective_seed() for r in reqs],
+            [r.top_k for r in reqs],
         )
         output = self.model.generate(
             input_ids=input_ids,

@@ -39,6 +39,7 @@ class VLLMBackend:
             "max_tokens": req.max_new_tokens,
             "temperature": req.temperature,
             "top_p": req.top_p,
+            "top_k": req.top_k or -1,  # vLLM: -1 = every token
             "seed": req.effective_seed(),
             "stop": list(req.stop) or None,
         }

@@ -27,7 +27,6 @@ the counts and the step raises (:mod:`ragtrail.failures`); nothing more of it is
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,6 +66,7 @@ from ragtrail.pipeline.judges import golden_items, ground_context
 from ragtrail.pipeline.passage_sources import scenario_corpus
 from ragtrail.pipeline.run_io import (
     SetRun,
+    StageClock,
     best_text_weight,
     check_step_failures,
     held_run,
@@ -221,7 +221,7 @@ def _evaluate(
         rt.llm(r).backend.model_id for r in (ModelRole.ANSWERER, ModelRole.JUDGE)
     )
     record = opened.record(rt, answerer=answerer, judge=judge_model)
-    clock = _Clock(rt)
+    clock = StageClock(rt)
     contexts = item_contexts(
         rt, corpus, sample, ss.settings, k=ss.retrieval_k, text_weight=text_weight
     )
@@ -374,23 +374,6 @@ def _check(rt: Runtime, run_id: str, *counts: FailureCount) -> None:
         max_share=rt.settings.sufficiency.max_failed_share,
         setting="sufficiency.max_failed_share",
     )
-
-
-class _Clock:
-    """Wall seconds and model calls of each stage of the step."""
-
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
-        self._start = time.perf_counter()
-        self._calls = rt.llm_usage.totals().calls
-        self.seconds: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
-
-    def lap(self, stage: str) -> None:
-        now, calls = time.perf_counter(), self._rt.llm_usage.totals().calls
-        self.seconds[stage] = round(now - self._start, 3)
-        self.calls[stage] = calls - self._calls
-        self._start, self._calls = now, calls
 
 
 # --------------------------------------------------------------------- selective generation
