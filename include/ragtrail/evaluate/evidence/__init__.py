@@ -6,10 +6,21 @@ extractor that turns a question and its passages into short, faithful evidence.
 - :mod:`.ranking`: ranks and lambda-weighted preference pairs for LPO;
 - :mod:`.dedup`: near-duplicate removal of sampled evidence by word n-gram Jaccard;
 - :mod:`.extractive`: the extractive baseline (closest sentences within a token budget);
-- :mod:`.noise`: relevant passages mixed with distractors for the robustness check.
+- :mod:`.noise`: relevant passages mixed with distractors for the robustness check;
+- :mod:`.evaluator`: the registered ``evidence`` evaluator.
 """
 
 from ragtrail.evaluate.evidence.dedup import dedupe, ngram_similarity, word_ngrams
+from ragtrail.evaluate.evidence.evaluator import (
+    CONTINUOUS_METRICS,
+    DIFF_METRICS,
+    METHODS,
+    EvidenceEvalConfig,
+    EvidenceEvaluator,
+    EvidenceInputs,
+    EvidenceRow,
+    check_rows,
+)
 from ragtrail.evaluate.evidence.extractive import extractive_evidence, truncate_tokens
 from ragtrail.evaluate.evidence.measures import (
     TOKEN_PATTERN,
@@ -28,10 +39,18 @@ from ragtrail.evaluate.evidence.ranking import (
 from ragtrail.evaluate.evidence.weighting import EXPERTS, combine, cov_weights, equal_weights
 
 __all__ = [
+    "CONTINUOUS_METRICS",
+    "DIFF_METRICS",
     "EXPERTS",
+    "METHODS",
     "NOISE_RATIOS",
     "TOKEN_PATTERN",
+    "EvidenceEvalConfig",
+    "EvidenceEvaluator",
+    "EvidenceInputs",
+    "EvidenceRow",
     "PreferencePair",
+    "check_rows",
     "combine",
     "compression",
     "cosine",
