@@ -1,7 +1,7 @@
 """The contract every evaluation follows, so its numbers can be stored and compared run over run.
 
-Every evaluator (retrieval, citations, attribution, C/A/H, selective generation; the list is
-:func:`ragtrail.evaluate.registered.registered_evaluators`) declares:
+Every evaluator (retrieval, citations, attribution, C/A/H, selective generation, evidence; the
+list is :func:`ragtrail.evaluate.registered.registered_evaluators`) declares:
 
 - ``name``: the evaluation kind stored with every metric point (``metrics_history.evaluation``);
 - ``config``: a frozen dataclass of plain JSON values (:meth:`BaseEvaluator.config_dict`);

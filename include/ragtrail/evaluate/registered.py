@@ -11,6 +11,7 @@ from __future__ import annotations
 from ragtrail.evaluate.attribution.scoring import AnswersEvaluator
 from ragtrail.evaluate.citations.evaluator import CitationEvaluator
 from ragtrail.evaluate.contract import EVALUATORS, EvaluatorRegistry
+from ragtrail.evaluate.evidence.evaluator import EvidenceEvaluator
 from ragtrail.evaluate.retrieval.evaluator import RetrievalEvaluator
 from ragtrail.evaluate.sufficiency.cah import CAHEvaluator
 from ragtrail.evaluate.sufficiency.selective import SelectiveEvaluator
@@ -21,6 +22,7 @@ NIGHTLY_EVALUATORS = (
     AnswersEvaluator,
     CAHEvaluator,
     SelectiveEvaluator,
+    EvidenceEvaluator,
 )
 """The evaluators whose results the night stores, in the order a night runs them."""
 
