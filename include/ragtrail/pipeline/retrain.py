@@ -55,7 +55,7 @@ RUN_TAG = "lineage.retrain_run"
 """Lineage key of the flow run that trained a version (finds it again on a retry)."""
 
 
-def _items_of_sets(rt: Runtime, corpus: str, run_id: str) -> tuple[list[QAItem], list[str]]:
+def items_of_sets(rt: Runtime, corpus: str, run_id: str) -> tuple[list[QAItem], list[str]]:
     """Every question of the QA sets a night evaluates, once per qid (first set wins)."""
     items: dict[str, QAItem] = {}
     names = []
@@ -78,7 +78,7 @@ def prepare_citation_data(
     if rt.artifacts.exists(key):  # a retried task reuses the split it stored
         split = _load_split(rt, run_id)
     else:
-        items, sets = _items_of_sets(rt, corpus, run_id)
+        items, sets = items_of_sets(rt, corpus, run_id)
         cfg = rt.settings.citation_training
         split = split_citation_data(
             items,

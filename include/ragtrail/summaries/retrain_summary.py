@@ -53,3 +53,43 @@ class GateOutcome(Record):
     current_f1: JsonObject | None = Field(None, exclude_if=is_none)
     challenger_f1: JsonObject | None = Field(None, exclude_if=is_none)
     accepted_on: list[str] | None = Field(None, exclude_if=is_none)
+
+
+class EvidenceTrainingSplit(Record):
+    """The evidence extractor's split: where it is stored, its version, the snapshot, counts."""
+
+    split_uri: str
+    split_version: str
+    snapshot_id: str
+    items: int
+    train_prompts: int
+    eval_items: int
+    dropped: int
+    held_out_documents: int
+
+
+class EvidenceChallenger(Record):
+    """The extractor version trained on a split and registered (``reused``: already trained by
+    this run, so nothing was trained again and the training figures are absent)."""
+
+    model: str
+    version: int
+    reused: bool
+    base_model: str | None = Field(None, exclude_if=is_none)
+    wall_seconds: float | None = Field(None, exclude_if=is_none)
+    lpo_steps: int | None = Field(None, exclude_if=is_none)
+    preference_lists: int | None = Field(None, exclude_if=is_none)
+    expert_weights: dict[str, float] | None = Field(None, exclude_if=is_none)
+
+
+class EvidenceGateOutcome(Record):
+    """The extractor gate's decision: promoted or kept, why, what it was compared with, and
+    both extractors' headline on the frozen held-out questions (None when already champion)."""
+
+    model: str
+    version: int
+    promoted: bool
+    reason: str
+    compared_with: str | None = Field(None, exclude_if=is_none)
+    current: JsonObject | None = Field(None, exclude_if=is_none)
+    challenger: JsonObject | None = Field(None, exclude_if=is_none)

@@ -503,3 +503,53 @@ def _outcomes_by_key(
     if problems:
         raise GateInputError(f"{side}: " + "; ".join(problems[:10]))
     return out
+
+
+# ----------------------------------------------------------------------- evidence extractor gate
+
+EVIDENCE_PRIMARY = "correct"
+
+
+def decide_evidence_promotion(
+    current_rows: Sequence[Mapping[str, Any]],
+    challenger_rows: Sequence[Mapping[str, Any]],
+    *,
+    confidence: float,
+    n_resamples: int,
+    seed: int,
+    max_faithfulness_decrease: float,
+    max_compression_decrease: float,
+    serving: str = "the champion",
+) -> GateDecision:
+    """Promote a new evidence extractor or not, from per-question rows of both extractors on
+    the same frozen held-out questions (``qid``, ``correct`` 1/0, ``faithfulness``,
+    ``compression``; a failed extraction counts ``correct`` 0 and has no other value).
+
+    Primary: the answerer's correctness with the evidence must improve with the paired CI above
+    zero. Guards: mean faithfulness may not fall by more than ``max_faithfulness_decrease``;
+    mean compression may not fall by more than ``max_compression_decrease`` of the current
+    extractor's (a relative bound, turned into the metric's unit here)."""
+    current = {str(r["qid"]): r for r in current_rows}
+    challenger = {str(r["qid"]): r for r in challenger_rows}
+    if set(current) != set(challenger) or len(current) != len(current_rows):
+        raise GateInputError(
+            "the two extractors were not evaluated on the same questions "
+            f"({len(current)} vs {len(challenger)}, {len(set(current) ^ set(challenger))} differ)"
+        )
+    pairs = [(current[q], challenger[q]) for q in sorted(current)]
+    compressions = [v for r, _ in pairs if (v := gate_value(r, "compression")) is not None]
+    mean_compression = sum(compressions) / len(compressions) if compressions else 0.0
+    guards = (
+        Guard("faithfulness", True, max_faithfulness_decrease),
+        Guard("compression", True, max_compression_decrease * mean_compression),
+    )
+    config = GateConfig(
+        primary_metric=EVIDENCE_PRIMARY,
+        confidence=confidence,
+        n_resamples=n_resamples,
+        seed=seed,
+        guards=guards,
+    )
+    checks = [_check(PRIMARY, EVIDENCE_PRIMARY, ALL, pairs, config)]
+    checks += [_check(GUARD, g.metric, ALL, pairs, config, guard=g) for g in guards]
+    return _decision(checks, CHAMPION, config, serving)

@@ -10,7 +10,8 @@ passages added, METHODS §10). Per facet ``{"method", "noise"}`` it stores:
   ``helpfulness``, ``conciseness``, ``compression`` and ``evidence_tokens``: means over the rows
   where the value is defined, with a seeded percentile bootstrap interval;
 - ``correct_diff_vs_full`` / ``correct_diff_vs_none``: the paired difference in correctness with
-  the full passages / with no context at the same noise level, over the questions scored in both,
+  the full passages at the same noise level / with no context (noise does not reach a
+  closed-book answer, so it is stored at noise 0 only), over the questions scored in both,
   with a paired bootstrap interval (the questions are resampled, not the answers).
 
 A cell with nothing to average is stored undefined with the reason, never NaN.
@@ -191,7 +192,10 @@ class EvidenceEvaluator(BaseEvaluator[EvidenceEvalConfig, EvidenceInputs]):
         aggregates = [agg for cell in cells.values() for agg in self._cell_aggregates(cell)]
         for metric, reference in DIFF_METRICS.items():
             for (method, noise), cell in cells.items():
-                base = cells.get((reference, noise))
+                # a closed-book answer sees no passages, so every noise level pairs with it
+                base = cells.get((reference, noise)) or (
+                    cells.get((NONE, 0.0)) if reference == NONE else None
+                )
                 if method != reference and base is not None:
                     aggregates.append(self._paired(metric, cell, base))
         return self.result(queries, aggregates)

@@ -47,9 +47,7 @@ FULL_ANSWER_PROMPT: Prompt[FullAnswerInput, FullAnswerOutput] = PROMPTS.register
                 FullAnswerOutput(sentence="Visitors park in lot C."),
             ),
             (
-                FullAnswerInput(
-                    question="How long is the badge valid?", answer="one working day"
-                ),
+                FullAnswerInput(question="How long is the badge valid?", answer="one working day"),
                 FullAnswerOutput(sentence="The badge is valid for one working day."),
             ),
         ],

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,12 @@ from ragtrail.evaluate.evidence.evaluator import (
     EvidenceInputs,
     EvidenceRow,
 )
+from ragtrail.evaluate.evidence.experts import (
+    conciseness_scores,
+    faithfulness_verdicts,
+    helpfulness_scores,
+    verdict_score,
+)
 from ragtrail.evaluate.evidence.extraction import (
     EvidenceInput,
     extract_evidence,
@@ -53,7 +58,7 @@ from ragtrail.evaluate.evidence.extraction import (
 )
 from ragtrail.evaluate.evidence.extractive import extractive_evidence
 from ragtrail.evaluate.evidence.full_answers import full_length_answers
-from ragtrail.evaluate.evidence.measures import compression, cosine, helpfulness, token_count
+from ragtrail.evaluate.evidence.measures import compression, token_count
 from ragtrail.evaluate.evidence.noise import noisy_passages
 from ragtrail.evaluate.sufficiency.cah import AnswerCase, Outcome, classify
 from ragtrail.evaluate.sufficiency.short_answers import (
@@ -62,8 +67,7 @@ from ragtrail.evaluate.sufficiency.short_answers import (
     short_answer_params,
 )
 from ragtrail.failures import FailureCount
-from ragtrail.judges.contract import SUPPORTED, Judge, JudgeInput, Verdict
-from ragtrail.llm.scoring import ScoreRequest
+from ragtrail.judges.contract import Judge
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.evidence.views import compact, queries_frame
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions, golden_items, ground_context
@@ -305,7 +309,9 @@ def _evaluate(
         },
         seconds=clock.seconds,
         model_calls=clock.calls,
-        undefined={} if base_spec else {"base": f"the extractor in service is the {extractor_what}"},
+        undefined={}
+        if base_spec
+        else {"base": f"the extractor in service is the {extractor_what}"},
     )
     uri = rt.artifacts.put_bytes(evidence_key(run_id), summary.dumps(indent=1).encode())
     put_parquet(rt, evidence_queries_key(run_id), queries_frame(summary))
@@ -384,9 +390,7 @@ def _extractive(rt: Runtime, cases: Sequence[Case]) -> None:
 # ------------------------------------------------------------------------------ experts
 
 
-def _faithfulness(
-    rt: Runtime, corpus: str, cases: Sequence[Case], judge: Judge
-) -> FailureCount:
+def _faithfulness(rt: Runtime, corpus: str, cases: Sequence[Case], judge: Judge) -> FailureCount:
     """Faithfulness to the passages given and (silver) to the relevant chunk alone; also
     compression. The judge's score is its probability (or similarity) where it has one."""
     grounds = {c.item.qid: ground_context(rt, corpus, c.item) for c in cases}
@@ -414,22 +418,14 @@ def _faithfulness(
             pairs.append((case, "silver_faithfulness", ground))
         else:
             case.set_score("silver_faithfulness", None, "the corpus holds no ground chunk")
-    verdicts = judge.judge(
-        [JudgeInput(premise=premise, hypothesis=c.evidence or "") for c, _, premise in pairs]
+    verdicts = faithfulness_verdicts(
+        judge, [(premise, c.evidence or "") for c, _, premise in pairs]
     )
     for (case, name, _), verdict in zip(pairs, verdicts, strict=True):
-        case.set_score(name, _verdict_score(verdict), verdict.error or "no verdict")
+        case.set_score(name, verdict_score(verdict), verdict.error or "no verdict")
     return FailureCount.of(
         "faithfulness verdicts", (None if v.ok else (v.error or "no value") for v in verdicts)
     )
-
-
-def _verdict_score(verdict: Verdict) -> float | None:
-    if not verdict.ok:
-        return None
-    if verdict.score is not None:
-        return float(verdict.score)
-    return 1.0 if verdict.value == SUPPORTED else 0.0
 
 
 def _helpfulness(rt: Runtime, cases: Sequence[Case]) -> FailureCount:
@@ -442,41 +438,21 @@ def _helpfulness(rt: Runtime, cases: Sequence[Case]) -> FailureCount:
         elif case.method != FULL and not case.evidence:
             case.set_score("helpfulness", None, case.error or "the evidence is empty")
     scored = [c for c in wanted if "helpfulness" not in c.scores]
-    questions = sorted({c.item.qid: c.item for c in scored}.values(), key=lambda i: i.qid)
-    requests = [
-        ScoreRequest(messages=_scorer_messages(i.question, None), continuation=gold_of(i))
-        for i in questions
-    ] + [
-        ScoreRequest(
-            messages=_scorer_messages(c.item.question, _evidence_text(c)),
-            continuation=gold_of(c.item),
-        )
-        for c in scored
-    ]
-    errors: list[str | None] = []
     try:
-        values = rt.scorer.log_probs(requests) if requests else []
+        values = helpfulness_scores(
+            rt.scorer, [(c.item.question, _evidence_text(c), gold_of(c.item)) for c in scored]
+        )
     except (RuntimeError, ValueError) as exc:  # the scorer model failed: every score fails
         for case in scored:
             case.set_score("helpfulness", None, f"scorer failed: {exc}")
         return FailureCount.of("helpfulness scores", [str(exc)] * len(scored))
-    without = dict(zip((i.qid for i in questions), values[: len(questions)], strict=True))
-    for case, with_evidence in zip(scored, values[len(questions) :], strict=True):
-        case.set_score("helpfulness", helpfulness(with_evidence, without[case.item.qid]))
-        errors.append(None)
-    return FailureCount.of("helpfulness scores", errors)
+    for case, value in zip(scored, values, strict=True):
+        case.set_score("helpfulness", value)
+    return FailureCount.of("helpfulness scores", [None] * len(scored))
 
 
 def _evidence_text(case: Case) -> str:
     return "\n\n".join(case.passages) if case.method == FULL else case.evidence or ""
-
-
-def _scorer_messages(question: str, evidence: str | None) -> tuple[dict[str, str], ...]:
-    """What the scorer reads before the gold answer: the question, with the evidence or not."""
-    text = f"Question: {question}" if evidence is None else (
-        f"Evidence: {evidence}\n\nQuestion: {question}"
-    )
-    return ({"role": "user", "content": text + "\nAnswer briefly."},)
 
 
 def _conciseness(rt: Runtime, cases: Sequence[Case], seed: int) -> None:
@@ -500,12 +476,10 @@ def _conciseness(rt: Runtime, cases: Sequence[Case], seed: int) -> None:
             case.set_score("conciseness", None, case.error or "the evidence is empty")
         else:
             scored.append((case, full.sentence))
-    if not scored:
-        return
-    texts = [t for c, s in scored for t in (s, c.evidence or "")]
-    vectors = rt.embedder.encode(texts)
-    for n, (case, _) in enumerate(scored):
-        value = cosine(list(vectors[2 * n]), list(vectors[2 * n + 1]))
+    values = conciseness_scores(
+        rt.embedder.encode, [(full, c.evidence or "") for c, full in scored]
+    )
+    for (case, _), value in zip(scored, values, strict=True):
         case.set_score("conciseness", value, "a zero embedding")
 
 

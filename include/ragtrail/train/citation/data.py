@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from ragtrail.evaluate.citations.mixtures import (
 )
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import QAItem, QuestionLabel, SearchHit
+from ragtrail.train.question_split import document_groups, held_out_questions
 
 SPLIT_FORMAT = "ragtrail-citation-split/1"
 
@@ -246,20 +246,14 @@ def split_citation_data(
         exclude_ground_documents=exclude_ground_documents,
     )
     _check_items(items, eval_share)
-    groups = _document_groups(items)
+    groups = document_groups(items)
     if len(groups) < 2:
         raise CitationSplitError(
             f"cannot split {len(items)} question(s): all share ground documents (one group), so "
             "holding any out leaves nothing to train on"
         )
     rng = random.Random(seed)
-    rng.shuffle(groups)
-    wanted = max(1, math.ceil(eval_share * len(items)))
-    eval_ids: set[str] = set()
-    for group in groups[:-1]:  # the last group always stays for training
-        if len(eval_ids) >= wanted:
-            break
-        eval_ids.update(group)
+    eval_ids = held_out_questions(groups, len(items), eval_share, rng)
     eval_items = [i for i in items if i.qid in eval_ids]
     rest = [i for i in items if i.qid not in eval_ids]
 
@@ -355,30 +349,6 @@ def _check_items(items: Sequence[QAItem], eval_share: float) -> None:
         raise CitationSplitError(
             f"cannot split citation data, {len(problems)} problem(s):\n  " + "\n  ".join(problems)
         )
-
-
-def _document_groups(items: Sequence[QAItem]) -> list[list[str]]:
-    """Qids in connected groups (questions linked by a shared ground document), each sorted,
-    groups ordered by their first qid (a stable order for the seeded shuffle)."""
-    parent = {item.qid: item.qid for item in items}
-
-    def root(qid: str) -> str:
-        while parent[qid] != qid:
-            parent[qid] = parent[parent[qid]]
-            qid = parent[qid]
-        return qid
-
-    owner: dict[str, str] = {}
-    for item in items:
-        for doc in item.ground_doc_ids:
-            if doc in owner:
-                parent[root(item.qid)] = root(owner[doc])
-            else:
-                owner[doc] = item.qid
-    groups: dict[str, list[str]] = {}
-    for item in items:
-        groups.setdefault(root(item.qid), []).append(item.qid)
-    return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
 
 
 def _restricted(corpus: MixtureCorpus, documents: set[str]) -> MixtureCorpus:

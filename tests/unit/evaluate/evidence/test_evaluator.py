@@ -142,11 +142,13 @@ def test_pairs_exist_only_where_both_cells_do_and_no_pair_is_undefined() -> None
         ("correct_diff_vs_none", "extractor", 0.0),
         ("correct_diff_vs_none", "base", 0.0),
         ("correct_diff_vs_none", "full", 0.0),
+        # no context does not depend on noise: the noisy extractor pairs with none at 0
+        ("correct_diff_vs_none", "extractor", 1.0),
     }
     base = agg(result, "correct_diff_vs_full", "base")
     assert (base.value, base.n, base.undefined["value"]) == (None, 0, NO_PAIRS)
-    # 5 cells x 7 metrics + 6 paired
-    assert len(result.aggregates) == 5 * 7 + 6
+    # 5 cells x 7 metrics + 7 paired
+    assert len(result.aggregates) == 5 * 7 + 7
 
 
 def test_query_values_hold_only_defined_values() -> None:
