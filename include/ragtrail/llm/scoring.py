@@ -135,7 +135,7 @@ def continuation_log_probs(
         mask[row, :n] = 1
         scored[row, n - 1 - enc.n_continuation : n - 1] = True
     ids, mask, scored = ids.to(device), mask.to(device), scored.to(device)
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
     picked = logits[scored].float()  # only continuation positions: [n_tokens, vocab]
     targets = ids[:, 1:][scored]
     token_lp = torch.log_softmax(picked, dim=-1).gather(1, targets[:, None]).squeeze(1)
