@@ -4,6 +4,7 @@ saves a loadable adapter and repeats exactly with the same seed."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -205,6 +206,13 @@ def test_lpo_raises_the_preference_margin(llama: Path, tmp_path: Path) -> None:
 
     again = train_lpo(str(llama), data, CONFIG, tmp_path / "run2")
     assert again.series("loss") == losses  # same seed, same run
+
+    # a second stage on top: the first adapter is merged, so it is the new reference (step 1's
+    # policy equals it again: loss ln 2, margin 0) and training goes on from the tuned model
+    short = dataclasses.replace(CONFIG, max_steps=2)
+    stacked = train_lpo(str(llama), data, short, tmp_path / "run3", init_adapter=result.adapter_dir)
+    assert stacked.series("loss")[0] == pytest.approx(math.log(2), abs=1e-4)
+    assert stacked.series("margin")[0] == pytest.approx(0.0, abs=1e-4)
 
 
 def test_completion_logps_is_differentiable_and_left_truncates(llama: Path) -> None:
