@@ -161,11 +161,8 @@ class Runtime:
     def scorer(self) -> LogProbScorer:
         """The fixed LM of the helpfulness expert (``settings.evidence.scorer``), its
         log-probabilities cached by content in the metadata database."""
-        from ragtrail.llm.scoring import (
-            CachedLogProbScorer,
-            SqlScoreCache,
-            TransformersLogProbScorer,
-        )
+        from ragtrail.llm.score_cache import SqlScoreCache
+        from ragtrail.llm.scoring import CachedLogProbScorer, TransformersLogProbScorer
 
         self.limit_torch_threads()
         inner = TransformersLogProbScorer(

@@ -21,7 +21,8 @@ from ragtrail.evaluate.comparison.paired import DEFAULT_RESAMPLES
 from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.compare import RunComparisonError, compare_stored_runs
 from ragtrail.pipeline.golden import golden_name_for
-from ragtrail.records import QASetRef, SetKind
+from ragtrail.pipeline.run_io import load_items
+from ragtrail.records import QAItem, QASetRef, SetKind
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.qa_sets import PlannedSet
@@ -128,3 +129,15 @@ _CHANGE_FIELDS = ("text_weight", "mean_a", "mean_b", "diff", "ci_low", "ci_high"
 
 def _weight(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6)
+
+
+def items_of_sets(rt: Runtime, corpus: str, run_id: str) -> tuple[list[QAItem], list[str]]:
+    """Every question of the QA sets a night evaluates, once per qid (first set wins)."""
+    items: dict[str, QAItem] = {}
+    names = []
+    for entry in plan_sets(rt, corpus, run_id, None):
+        loaded, version, _ = load_items(rt, entry.qa_set)
+        names.append(f"{entry.name}@{version}")
+        for item in loaded:
+            items.setdefault(item.qid, item)
+    return list(items.values()), names

@@ -39,32 +39,17 @@ from ragtrail.models.registry import (
     RegistryError,
     settle_challenger,
 )
-from ragtrail.pipeline.evaluation_sets import plan_sets
+from ragtrail.pipeline.evaluation_sets import items_of_sets
 from ragtrail.pipeline.passage_sources import corpus_from_runtime
-from ragtrail.pipeline.run_io import evaluated_snapshot, load_items
-from ragtrail.pipeline.serving import base_model_of
+from ragtrail.pipeline.run_io import evaluated_snapshot
+from ragtrail.pipeline.serving import RUN_TAG, base_model_of
 from ragtrail.pipeline.serving import serving_spec as model_in_service
-from ragtrail.records import ModelKind, ModelSpec, QAItem
+from ragtrail.records import ModelKind, ModelSpec
 from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.retrain_summary import ChallengerVersion, GateOutcome, TrainingSplit
 
 log = logging.getLogger(__name__)
-
-RUN_TAG = "lineage.retrain_run"
-"""Lineage key of the flow run that trained a version (finds it again on a retry)."""
-
-
-def items_of_sets(rt: Runtime, corpus: str, run_id: str) -> tuple[list[QAItem], list[str]]:
-    """Every question of the QA sets a night evaluates, once per qid (first set wins)."""
-    items: dict[str, QAItem] = {}
-    names = []
-    for entry in plan_sets(rt, corpus, run_id, None):
-        loaded, version, _ = load_items(rt, entry.qa_set)
-        names.append(f"{entry.name}@{version}")
-        for item in loaded:
-            items.setdefault(item.qid, item)
-    return list(items.values()), names
 
 
 def prepare_citation_data(

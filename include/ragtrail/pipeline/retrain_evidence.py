@@ -29,8 +29,8 @@ from typing import Any
 
 from ragtrail.artifact_keys import retrain_evidence_split_key
 from ragtrail.config import ModelRole
-from ragtrail.evaluate.evidence.extraction import EvidenceInput, extract_evidence, extraction_params
 from ragtrail.evaluate.evidence.experts import faithfulness_verdicts, verdict_score
+from ragtrail.evaluate.evidence.extraction import extract_evidence, extraction_params
 from ragtrail.evaluate.evidence.full_answers import full_length_answers
 from ragtrail.evaluate.evidence.measures import compression, token_count
 from ragtrail.evaluate.sufficiency.cah import AnswerCase, Outcome, classify
@@ -43,11 +43,11 @@ from ragtrail.failures import FailureCount, check_failures
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.models.registry import RegistryError, settle_challenger
 from ragtrail.pipeline.correctness import correctness_judge
+from ragtrail.pipeline.evaluation_sets import items_of_sets
 from ragtrail.pipeline.judges import entailment_judge
 from ragtrail.pipeline.passage_sources import scenario_corpus
-from ragtrail.pipeline.retrain import RUN_TAG, items_of_sets
 from ragtrail.pipeline.run_io import best_text_weight, evaluated_snapshot
-from ragtrail.pipeline.serving import base_model_of, serving_spec
+from ragtrail.pipeline.serving import RUN_TAG, base_model_of, serving_spec
 from ragtrail.records import ModelKind, ModelSpec, QuestionLabel
 from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
@@ -305,7 +305,13 @@ def gate_evidence_challenger(
         reason=decision.reason,
         decision=evidence,
     )
-    log.info("%s v%d: %s (%s)", name, version, "promoted" if decision.promote else "kept", decision.reason)
+    log.info(
+        "%s v%d: %s (%s)",
+        name,
+        version,
+        "promoted" if decision.promote else "kept",
+        decision.reason,
+    )
     return EvidenceGateOutcome(
         model=name,
         version=version,

@@ -13,6 +13,9 @@ from ragtrail.records import ModelKind, ModelSpec
 from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
 
+RUN_TAG = "lineage.retrain_run"
+"""Lineage key of the flow run that trained a version (finds it again on a retry)."""
+
 
 def serving_spec(rt: Runtime, model_name: str, role: ModelRole) -> tuple[str, str]:
     """The spec of the model in service and what it is: ``registry:<name>@<v>`` of the champion

@@ -18,6 +18,8 @@ from typing import Any
 
 from ragtrail.evaluate.attribution.cited_answers import CITED_ANSWER_PROMPT, CLOSED_BOOK_PROMPT
 from ragtrail.evaluate.attribution.subqueries import SUBQUERY_PROMPT
+from ragtrail.evaluate.evidence.extraction import EVIDENCE_PROMPT
+from ragtrail.evaluate.evidence.full_answers import FULL_ANSWER_PROMPT
 from ragtrail.evaluate.sufficiency.confidence import CONFIDENCE_PROMPTS
 from ragtrail.evaluate.sufficiency.short_answers import SHORT_ANSWER_PROMPT
 from ragtrail.generate.prompts import GENERATION_PROMPTS
@@ -45,6 +47,7 @@ _SYSTEM_TO_NAME.update(
     {p.system_message(): p.name for p in (SHORT_ANSWER_PROMPT, CORRECTNESS_PROMPT)}
 )
 _SYSTEM_TO_NAME.update({p.system_message(): p.name for p in CONFIDENCE_PROMPTS})
+_SYSTEM_TO_NAME.update({p.system_message(): p.name for p in (EVIDENCE_PROMPT, FULL_ANSWER_PROMPT)})
 _DOC_RE = re.compile(r'<document field="(\w+)"( index="\d+")?>\n(.*?)\n</document>', re.S)
 _FIELD_RE = re.compile(r"<(\w+)>(.*?)</\1>", re.S)
 
@@ -232,6 +235,23 @@ def _p_correct(fields: dict[str, Any]) -> str:
     )
 
 
+def _evidence(fields: dict[str, Any]) -> str:
+    """evidence.extract: the sentence of the passages sharing most content words with the
+    question (the first on ties); "" without passages."""
+    question = content_words(fields["question"])
+    sentences = [
+        s for p in fields.get("passages") or [] for s in re.split(r"(?<=[.!?])\s", p.strip()) if s
+    ]
+    if not sentences:
+        return json.dumps({"evidence": ""})
+    best = max(sentences, key=lambda s: (len(question & content_words(s)), -sentences.index(s)))
+    return json.dumps({"evidence": best[:300]})
+
+
+def _full_answer(fields: dict[str, Any]) -> str:
+    return json.dumps({"sentence": f"{fields['question'].rstrip('?')}: {fields['answer']}."})
+
+
 DEFAULT_HANDLERS: dict[str, Handler] = {
     "answer.cited": _cited_answer,
     "answer.closed_book": _closed_book,
@@ -253,6 +273,9 @@ DEFAULT_HANDLERS: dict[str, Handler] = {
     "confidence.sample_answer": _sample_answer,
     "confidence.p_true": _p_true,
     "confidence.p_correct": _p_correct,
+    # the evidence extractor (SEER)
+    "evidence.extract": _evidence,
+    "evidence.full_answer": _full_answer,
 }
 
 

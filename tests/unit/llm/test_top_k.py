@@ -25,6 +25,7 @@ def test_top_k_one_samples_the_argmax_and_top_k_two_only_the_best_two() -> None:
         one = _PerRowSampler([5.0], [1.0], [seed], [1])(ids, scores)
         assert int(one[0].argmax()) == 1
     chosen = {
-        int(_PerRowSampler([5.0], [1.0], [seed], [2])(ids, scores)[0].argmax()) for seed in range(40)
+        int(_PerRowSampler([5.0], [1.0], [seed], [2])(ids, scores)[0].argmax())
+        for seed in range(40)
     }
     assert chosen == {1, 2}  # a high temperature spreads the mass, the cut keeps two

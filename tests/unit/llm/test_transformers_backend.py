@@ -139,7 +139,9 @@ def test_a_single_request_decodes_as_plain_generate(tiny_llama: Path, temperatur
     backend = TransformersBackend(str(tiny_llama), batch_size=4)
     for req in requests(3, max_new_tokens=12, temperature=temperature, seed=9):
         ids = backend._encode(req.messages)
-        sampler = _PerRowSampler([req.temperature], [req.top_p], [req.effective_seed()], [req.top_k])
+        sampler = _PerRowSampler(
+            [req.temperature], [req.top_p], [req.effective_seed()], [req.top_k]
+        )
         with torch.inference_mode():
             out = backend.model.generate(
                 input_ids=torch.tensor([ids]),

@@ -16,7 +16,6 @@ from ragtrail.train.evidence.lpo import (
     TRAINER,
     LPOConfig,
     PreferenceList,
-    _pairs,
     _step_plan,
     completion_logps,
     lpo_loss,
@@ -62,27 +61,6 @@ def test_loss_rejects_bad_inputs() -> None:
         lpo_loss(one, t(1.0), one, one, one, 0.1)
     with pytest.raises(ValueError, match=">= 0"):
         lpo_loss(one, one, one, one, t(1.0, -1.0), 0.1)
-
-
-def test_pairs_and_lambda_weights_by_hand() -> None:
-    # ranks 1, 2, 3; lambda = (s_w + s_l) * |1/r_w - 1/r_l|
-    # (0, 1): 1.4 * (1 - 1/2) = 0.7; (0, 2): 1.0 * (1 - 1/3) = 2/3; (1, 2): 0.6 * (1/2 - 1/3) = 0.1
-    pairs = _pairs([0.9, 0.5, 0.1], "lambda")
-    assert [(p.winner, p.loser) for p in pairs] == [(0, 1), (0, 2), (1, 2)]
-    assert [p.weight for p in pairs] == pytest.approx([0.7, 2 / 3, 0.1], abs=1e-12)
-    # order of the list does not matter, only the scores
-    shuffled = _pairs([0.1, 0.9, 0.5], "lambda")
-    assert {(p.winner, p.loser): p.weight for p in shuffled} == pytest.approx(
-        {(1, 2): 0.7, (1, 0): 2 / 3, (2, 0): 0.1}
-    )
-    assert [p.weight for p in _pairs([0.9, 0.5, 0.1], "uniform")] == [1.0, 1.0, 1.0]
-    # ties make no pair; they are ranked by position: [0.5, 0.5, 0.2] -> ranks 1, 2, 3
-    tied = _pairs([0.5, 0.5, 0.2], "lambda")
-    assert [(p.winner, p.loser) for p in tied] == [(0, 2), (1, 2)]
-    assert [p.weight for p in tied] == pytest.approx([0.7 * (2 / 3), 0.7 * (1 / 6)])
-    assert _pairs([0.3], "lambda") == [] and _pairs([0.3, 0.3], "uniform") == []
-    with pytest.raises(ValueError, match="weighting"):
-        _pairs([0.3, 0.1], "mrr")  # type: ignore[arg-type]
 
 
 def test_warmup_then_cosine() -> None:

@@ -31,8 +31,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
+from ragtrail.evaluate.evidence.ranking import preference_pairs
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import Message, _freeze_messages
 from ragtrail.llm.scoring import EncodedContinuation, continuation_log_probs, encode_continuation
@@ -73,35 +74,6 @@ class PreferenceList:
             raise ValueError(f"{self.qid}: scores must be finite")
         if any(not c for c in self.candidates):
             raise ValueError(f"{self.qid}: empty candidate")
-
-
-class _Pair(NamedTuple):
-    """Indices of the preferred and the dispreferred sample, and the pair's weight."""
-
-    winner: int
-    loser: int
-    weight: float
-
-
-def _pairs(scores: Sequence[float], weighting: Weighting) -> list[_Pair]:
-    """Every ordered pair with ``s_w > s_l`` (winner index, then loser index order).
-
-    ``lambda``: ``s_w*|1/r_w - 1/r_l| + s_l*|1/r_l - 1/r_w|`` with ``r`` the rank by score (1 =
-    best; tied scores ranked by position); ``uniform``: 1.0. Stands in for
-    ``ragtrail.evaluate.evidence.ranking.preference_pairs`` (same semantics).
-    """
-    if weighting not in ("lambda", "uniform"):
-        raise ValueError(f"unknown weighting {weighting!r}; use 'lambda' or 'uniform'")
-    order = sorted(range(len(scores)), key=lambda i: -scores[i])
-    rank = {i: k + 1 for k, i in enumerate(order)}
-    out = []
-    for w, s_w in enumerate(scores):
-        for lo, s_l in enumerate(scores):
-            if s_w > s_l:
-                gain = abs(1 / rank[w] - 1 / rank[lo])
-                weight = s_w * gain + s_l * gain if weighting == "lambda" else 1.0
-                out.append(_Pair(w, lo, weight))
-    return out
 
 
 # --------------------------------------------------------------------------- config
@@ -309,7 +281,7 @@ def preference_margin(
     logps = _logps_no_grad(model, encoded, _pad_id(tokenizer), batch=16)
     total = weight_sum = 0.0
     for pl, lp in zip(lists, logps, strict=True):
-        for pair in _pairs(pl.scores, weighting):
+        for pair in preference_pairs(pl.scores, weighting=weighting):
             total += pair.weight * beta * (lp[pair.winner] - lp[pair.loser])
             weight_sum += pair.weight
     if weight_sum <= 0:
@@ -386,7 +358,7 @@ def train_lpo(
     from peft import PeftModel, get_peft_model
 
     started = time.perf_counter()
-    candidates = [(i, p) for i, pl in enumerate(lists) for p in _pairs(pl.scores, config.weighting)]
+    candidates = [(i, p) for i, pl in enumerate(lists) for p in preference_pairs(pl.scores, weighting=config.weighting)]
     candidates = [(i, p) for i, p in candidates if p.weight > 0]
     if not candidates:
         raise ValueError(
