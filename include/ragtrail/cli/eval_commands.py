@@ -1,5 +1,6 @@
 """``ragtrail eval``: retrieval (TREC files and the corpus's QA sets), citations, sufficiency,
-selective generation and attribution metrics of logged answers, with their tables."""
+selective generation, the evidence extractor and attribution metrics of logged answers, with their
+tables."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from ragtrail.evaluation_records import Aggregate
 from ragtrail.records import ENTAILMENT_JUDGES, EntailmentJudgeName
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.citation_summary import CitationSummary
+from ragtrail.summaries.evidence_summary import EvidenceSummary
 from ragtrail.summaries.sufficiency_summary import AggregateRow, SufficiencySummary
 
 if TYPE_CHECKING:  # the scoring code loads slowly: imported where a file is scored
@@ -305,6 +307,166 @@ def _print_selective(summary: SufficiencySummary) -> None:
 
 def _figure(aggregate: AggregateRow | None) -> Figure | None:
     return None if aggregate is None else aggregate.figure
+
+
+MAX_NOISE_RATIO = 10.0
+"""The most irrelevant passages per retrieved one ``--noise`` accepts."""
+
+
+def parse_noise(text: str | None) -> list[float] | None:
+    """``--noise``: a comma list of distinct numbers in [0, MAX_NOISE_RATIO] (None: the
+    setting's ratios); anything else is a ValueError naming the bad entry."""
+    if text is None:
+        return None
+    ratios: list[float] = []
+    for part in text.split(","):
+        entry = part.strip()
+        try:
+            ratio = float(entry)
+        except ValueError:
+            raise ValueError(
+                f"--noise {text!r}: {entry!r} is not a number (expected e.g. 0,1,2,4)"
+            ) from None
+        if not 0.0 <= ratio <= MAX_NOISE_RATIO:  # also refuses nan
+            raise ValueError(
+                f"--noise {text!r}: {entry} is outside [0, {MAX_NOISE_RATIO:g}] "
+                "(irrelevant passages per retrieved one)"
+            )
+        if ratio in ratios:
+            raise ValueError(f"--noise {text!r}: {entry} is listed twice")
+        ratios.append(ratio)
+    return ratios
+
+
+NoiseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--noise",
+        help="Irrelevant passages added per retrieved one, a comma list in [0, 10], e.g. "
+        "0,1,2,4 (0 is always evaluated). Default: evidence.noise_ratios.",
+    ),
+]
+
+
+@eval_app.command("evidence")
+def eval_evidence(
+    corpus: CorpusOpt = "handbook",
+    qa_set: QaSetOpt = None,
+    items: Annotated[
+        int | None, typer.Option(help="Questions to evaluate (0 = all); default setting.")
+    ] = None,
+    noise: NoiseOpt = None,
+    seed: SeedOpt = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The evidence extractor (SEER): compression, faithfulness, helpfulness, conciseness and
+    end-to-end correctness of the extractor, its base model, an extractive baseline, the full
+    passages and no context, with irrelevant passages added at each noise level.
+
+    Exit code 2 for a bad option (e.g. --noise); exit code 3 when more than
+    evidence.max_failed_share of the extractions, answers or judge verdicts failed (the run is
+    stored as failed, with the reason)."""
+    with user_errors():
+        ratios = parse_noise(noise)
+    summary, stored = _run_evidence(corpus, qa_set, items, ratios, seed, run_id, as_json=as_json)
+    if as_json:
+        emit({**summary.to_json(), "stored": stored})
+        return
+    _print_evidence(summary, stored)
+
+
+def _run_evidence(
+    corpus: str,
+    qa_set: str | None,
+    items: int | None,
+    noise_ratios: list[float] | None,
+    seed: int | None,
+    run_id: str | None,
+    *,
+    as_json: bool,
+) -> tuple[EvidenceSummary, str]:
+    """Run the evidence evaluation and return its stored summary and where it is stored."""
+    from ragtrail.pipeline.evidence.step import evaluate_evidence
+    from ragtrail.pipeline.evidence.views import load_evidence
+    from ragtrail.pipeline.run_io import complete_run
+    from ragtrail.storage.db import utcnow
+
+    run_id = run_id or f"evidence-{utcnow():%Y%m%dT%H%M%S}"
+    with runtime_with_progress(as_json) as (rt, _):
+        result = evaluate_evidence(
+            rt,
+            corpus,
+            run_id=run_id,
+            qa_set=qa_set,
+            max_items=items,
+            noise_ratios=noise_ratios,
+            seed=seed,
+        )
+        complete_run(rt, run_id)
+        summary = load_evidence(rt, run_id)
+    assert summary is not None
+    return summary, result.evidence_uri
+
+
+EVIDENCE_COLUMNS = (
+    ("correct", "correct"),
+    ("compression", "compression"),
+    ("faithfulness", "faithful"),
+    ("silver_faithfulness", "silver faithful"),
+    ("helpfulness", "helpful"),
+    ("conciseness", "concise"),
+    ("correct_diff_vs_full", "correct - full"),
+    ("correct_diff_vs_none", "correct - none"),
+)
+"""(metric, column title) of the method x noise table ``eval evidence`` prints."""
+EVIDENCE_METHOD_ORDER = ("extractor", "base", "extractive", "full", "none")
+
+
+def _print_evidence(summary: EvidenceSummary, stored: str) -> None:
+    """Models and judges, then every figure per method and noise level with its interval
+    (undefined ones with their reason below the table)."""
+    base = summary.base or f"none ({summary.reason('base', 'no base model')})"
+    console.print(
+        f"extractor {summary.extractor} ({summary.extractor_source}); base {base}; answerer "
+        f"{summary.answerer}; scorer {summary.scorer}; full answers {summary.full_answer_model}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for judge in summary.judges:
+        mode = "gates" if judge.gates else "advises only"
+        figure = Figure(value=judge.value, ci_low=judge.ci_low, ci_high=judge.ci_high, n=judge.n)
+        agreement = (
+            f"{judge.metric} {value_ci(figure)} (n={judge.n})"
+            if judge.value is not None
+            else judge.reason or "not calibrated"
+        )
+        console.print(f"{judge.role} judge {judge.judge}: {mode}; {agreement}", highlight=False)
+    cells = {
+        (str(a.facets.get("method")), float(a.facets.get("noise") or 0.0))
+        for a in summary.aggregates
+    }
+    order = {m: i for i, m in enumerate(EVIDENCE_METHOD_ORDER)}
+    table = Table(
+        "method",
+        "noise",
+        *(title for _, title in EVIDENCE_COLUMNS),
+        title=f"evidence extractor on {summary.items} questions of {summary.qa_set}",
+    )
+    reasons: dict[str, list[str]] = {}
+    for method, noise in sorted(cells, key=lambda c: (order.get(c[0], len(order)), c)):
+        row = []
+        for metric, _ in EVIDENCE_COLUMNS:
+            agg = summary.aggregate(metric, method, noise)
+            row.append(value_ci(_figure(agg)) if agg is not None else "")
+            if agg is not None and agg.value is None:
+                why = agg.reason("value", "not computed")
+                reasons.setdefault(why, []).append(f"{metric} of {method}@{noise:g}")
+        table.add_row(method, f"{noise:g}", *row)
+    console.print(table)
+    for why, where in reasons.items():
+        console.print(f"undefined ({why}): {', '.join(where)}", highlight=False, soft_wrap=True)
+    console.print(f"stored: {stored} (run {summary.run_id})", highlight=False)
 
 
 def _print_citations(summary: CitationSummary) -> None:

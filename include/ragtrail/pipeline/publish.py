@@ -22,6 +22,7 @@ from ragtrail import jsonsafe
 from ragtrail.artifact_keys import (
     citation_queries_key,
     corpus_quality_key,
+    evidence_queries_key,
     golden_quality_key,
     headlines_key,
     report_prefix,
@@ -34,6 +35,10 @@ from ragtrail.pipeline.citations.views import load_citations
 from ragtrail.pipeline.drift.views import load_drift
 from ragtrail.pipeline.evaluation_sets import change_since_previous, primary_set
 from ragtrail.pipeline.events import HeadlinesEvent, RetrievalMetricsEvent
+from ragtrail.pipeline.evidence.views import HEADLINE_METHODS as EVIDENCE_METHODS
+from ragtrail.pipeline.evidence.views import compact as compact_evidence
+from ragtrail.pipeline.evidence.views import load_evidence
+from ragtrail.pipeline.evidence.views import metrics_frame as evidence_metrics_frame
 from ragtrail.pipeline.generate import load_generation_summary
 from ragtrail.pipeline.run_io import (
     get_parquet,
@@ -52,6 +57,7 @@ from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.base import Record
 from ragtrail.summaries.citation_summary import CitationSummary
 from ragtrail.summaries.drift_summary import DriftView
+from ragtrail.summaries.evidence_summary import EvidenceSummary
 from ragtrail.summaries.generation_summary import GenerationSummary
 from ragtrail.summaries.night_summary import (
     NightDocument,
@@ -78,7 +84,8 @@ class SetToPublish:
     checks), for a generated set its generation summary (adds the funnel sections), and its
     citation summary when citations were evaluated (adds the citation sections and checks), and
     its sufficiency summary when it was rated (adds the sufficiency / C/A/H / selective sections),
-    and its drift decision with the primary metrics' history when it was checked (adds the drift
+    its evidence summary when the evidence extractor was evaluated on it (adds the evidence
+    sections and checks), and its drift decision with the primary metrics' history when it was checked (adds the drift
     sections; :func:`ragtrail.pipeline.drift.views.load_drift`)."""
 
     run_id: str
@@ -88,6 +95,7 @@ class SetToPublish:
     generation: GenerationSummary | None = None
     citations: CitationSummary | None = None
     sufficiency: SufficiencySummary | None = None
+    evidence: EvidenceSummary | None = None
     drift: DriftView | None = None
 
 
@@ -107,6 +115,7 @@ def publish_sets(
     from ragtrail.quality.runner import QualityRunner, enforce
     from ragtrail.report.citation_sections import citation_sections
     from ragtrail.report.drift_sections import drift_sections
+    from ragtrail.report.evidence_sections import evidence_sections
     from ragtrail.report.html import ReportContext, SetView, render_sets_report
     from ragtrail.report.sufficiency_sections import sufficiency_sections
     from ragtrail.report.testset_sections import testset_sections
@@ -142,6 +151,11 @@ def publish_sets(
             quality += [_validation(r) for r in rated]
             suffix = "" if entry.name is None else f".{entry.name}"
             sections += sufficiency_sections(entry.sufficiency, out, suffix)
+        if entry.evidence is not None:
+            checked = _validate_evidence(rt, runner, entry.evidence, entry.name)
+            results += checked
+            quality += [_validation(r) for r in checked]
+            sections += evidence_sections(entry.evidence, out, _validation_suffix(entry.name))
         if entry.drift:
             suffix = "" if entry.name is None else f".{entry.name}"
             sections += drift_sections(entry.drift, out, suffix)
@@ -168,6 +182,7 @@ def publish_sets(
                     if entry.sufficiency is not None
                     else None
                 ),
+                evidence=compact_evidence(entry.evidence) if entry.evidence is not None else None,
             )
         )
         views.append(
@@ -322,6 +337,27 @@ def _validate_sufficiency(
     ]
 
 
+def _validate_evidence(
+    rt: Runtime, runner: QualityRunner, summary: EvidenceSummary, name: str | None
+) -> list[QualityResult]:
+    """GX on one set's evidence results: the per-(question, method, noise) rows and every figure
+    (the aggregates per method and noise, the judges' agreement)."""
+    from ragtrail.quality.suites import (
+        evidence_metrics_suite,
+        evidence_queries_suite,
+        prepare_evidence_metrics,
+    )
+
+    suffix = _validation_suffix(name)
+    queries = get_parquet(rt, evidence_queries_key(summary.run_id))
+    metrics = prepare_evidence_metrics(evidence_metrics_frame(summary))
+    suite = evidence_queries_suite(EVIDENCE_METHODS, summary.noise_ratios)
+    return [
+        runner.validate(f"evidence_queries{suffix}", queries, suite),
+        runner.validate(f"evidence_metrics{suffix}", metrics, evidence_metrics_suite()),
+    ]
+
+
 def _description(entry: SetToPublish, summary: RetrievalSummary) -> str:
     kinds = {SetKind.GOLDEN: "golden set", SetKind.GENERATED: "generated test set"}
     kind = kinds.get(entry.kind, "QA set") if entry.kind else "QA set"
@@ -394,6 +430,7 @@ def publish_night(
                 generation=generation,
                 citations=load_citations(rt, entry.run_id),
                 sufficiency=load_sufficiency(rt, entry.run_id),
+                evidence=load_evidence(rt, entry.run_id),
                 drift=load_drift(rt.engine, entry.run_id),
             )
         )

@@ -657,18 +657,24 @@ SIGNED_METRICS: Final = frozenset({"auc_gain", "kappa"})
 """... except these differences and agreements beyond chance, which lie in [-1, 1]."""
 
 
-def prepare_citation_metrics(aggregates: pd.DataFrame) -> pd.DataFrame:
+def prepare_citation_metrics(
+    aggregates: pd.DataFrame,
+    *,
+    unbounded: Iterable[str] = UNBOUNDED_METRICS,
+    signed: Iterable[str] = SIGNED_METRICS,
+) -> pd.DataFrame:
     """Copy of a long aggregates frame (evaluation, metric, value, ci_low, ci_high, n, facets…)
-    with ``value_in_range`` (proportions in [0, 1], counts >= 0, signed figures in [-1, 1]; a null value — undefined, with
-    its reason kept elsewhere — is in range) and ``ci_contains_value`` (as for retrieval)."""
+    with ``value_in_range`` (proportions in [0, 1], ``unbounded`` metrics >= 0, ``signed`` ones
+    in [-1, 1]; a null value — undefined, with its reason kept elsewhere — is in range) and
+    ``ci_contains_value`` (as for retrieval). Other evaluations pass their own metric families."""
     out = aggregates.drop(columns=["undefined"], errors="ignore").copy()
     value = pd.to_numeric(out["value"], errors="coerce")
     low = pd.to_numeric(out["ci_low"], errors="coerce")
     high = pd.to_numeric(out["ci_high"], errors="coerce")
-    counts = out["metric"].isin(UNBOUNDED_METRICS)
-    signed = out["metric"].isin(SIGNED_METRICS)
-    low_end = signed.map({True: -1.0, False: 0.0}).astype(float)
-    in_range = value.isna() | ((value >= low_end) & (counts | (value <= 1)))
+    is_count = out["metric"].isin(list(unbounded))
+    is_signed = out["metric"].isin(list(signed))
+    low_end = is_signed.map({True: -1.0, False: 0.0}).astype(float)
+    in_range = value.isna() | ((value >= low_end) & (is_count | (value <= 1)))
     out["value_in_range"] = in_range.astype(bool)
     out["ci_contains_value"] = (value.isna() | interval_holds(value, low, high)).astype(bool)
     return out
@@ -835,3 +841,139 @@ def sufficiency_metrics_suite() -> gx.ExpectationSuite:
         counted="answers",
     )
     return _suite(SUFFICIENCY_METRICS_SUITE, "sufficiency and C/A/H figures", expectations)
+
+
+# ------------------------------------------------------------------- evidence extractor (SEER)
+
+EVIDENCE_QUERIES_SUITE: Final = "evidence_queries"
+EVIDENCE_METRICS_SUITE: Final = "evidence_metrics"
+
+EVIDENCE_QUERY_COLUMNS: Final = (
+    "qid",
+    "label",
+    "method",
+    "noise",
+    "passages",
+    "evidence_tokens",
+    "passage_tokens",
+    "compression",
+    "faithfulness",
+    "silver_faithfulness",
+    "helpfulness",
+    "conciseness",
+    "outcome",
+    "correct",
+    "unscored_reason",
+)
+"""The columns of ``evidence_queries.parquet`` (one row per question, method and noise level)."""
+EVIDENCE_SCORES: Final = ("faithfulness", "silver_faithfulness", "helpfulness", "conciseness")
+"""The experts' per-row scores, each in [0, 1]."""
+MIN_EXTRACTOR_FAITHFULNESS: Final = 0.5
+"""Below this the extractor's evidence is mostly not entailed by its passages (warn)."""
+EVIDENCE_UNBOUNDED: Final = frozenset({"compression", "evidence_tokens", "passage_tokens"})
+"""Evidence aggregates that are ratios or token counts (>= 0; compression > 0 apart)."""
+DIFF_MARKER: Final = "_diff_vs_"
+"""Paired differences (``correct_diff_vs_full``, ``correct_diff_vs_none``…) lie in [-1, 1]."""
+
+
+def prepare_evidence_metrics(aggregates: pd.DataFrame) -> pd.DataFrame:
+    """:func:`prepare_citation_metrics` with the evidence families: compression and token
+    counts unbounded above, paired differences (and judges' kappa) in [-1, 1], every other
+    figure (rates, scores) in [0, 1]."""
+    names = aggregates["metric"].dropna().astype(str) if "metric" in aggregates else []
+    diffs = {m for m in names if DIFF_MARKER in m}
+    return prepare_citation_metrics(
+        aggregates, unbounded=EVIDENCE_UNBOUNDED, signed=SIGNED_METRICS | diffs
+    )
+
+
+def evidence_queries_suite(
+    methods: Iterable[str], noise_ratios: Iterable[float]
+) -> gx.ExpectationSuite:
+    """Suite over the per-(question, method, noise) rows of an evidence evaluation.
+
+    fail: columns present; one row per (qid, method, noise); known methods and noise levels;
+    known outcomes, an unscored row says why; the experts' scores in [0, 1]; compression > 0;
+    evidence tokens >= 0 (null scores are undefined, with their reason in the summary).
+    warn: a row of the extractor whose evidence is mostly unfaithful to its passages.
+    """
+    expectations: list[gxe.Expectation] = [
+        _columns_present(EVIDENCE_QUERY_COLUMNS),
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=["qid", "method", "noise"],
+            meta=policy(FAIL, "each question is evaluated once per method and noise level"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="method",
+            value_set=list(methods),
+            meta=policy(FAIL, "evidence comes from the evaluated methods only"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="noise",
+            value_set=sorted({float(r) for r in noise_ratios}),
+            meta=policy(FAIL, "noise levels are the configured ratios"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="outcome",
+            value_set=[*OUTCOMES, "unscored"],
+            meta=policy(FAIL, "an answer is correct, an abstention, a hallucination or unscored"),
+        ),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="unscored_reason",
+            row_condition=Column("outcome") == "unscored",
+            meta=policy(FAIL, "an unscored answer carries its reason"),
+        ),
+        *[
+            gxe.ExpectColumnValuesToBeBetween(
+                column=col,
+                min_value=0.0,
+                max_value=1.0,
+                meta=policy(FAIL, "faithfulness, helpfulness and conciseness are scores in [0, 1]"),
+            )
+            for col in EVIDENCE_SCORES
+        ],
+        gxe.ExpectColumnValuesToBeBetween(
+            column="compression",
+            min_value=0.0,
+            strict_min=True,
+            meta=policy(FAIL, "compression is passage tokens over evidence tokens, both positive"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="evidence_tokens",
+            min_value=0,
+            meta=policy(FAIL, "a token count is never negative"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="faithfulness",
+            min_value=MIN_EXTRACTOR_FAITHFULNESS,
+            row_condition=Column("method") == "extractor",
+            meta=policy(WARN, "the extractor's evidence is mostly not entailed by its passages"),
+        ),
+    ]
+    return _suite(EVIDENCE_QUERIES_SUITE, "per-question evidence scores and answers", expectations)
+
+
+def evidence_metrics_suite() -> gx.ExpectationSuite:
+    """Suite over evidence aggregates prepared by :func:`prepare_evidence_metrics`.
+
+    fail: columns present; every value in its range (rates and scores in [0, 1], compression and
+    token counts >= 0, paired differences and agreements in [-1, 1]); compression > 0; every
+    interval contains its estimate; n >= 0.
+    """
+    expectations: list[gxe.Expectation] = [
+        *_aggregate_checks(
+            in_range="rates and scores lie in [0, 1], differences in [-1, 1], token counts >= 0",
+            interval="an interval must contain its point estimate",
+            counted="questions",
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="value",
+            min_value=0.0,
+            strict_min=True,
+            row_condition=Column("metric") == "compression",
+            meta=policy(
+                FAIL, "compression is passage tokens over evidence tokens: a positive ratio"
+            ),
+        ),
+    ]
+    return _suite(EVIDENCE_METRICS_SUITE, "evidence extractor figures", expectations)

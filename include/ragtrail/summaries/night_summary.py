@@ -1,25 +1,27 @@
 """A night's evaluation document (``runs/<night>/metrics.json``): every QA set's retrieval summary
-with its change since the previous run and its citation and sufficiency headlines."""
+with its change since the previous run and its citation, sufficiency and evidence headlines."""
 
 from __future__ import annotations
 
 from ragtrail.records import SetKind
 from ragtrail.summaries.base import Record
 from ragtrail.summaries.citation_summary import CitationHeadline
+from ragtrail.summaries.evidence_summary import EvidenceHeadline
 from ragtrail.summaries.retrieval_summary import BestRow, Change, RetrievalSummary
 from ragtrail.summaries.sufficiency_summary import SufficiencyHeadline
 
 
 class PublishedSet(RetrievalSummary):
     """One set of the night as published: its retrieval summary plus its name and kind, its
-    change since the previous run, and its citation and sufficiency headlines (None when the
-    set was not evaluated for them)."""
+    change since the previous run, and its citation, sufficiency and evidence headlines (None
+    when the set was not evaluated for them)."""
 
     name: str | None
     kind: SetKind | None
     change: Change | None
     citations: CitationHeadline | None
     sufficiency: SufficiencyHeadline | None
+    evidence: EvidenceHeadline | None = None
 
 
 class SetResult(Record):
@@ -35,6 +37,7 @@ class SetResult(Record):
     change: Change | None
     citations: CitationHeadline | None
     sufficiency: SufficiencyHeadline | None
+    evidence: EvidenceHeadline | None = None
 
     @classmethod
     def of(cls, published: PublishedSet) -> SetResult:

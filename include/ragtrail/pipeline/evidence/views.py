@@ -1,33 +1,22 @@
 """What the report, the CLI and the GX checks read of a set's evidence evaluation: the compact
-headline, the per-(question, method, noise) rows as a frame, and the stored summary."""
+headline, the per-(question, method, noise) rows and every figure as frames, and the stored
+summary."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pandas as pd
 
 from ragtrail.artifact_keys import evidence_key
+from ragtrail.quality.suites import EVIDENCE_QUERY_COLUMNS
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.evidence_summary import EvidenceHeadline, EvidenceSummary
 
 HEADLINE_METHODS = ("extractor", "base", "extractive", "full", "none")
-QUERY_COLUMNS = (
-    "qid",
-    "label",
-    "method",
-    "noise",
-    "passages",
-    "evidence_tokens",
-    "passage_tokens",
-    "compression",
-    "faithfulness",
-    "silver_faithfulness",
-    "helpfulness",
-    "conciseness",
-    "outcome",
-    "correct",
-    "unscored_reason",
-)
-"""The columns of ``evidence_queries.parquet`` (the GX input)."""
+"""Every method, in the order tables show them."""
+METRIC_COLUMNS = ("evaluation", "method", "noise", "metric", "value", "ci_low", "ci_high", "n")
+"""The columns of :func:`metrics_frame` (the GX metrics suite's input, before preparing)."""
 
 
 def compact(summary: EvidenceSummary) -> EvidenceHeadline:
@@ -57,12 +46,12 @@ def queries_frame(summary: EvidenceSummary) -> pd.DataFrame:
         data = q.to_json()
         rows.append(
             {
-                **{c: data.get(c) for c in QUERY_COLUMNS},
+                **{c: data.get(c) for c in EVIDENCE_QUERY_COLUMNS},
                 "outcome": q.outcome or "unscored",
                 "unscored_reason": q.undefined.get("correct"),
             }
         )
-    frame = pd.DataFrame(rows, columns=list(QUERY_COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(EVIDENCE_QUERY_COLUMNS))
     for col in (
         "noise",
         "compression",
@@ -74,6 +63,46 @@ def queries_frame(summary: EvidenceSummary) -> pd.DataFrame:
     ):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
     frame["correct"] = frame["correct"].astype("boolean")
+    return frame
+
+
+def metrics_frame(summary: EvidenceSummary) -> pd.DataFrame:
+    """Every figure of an evidence summary as (evaluation, method, noise, metric, value, ci_low,
+    ci_high, n): the aggregates (``evidence``) and each judge's calibration figure
+    (``calibration.<role>``) — the GX metrics suite's input."""
+    rows: list[dict[str, Any]] = []
+    for agg in summary.aggregates:
+        noise = agg.facets.get("noise")
+        rows.append(
+            {
+                "evaluation": "evidence",
+                "method": agg.facets.get("method"),
+                "noise": None if noise is None else float(noise),
+                "metric": agg.metric,
+                "value": agg.value,
+                "ci_low": agg.ci_low,
+                "ci_high": agg.ci_high,
+                "n": agg.n,
+            }
+        )
+    for judge in summary.judges:
+        if judge.metric:
+            rows.append(
+                {
+                    "evaluation": f"calibration.{judge.role}",
+                    "method": None,
+                    "noise": None,
+                    "metric": judge.metric,
+                    "value": judge.value,
+                    "ci_low": judge.ci_low,
+                    "ci_high": judge.ci_high,
+                    "n": judge.n or 0,
+                }
+            )
+    frame = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
+    for col in ("noise", "value", "ci_low", "ci_high"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+    frame["n"] = pd.to_numeric(frame["n"], errors="coerce").fillna(0).astype(int)
     return frame
 
 
