@@ -26,12 +26,16 @@ The extras each asset's events carry are defined once, in the core: one event ty
   its run id and headline citation F1, model and random, per mixture type) and ``metrics_uri``.
 - ``SUFFICIENCY_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``sets`` (per rated set
   its run id, C/A/H rates per answer setting and the selective policy's AUC gain) and ``metrics_uri``.
+- ``EVIDENCE_METRICS_ASSET``: ``run_id``, ``corpus``, ``snapshot_id``, ``sets`` (per evaluated set
+  its run id, the extractor, the share answered correctly per method and the extractor's
+  compression and faithfulness) and ``metrics_uri``.
 - ``DRIFT_ASSET``: a drift decision that fired (emitted only then: the evaluation's
   ``announce_drift`` task ends skipped otherwise), asking for retraining: ``decision_id``,
   ``run_id`` (the first drifted set's run), ``night_run_id``, ``corpus``, ``snapshot_id``,
   ``qa_set_version``, ``baseline_run``, ``baseline_kind`` (pinned | champion | first),
   ``fired``, ``metrics`` (its drifted rows: metric, facets, baseline, current, difference, CI,
-  Holm p, threshold) and ``decisions`` (every fired set's decision by set name).
+  Holm p, threshold), ``decisions`` (every fired set's decision by set name) and ``models``
+  (the models whose metrics drifted: ``citation``, ``extractor``; retraining trains those).
 """
 
 from __future__ import annotations
@@ -70,6 +74,12 @@ SUFFICIENCY_METRICS_ASSET = Asset(
     group=ASSET_GROUP,
     extra={"description": "sufficient context, Correct/Abstain/Hallucinate, selective generation"},
 )
+EVIDENCE_METRICS_ASSET = Asset(
+    name="ragtrail_evidence_metrics",
+    uri="ragtrail://metrics/evidence",
+    group=ASSET_GROUP,
+    extra={"description": "evidence extractor: compression, faithfulness, end-to-end correctness"},
+)
 DRIFT_ASSET = Asset(
     name="ragtrail_drift",
     uri="ragtrail://drift/default",
@@ -82,6 +92,7 @@ ASSETS_BY_KEY: dict[str, Asset] = {
     "testset": TESTSET_ASSET,
     "citation_metrics": CITATION_METRICS_ASSET,
     "sufficiency_metrics": SUFFICIENCY_METRICS_ASSET,
+    "evidence_metrics": EVIDENCE_METRICS_ASSET,
     "retrieval_metrics": RETRIEVAL_METRICS_ASSET,
     "drift": DRIFT_ASSET,
 }
@@ -92,6 +103,7 @@ ALL_ASSETS: tuple[Asset, ...] = (
     TESTSET_ASSET,
     CITATION_METRICS_ASSET,
     SUFFICIENCY_METRICS_ASSET,
+    EVIDENCE_METRICS_ASSET,
     RETRIEVAL_METRICS_ASSET,
     DRIFT_ASSET,
 )
@@ -103,6 +115,7 @@ __all__ = [
     "CITATION_METRICS_ASSET",
     "CORPUS_ASSET",
     "DRIFT_ASSET",
+    "EVIDENCE_METRICS_ASSET",
     "RETRIEVAL_METRICS_ASSET",
     "SUFFICIENCY_METRICS_ASSET",
     "TESTSET_ASSET",

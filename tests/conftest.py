@@ -22,6 +22,20 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.dags._airflow_env import ensure_airflow_env
 
     ensure_airflow_env()
+    if "RAGTRAIL_EVIDENCE__SCORER" not in os.environ:
+        # The evidence step's helpfulness scorer defaults to the bundled SmolLM2 (a 25-60 s
+        # conversion per fresh home); every flow a test runs scores with one tiny random Llama,
+        # built once here (its log-probabilities are real computations, their values meaningless).
+        os.environ["RAGTRAIL_EVIDENCE__SCORER"] = f"hf:{_tiny_scorer()}"
+
+
+def _tiny_scorer() -> Path:
+    from ragtrail.paths import sample_corpus_dir
+    from tests.tiny_models import build_tiny_llama
+
+    texts = [p.read_text(encoding="utf-8") for p in sorted(sample_corpus_dir().rglob("*.md"))]
+    out = Path(tempfile.mkdtemp(prefix="ragtrail-scorer-")) / "tiny-scorer"
+    return build_tiny_llama(out, texts, vocab_size=600, max_positions=4096)
 
 
 @pytest.fixture(scope="session")

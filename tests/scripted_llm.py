@@ -151,3 +151,33 @@ def exiting_backend(model_id: str = "scripted-exiting-v1") -> ScriptedBackend:
         return routed._reply(request, number)
 
     return ScriptedBackend(responder, model_id=model_id)
+
+
+WEAK_EXTRACTOR_SPEC = "scripted:tests.scripted_llm:weak_extractor_backend"
+
+
+def weak_extractor_backend(model_id: str = "scripted-weak-extractor-v1") -> ScriptedBackend:
+    """An extractor that copies the wrong sentence: greedy requests get the last sentence of the
+    last passage; sampled ones (temperature > 0) a sentence chosen by their seed, so self-sampling
+    draws different evidence per seed. Every other prompt gets the routed default. A TEST
+    DOUBLE, not a model."""
+    import random
+    import re
+
+    from tests.unit.generate import input_fields, prompt_name
+
+    routed = routed_backend(model_id=model_id)
+
+    def responder(request: Any, number: int) -> Any:
+        if prompt_name(request) != "evidence.extract":
+            return routed.responder(request, number)  # type: ignore[operator]
+        passages = input_fields(request).get("passages") or []
+        sentences = [s for p in passages for s in re.split(r"(?<=[.!?])\s", p.strip()) if s]
+        if not sentences:
+            return json.dumps({"evidence": ""})
+        if request.temperature > 0:
+            pick = random.Random(request.seed).randrange(len(sentences))
+            return json.dumps({"evidence": " ".join(sentences[pick : pick + 2])[:300]})
+        return json.dumps({"evidence": sentences[-1][:300]})
+
+    return ScriptedBackend(responder, model_id=model_id)

@@ -544,9 +544,13 @@ class DriftSettings(BaseModel):
         5, ge=1, description="fewest paired questions a cell needs to be tested at all"
     )
     exclude_facets: dict[str, list[str]] = Field(
-        default_factory=lambda: {"system": ["random"]},
-        description="facet values never tested (the random-citation baseline is a reference, "
-        "not a model under watch)",
+        default_factory=lambda: {
+            "system": ["random"],
+            "method": ["base", "extractive", "full", "none"],
+        },
+        description="facet values never tested (the random-citation baseline and the evidence "
+        "evaluation's references: base model, extractive baseline, full passages, no context; "
+        "they are references, not the models under watch)",
     )
     n_resamples: int = Field(
         9999, ge=1, description="bootstrap and permutation resamples of the paired statistics"

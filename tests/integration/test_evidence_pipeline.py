@@ -1,13 +1,12 @@
 """The evidence extractor's evaluation as a pipeline step, on the ingested sample corpus with its
 golden set, the scripted doubles (not models: ``evidence.extract`` copies the sentence sharing
 most words with the question, ``answer.short`` answers with the first sentence of the first
-passage) and a tiny random Llama as the helpfulness scorer (its log-probabilities are real
-computations of a real model, their values meaningless)."""
+passage) and the session's tiny random Llama as the helpfulness scorer (tests/conftest.py: its
+log-probabilities are real computations of a real model, their values meaningless)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,21 +17,17 @@ from ragtrail.pipeline.golden import register_golden_set
 from ragtrail.pipeline.night import INGEST, run_flow
 from ragtrail.storage.runs_store import RunStore
 from tests.scripted_llm import SPEC as SCRIPTED_SPEC
-from tests.tiny_models import build_tiny_llama
 
 CORPUS = "hb"
 
 
 @pytest.fixture
-def rt(make_runtime, tmp_path: Path):
-    texts = [p.read_text(encoding="utf-8") for p in sorted(sample_corpus_dir().rglob("*.md"))]
-    scorer = build_tiny_llama(tmp_path / "scorer", texts, vocab_size=600, max_positions=4096)
+def rt(make_runtime):
     rt = make_runtime(
         generation={"llm": SCRIPTED_SPEC},
         evidence={
             "max_items": 4,
             "noise_ratios": [0, 1],
-            "scorer": f"hf:{scorer}",
             "bootstrap_samples": 100,
         },
     )

@@ -14,11 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ragtrail.cli.common import JsonFlag, console, emit, user_errors
+from ragtrail.cli.train_commands import train_app
 
 models_app = typer.Typer(
     help="The model registry: versions, champion/challenger aliases, promotion and rollback.",
     no_args_is_help=True,
 )
+models_app.add_typer(train_app, name="train")
 ReasonOpt = Annotated[str, typer.Option("--reason", help="Why; kept in the alias history.")]
 ActorOpt = Annotated[
     str | None, typer.Option("--actor", help="Who (default: the USER environment variable).")

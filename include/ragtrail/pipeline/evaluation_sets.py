@@ -131,11 +131,14 @@ def _weight(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6)
 
 
-def items_of_sets(rt: Runtime, corpus: str, run_id: str) -> tuple[list[QAItem], list[str]]:
-    """Every question of the QA sets a night evaluates, once per qid (first set wins)."""
+def items_of_sets(
+    rt: Runtime, corpus: str, run_id: str, qa_set: str | None = None
+) -> tuple[list[QAItem], list[str]]:
+    """Every question of the QA sets a night evaluates (``qa_set``: that set in place of the
+    generated one), once per qid (first set wins)."""
     items: dict[str, QAItem] = {}
     names = []
-    for entry in plan_sets(rt, corpus, run_id, None):
+    for entry in plan_sets(rt, corpus, run_id, qa_set):
         loaded, version, _ = load_items(rt, entry.qa_set)
         names.append(f"{entry.name}@{version}")
         for item in loaded:

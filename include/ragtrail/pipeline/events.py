@@ -20,7 +20,13 @@ from ragtrail import jsonsafe
 from ragtrail.jsonsafe import JsonObject
 
 AssetKey = Literal[
-    "corpus", "testset", "citation_metrics", "sufficiency_metrics", "retrieval_metrics", "drift"
+    "corpus",
+    "testset",
+    "citation_metrics",
+    "sufficiency_metrics",
+    "evidence_metrics",
+    "retrieval_metrics",
+    "drift",
 ]
 """The logical datasets that chain the flows (Airflow Assets in ``plugins/assets.py``)."""
 
@@ -140,6 +146,14 @@ class SufficiencyMetricsEvent(HeadlinesEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class EvidenceMetricsEvent(HeadlinesEvent):
+    """Per evaluated set: its run id, the extractor, correct share per method, the extractor's
+    compression and faithfulness."""
+
+    asset: ClassVar[AssetKey] = "evidence_metrics"
+
+
+@dataclass(frozen=True, kw_only=True)
 class RetrievalMetricsEvent(AssetEvent):
     """The night's evaluation was published: the lead set (the generated one, else the first),
     every set's run and version by name, the metrics document and the report's locations."""
@@ -162,7 +176,8 @@ class RetrievalMetricsEvent(AssetEvent):
 @dataclass(frozen=True, kw_only=True)
 class DriftEvent(AssetEvent):
     """A drift decision fired (the retraining trigger): led by the first fired set, with that
-    set's drifted rows under ``metrics`` and every fired set's decision under ``decisions``."""
+    set's drifted rows under ``metrics``, every fired set's decision under ``decisions`` and
+    the models whose metrics drifted under ``models`` (:data:`RETRAINABLE`)."""
 
     asset: ClassVar[AssetKey] = "drift"
     decision_id: str
@@ -176,6 +191,18 @@ class DriftEvent(AssetEvent):
     fired: bool
     metrics: list[JsonObject]
     decisions: dict[str, JsonObject]
+    models: list[str]
+
+
+CITATION_MODEL, EXTRACTOR_MODEL = "citation", "extractor"
+RETRAINABLE = (CITATION_MODEL, EXTRACTOR_MODEL)
+"""The models the retraining flow can train: the citation answerer and the evidence extractor."""
+
+
+def model_of_evaluation(evaluation: str) -> str:
+    """The model retrained when ``evaluation``'s primary metric drifts: the extractor for the
+    evidence evaluation, the citation answerer for every other (retrieval, citations, C/A/H)."""
+    return EXTRACTOR_MODEL if evaluation == "evidence" else CITATION_MODEL
 
 
 EVENT_TYPES: dict[AssetKey, type[AssetEvent]] = {
@@ -185,6 +212,7 @@ EVENT_TYPES: dict[AssetKey, type[AssetEvent]] = {
         TestsetEvent,
         CitationMetricsEvent,
         SufficiencyMetricsEvent,
+        EvidenceMetricsEvent,
         RetrievalMetricsEvent,
         DriftEvent,
     )

@@ -429,6 +429,26 @@ EVALUATE = Flow(
             emits="sufficiency_metrics",
         ),
         Step(
+            "evidence",
+            "evaluate_set_evidence",
+            "the evidence extractor (in service, its base, the extractive baseline) on one QA "
+            "set's retrieved passages with 0-400% noise: compression, faithfulness, "
+            "helpfulness, conciseness, and the answerer's correctness from evidence vs full "
+            "passages vs no context; stored in the set's run",
+            inputs=("corpus", "snapshot_id"),
+            pool="llm_api",
+            map_over="sets",
+            map_as="qa_set_entry",
+        ),
+        Step(
+            "announce_evidence",
+            "announce_evidence",
+            "collects every evaluated set's evidence headline into one summary",
+            inputs=("corpus", "run_id", "sets", "snapshot_id"),
+            after_mapped=True,
+            emits="evidence_metrics",
+        ),
+        Step(
             "drift",
             "check_drift",
             "every set's run against its baseline (pinned, champion or first): paired tests of "
@@ -470,6 +490,8 @@ def _resolve_retraining(
         "drift_run_id": (event.night_run_id if event else None) or params.get("drift_run") or None,
         "drift_decision_id": event.decision_id if event else None,
         "base_model": params.get("base_model") or None,
+        # the models whose metrics drifted (the event), else the Param's choice
+        "models": list(event.models) if event else list(params.get("models") or []),
         "run_id": run_id,
         "origin": "asset_event" if event else "params",
     }
@@ -477,10 +499,11 @@ def _resolve_retraining(
 
 RETRAIN = Flow(
     dag_id="retrain_models",
-    doc="Retrains the citation answerer when a nightly metric drifted (or on demand): a split of "
-    "the corpus's QA sets by question and document, SFT targets (teacher or best-of-N), SFT "
-    "then RL on the citation reward (LoRA), registration in the model registry, and the "
-    "champion/challenger gate on the frozen held-out mixtures.",
+    doc="Retrains the models whose nightly metrics drifted (or those asked for): the citation "
+    "answerer (a split of the corpus's QA sets by question and document, SFT targets, SFT then "
+    "RL on the citation reward) and the evidence extractor (self-sampling, three experts, "
+    "LPO), each with LoRA, registered in the model registry and put through its "
+    "champion/challenger gate on frozen held-out items.",
     run_prefix="retrain",
     listens_to="drift",
     tags=("training",),
@@ -493,6 +516,16 @@ RETRAIN = Flow(
             "Base model",
             "Model the adapters are trained on (builtin:..., hf:<id or path>); empty = the "
             "champion's base, else the configured answerer.",
+        ),
+        "models": ParamSpec(
+            ["citation"],
+            {
+                "type": "array",
+                "items": {"type": "string", "enum": ["citation", "extractor"]},
+                "uniqueItems": True,
+            },
+            "Models",
+            "Models a manual run trains (a drift event names its own): citation, extractor.",
         ),
         "drift_run": ParamSpec(
             None,
@@ -509,14 +542,14 @@ RETRAIN = Flow(
             "prepare_citation_training",
             "splits the corpus's QA sets by question and document into training prompts and "
             "frozen evaluation mixtures (stored with the run)",
-            inputs=("corpus", "run_id", "snapshot_id"),
+            inputs=("corpus", "run_id", "snapshot_id", "models"),
             outputs=("split_version",),
         ),
         Step(
             "train",
             "train_citation_challenger",
             "SFT targets, SFT and RL (LoRA) on the split, the bundle registered as a new version",
-            inputs=("corpus", "run_id", "base_model"),
+            inputs=("corpus", "run_id", "base_model", "models"),
             outputs=("version",),
             pool="gpu",
             queue="gpu",
@@ -527,6 +560,33 @@ RETRAIN = Flow(
             "model in service vs the new version on the same frozen mixtures and seeds; promote "
             "(champion) or keep (challenger) with the reason, in the registry",
             inputs=("corpus", "run_id", "version", "drift_run_id"),
+            pool="gpu",
+            queue="gpu",
+        ),
+        Step(
+            "prepare_evidence",
+            "prepare_evidence_training",
+            "splits the QA sets for the extractor by question and document into training "
+            "prompts and frozen held-out questions (stored with the run)",
+            inputs=("corpus", "run_id", "snapshot_id", "models"),
+            outputs=("evidence_split_version",),
+        ),
+        Step(
+            "train_evidence",
+            "train_evidence_challenger",
+            "self-sampling from the extractor in service, three experts with CoV weights, LPO "
+            "(LoRA); the bundle registered as a new extractor version",
+            inputs=("corpus", "run_id", "base_model", "models"),
+            outputs=("evidence_version",),
+            pool="gpu",
+            queue="gpu",
+        ),
+        Step(
+            "gate_evidence",
+            "gate_evidence_challenger",
+            "extractor in service vs the new version on the held-out questions: end-to-end "
+            "correctness (paired CI) guarded by faithfulness and compression; promote or keep",
+            inputs=("corpus", "run_id", "evidence_version"),
             pool="gpu",
             queue="gpu",
         ),

@@ -70,14 +70,20 @@ def in_service(rt: Runtime) -> tuple[str, str]:
 
 
 def prepare_evidence_data(
-    rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str | None = None
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    snapshot_id: str | None = None,
+    qa_set: str | None = None,
 ) -> EvidenceTrainingSplit:
-    """Split the corpus's QA sets into training prompts and frozen held-out questions."""
+    """Split the corpus's QA sets (``qa_set``: that set in place of the generated one) into
+    training prompts and frozen held-out questions."""
     from ragtrail.train.evidence.data import split_evidence_data
 
     key = retrain_evidence_split_key(run_id)
     snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
-    items, sets = items_of_sets(rt, corpus, run_id)
+    items, sets = items_of_sets(rt, corpus, run_id, qa_set)
     if rt.artifacts.exists(key):  # a retried task reuses the split it stored
         split = load_evidence_split(rt, run_id)
     else:

@@ -18,13 +18,18 @@ from ragtrail.jsonsafe import JsonObject
 from ragtrail.pipeline import ingest as _ingest
 from ragtrail.pipeline.corpus_checks import check_corpus_quality
 from ragtrail.pipeline.events import (
+    CITATION_MODEL,
     COUNT_KEYS,
+    EXTRACTOR_MODEL,
+    RETRAINABLE,
     AssetEvent,
     CitationMetricsEvent,
     CorpusEvent,
     DriftEvent,
+    EvidenceMetricsEvent,
     SufficiencyMetricsEvent,
     TestsetEvent,
+    model_of_evaluation,
 )
 from ragtrail.pipeline.ingest import IngestSummary
 from ragtrail.pipeline.publish import announce_headlines, publish_night
@@ -359,6 +364,48 @@ def announce_sufficiency(
     return _announced(headlines, event)
 
 
+def evaluate_set_evidence(
+    rt: Runtime,
+    *,
+    corpus: str,
+    qa_set_entry: XCom,
+    snapshot_id: str | None = None,
+) -> XCom:
+    """The evidence extractor on one planned QA set (golden sets only unless
+    ``evidence.qa_sets`` is ``all``), stored in the set's run."""
+    planned = PlannedSet.from_json(qa_set_entry)
+    es = rt.settings.evidence
+    name = planned.name
+    if not es.enabled:
+        return {"name": name, "skipped": "evidence.enabled is false"}
+    if es.qa_sets == "golden" and planned.kind is not SetKind.GOLDEN:
+        return {"name": name, "skipped": "evidence.qa_sets is 'golden'"}
+    from ragtrail.pipeline.evidence.step import evaluate_evidence
+
+    result = evaluate_evidence(
+        rt,
+        corpus,
+        run_id=planned.run_id,
+        qa_set=planned.qa_set,
+        set_name=name,
+        snapshot_id=snapshot_id,
+    )
+    return {"name": name, **result.to_json()}
+
+
+def announce_evidence(
+    rt: Runtime, *, corpus: str, run_id: str, sets: list[XCom], snapshot_id: str
+) -> XCom:
+    """Every evaluated set's evidence headline in one document, announced as the
+    evidence-metrics Asset; no event when no set was evaluated."""
+    from ragtrail.pipeline.evidence.views import compact, load_evidence
+
+    stored = {s.name: load_evidence(rt, s.run_id) for s in _planned(sets)}
+    headlines = {name: compact(summary) for name, summary in stored.items() if summary is not None}
+    event = announce_headlines(rt, EvidenceMetricsEvent, headlines, corpus, run_id, snapshot_id)
+    return _announced(headlines, event)
+
+
 def _planned(sets: list[XCom]) -> list[PlannedSet]:
     return [PlannedSet.from_json(entry) for entry in sets]
 
@@ -410,6 +457,7 @@ def announce_drift(rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str, d
     if not fired:
         return {"fired": False, "event": None}
     lead = next(iter(fired.values()))
+    drifted = {model_of_evaluation(c.evaluation) for h in fired.values() for c in h.drifted}
     event = DriftEvent(
         decision_id=lead.decision_id,
         run_id=lead.run_id,
@@ -422,6 +470,7 @@ def announce_drift(rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str, d
         fired=True,
         metrics=[cell.to_json() for cell in lead.drifted],
         decisions={name: headline.to_json() for name, headline in fired.items()},
+        models=[m for m in RETRAINABLE if m in drifted],
     )
     return {"fired": True, "event": event.to_extra()}
 
@@ -440,10 +489,24 @@ def publish_report(
 # --------------------------------------------------------------------- retraining (RETRAIN flow)
 
 
+def _skipped(model: str, models: list[str] | None) -> str | None:
+    """Why this run does not train ``model`` (None: it does; ``models`` None: every model)."""
+    if models is None or model in models:
+        return None
+    return f"this run trains {', '.join(models) or 'no model'}, not the {model} model"
+
+
 def prepare_citation_training(
-    rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str | None = None
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    snapshot_id: str | None = None,
+    models: list[str] | None = None,
 ) -> XCom:
     """Split the corpus's QA sets into training prompts and frozen evaluation mixtures."""
+    if why := _skipped(CITATION_MODEL, models):
+        return {"split_version": None, "skipped": why}
     from ragtrail.pipeline.retrain import prepare_citation_data
 
     return prepare_citation_data(
@@ -452,20 +515,79 @@ def prepare_citation_training(
 
 
 def train_citation_challenger(
-    rt: Runtime, *, corpus: str, run_id: str, base_model: str | None = None
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    base_model: str | None = None,
+    models: list[str] | None = None,
 ) -> XCom:
     """SFT + RL on the run's split; the bundle registered as a new citation-model version."""
+    if why := _skipped(CITATION_MODEL, models):
+        return {"version": None, "skipped": why}
     from ragtrail.pipeline.retrain import train_challenger
 
     return train_challenger(rt, corpus=corpus, run_id=run_id, base_model=base_model).to_json()
 
 
 def gate_citation_challenger(
-    rt: Runtime, *, corpus: str, run_id: str, version: int, drift_run_id: str | None = None
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    version: int | None,
+    drift_run_id: str | None = None,
 ) -> XCom:
     """The promotion gate: the model in service vs the new version, decided and recorded."""
+    if version is None:
+        return {"skipped": "no citation model was trained by this run"}
     from ragtrail.pipeline.retrain import gate_challenger
 
     return gate_challenger(
         rt, corpus=corpus, run_id=run_id, version=int(version), drift_run_id=drift_run_id
     ).to_json()
+
+
+def prepare_evidence_training(
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    snapshot_id: str | None = None,
+    models: list[str] | None = None,
+) -> XCom:
+    """Split the corpus's QA sets for the extractor into training prompts and held-out items."""
+    if why := _skipped(EXTRACTOR_MODEL, models):
+        return {"evidence_split_version": None, "skipped": why}
+    from ragtrail.pipeline.retrain_evidence import prepare_evidence_data
+
+    split = prepare_evidence_data(rt, corpus=corpus, run_id=run_id, snapshot_id=snapshot_id)
+    return {**split.to_json(), "evidence_split_version": split.split_version}
+
+
+def train_evidence_challenger(
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    base_model: str | None = None,
+    models: list[str] | None = None,
+) -> XCom:
+    """Self-sampling, the three experts and LPO on the run's split; a new extractor version."""
+    if why := _skipped(EXTRACTOR_MODEL, models):
+        return {"evidence_version": None, "skipped": why}
+    from ragtrail.pipeline.retrain_evidence import train_evidence_challenger as train
+
+    trained = train(rt, corpus=corpus, run_id=run_id, base_model=base_model)
+    return {**trained.to_json(), "evidence_version": trained.version}
+
+
+def gate_evidence_challenger(
+    rt: Runtime, *, corpus: str, run_id: str, evidence_version: int | None
+) -> XCom:
+    """The extractor gate: the one in service vs the new version, decided and recorded."""
+    if evidence_version is None:
+        return {"skipped": "no extractor was trained by this run"}
+    from ragtrail.pipeline.retrain_evidence import gate_evidence_challenger as gate
+
+    return gate(rt, corpus=corpus, run_id=run_id, version=int(evidence_version)).to_json()

@@ -358,7 +358,11 @@ def train_lpo(
     from peft import PeftModel, get_peft_model
 
     started = time.perf_counter()
-    candidates = [(i, p) for i, pl in enumerate(lists) for p in preference_pairs(pl.scores, weighting=config.weighting)]
+    candidates = [
+        (i, p)
+        for i, pl in enumerate(lists)
+        for p in preference_pairs(pl.scores, weighting=config.weighting)
+    ]
     candidates = [(i, p) for i, p in candidates if p.weight > 0]
     if not candidates:
         raise ValueError(

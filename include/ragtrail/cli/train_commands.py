@@ -1,0 +1,81 @@
+"""``ragtrail models train``: the retraining flow's training by hand, for one model."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ragtrail.cli.common import JsonFlag, console, emit, runtime
+
+train_app = typer.Typer(
+    help="Train a new version of a model by hand (registered; aliases move only if its gate "
+    "says so).",
+    no_args_is_help=True,
+)
+
+
+@train_app.command("evidence")
+def train_evidence(
+    corpus: Annotated[str, typer.Option(help="Corpus whose QA sets give the training data.")],
+    qa_set: Annotated[
+        str | None,
+        typer.Option(help="QA set file or testset:<version>, besides the golden sets."),
+    ] = None,
+    samples: Annotated[
+        int | None, typer.Option(min=2, max=64, help="M: evidence samples per prompt.")
+    ] = None,
+    steps: Annotated[
+        int | None, typer.Option(min=0, help="LPO optimiser steps (0 = the epochs).")
+    ] = None,
+    base_model: Annotated[
+        str | None, typer.Option(help="Model the adapter is trained on; default the champion's.")
+    ] = None,
+    run_id: Annotated[
+        str | None, typer.Option(help="Run id; default train-evidence-<time>.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Self-align the evidence extractor (SEER): split the corpus's QA sets by question and
+    document, sample evidence from the extractor in service, score it with the three experts,
+    train LPO (LoRA), register the version and put it through the gate against the extractor in
+    service. Exit code 3 when most samples, scores or gate answers failed."""
+    from ragtrail.pipeline.retrain_evidence import (
+        gate_evidence_challenger,
+        prepare_evidence_data,
+        train_evidence_challenger,
+    )
+    from ragtrail.storage.db import utcnow
+
+    run_id = run_id or f"train-evidence-{utcnow():%Y%m%dT%H%M%S}"
+    with runtime() as rt:
+        overrides = {"samples": samples, "max_steps": steps}
+        chosen = {k: v for k, v in overrides.items() if v is not None}
+        if chosen:
+            rt.settings.evidence_training = rt.settings.evidence_training.model_copy(update=chosen)
+        split = prepare_evidence_data(rt, corpus=corpus, run_id=run_id, qa_set=qa_set)
+        trained = train_evidence_challenger(rt, corpus=corpus, run_id=run_id, base_model=base_model)
+        gate = gate_evidence_challenger(rt, corpus=corpus, run_id=run_id, version=trained.version)
+    if as_json:
+        emit(
+            {
+                "run_id": run_id,
+                "split": split.to_json(),
+                "trained": trained.to_json(),
+                "gate": gate.to_json(),
+            }
+        )
+        return
+    console.print(
+        f"split {split.split_version}: {split.train_prompts} training prompts, "
+        f"{split.eval_items} held-out questions ({split.dropped} dropped)"
+    )
+    console.print(
+        f"{trained.model} v{trained.version} trained on {trained.base_model} in "
+        f"{trained.wall_seconds} s ({trained.lpo_steps} LPO steps, "
+        f"{trained.preference_lists} ranked lists, expert weights {trained.expert_weights})"
+    )
+    verdict = "promoted to champion" if gate.promoted else "kept as challenger"
+    console.print(f"gate: {verdict} — {gate.reason}")
+    console.print(f"  in service ({gate.compared_with}): {gate.current}")
+    console.print(f"  new version: {gate.challenger}")
