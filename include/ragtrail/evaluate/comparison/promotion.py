@@ -531,10 +531,12 @@ def decide_evidence_promotion(
     extractor's (a relative bound, turned into the metric's unit here)."""
     current = {str(r["qid"]): r for r in current_rows}
     challenger = {str(r["qid"]): r for r in challenger_rows}
-    if set(current) != set(challenger) or len(current) != len(current_rows):
+    repeated = len(current_rows) - len(current) + len(challenger_rows) - len(challenger)
+    if set(current) != set(challenger) or repeated:
         raise GateInputError(
             "the two extractors were not evaluated on the same questions "
-            f"({len(current)} vs {len(challenger)}, {len(set(current) ^ set(challenger))} differ)"
+            f"({len(current)} vs {len(challenger)}, {len(set(current) ^ set(challenger))} differ, "
+            f"{repeated} repeated)"
         )
     pairs = [(current[q], challenger[q]) for q in sorted(current)]
     compressions = [v for r, _ in pairs if (v := gate_value(r, "compression")) is not None]

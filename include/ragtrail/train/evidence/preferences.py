@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ragtrail.config import EvidenceTrainingSettings
-from ragtrail.evaluate.evidence.dedup import dedupe
+from ragtrail.evaluate.evidence.dedup import dedupe, word_ngrams
 from ragtrail.evaluate.evidence.experts import (
     Encode,
     conciseness_scores,
@@ -93,8 +93,10 @@ def build_preferences(
         setting="evidence_training.max_failed_share",
     )
     kept: list[tuple[EvidencePrompt, str]] = []
+    empty = 0
     for i, prompt in enumerate(prompts):
         texts = [e.text for e in written[i * m : (i + 1) * m] if not e.failed]
+        empty += sum(1 for t in texts if not word_ngrams(t, 1))  # what dedupe drops as blank
         kept += [(prompt, texts[j]) for j in dedupe(texts, threshold=config.dedup_threshold)]
     samples, failed_scores, first_error = _score(kept, judge, scorer, encode, full_answers)
     check_failures(
@@ -136,7 +138,7 @@ def build_preferences(
         sampled=len(written),
         failed_samples=len(errors),
         kept_after_dedup=len(kept),
-        empty=sum(1 for _, e in kept if not e.strip()),
+        empty=empty,
         failed_scores=failed_scores,
         lists=len(lists),
         pairs_possible=pairs,
