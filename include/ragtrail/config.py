@@ -674,7 +674,9 @@ class EvidenceTrainingSettings(BaseModel):
     seed: int = Field(13, description="seed of the split, sampling, LoRA init and the loop")
     eval_share: float = Field(0.3, gt=0.0, lt=1.0, description="questions held out for the gate")
     max_train_prompts: int = Field(8, ge=0, description="training prompts used; 0 = all")
-    max_eval_items: int = Field(8, ge=0, description="held-out items the gate compares on")
+    max_eval_items: int = Field(
+        0, ge=0, description="held-out questions the gate compares on (seeded sample); 0 = all"
+    )
     samples: int = Field(10, ge=2, le=64, description="M: evidence samples per prompt")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(80, ge=0, description="0 = no top-k cut")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ragtrail.llm.backends.base import Message, _freeze_messages
 from ragtrail.llm.cache import canonical_json
 from ragtrail.llm.score_cache import MappingScoreCache, ScoreStore
-from ragtrail.records import ModelKind, sha256_text
+from ragtrail.records import sha256_text
 
 if TYPE_CHECKING:
     import torch
@@ -181,9 +181,7 @@ class TransformersLogProbScorer:
             raise ValueError("max_length must be >= 2")
         self.model_id = spec_or_path
         self.batch_size = batch_size
-        # ``hf:<id or path>`` as in every LLM spec; ``builtin:``, paths and s3:// as they are
-        local = spec_or_path.removeprefix(f"{ModelKind.HF}:")
-        source, _ = resolve_model_source(local, cache_root(cache_dir))
+        source, _ = resolve_model_source(spec_or_path, cache_root(cache_dir))
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
         self.model = model.to(self.device).eval()

@@ -29,6 +29,7 @@ from ragtrail.failures import EvaluationFailedError, combined
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.paths import safe_name, sample_corpus_dir
 from ragtrail.pipeline.events import (
+    CITATION_MODEL,
     EVENT_TYPES,
     AssetKey,
     CorpusEvent,
@@ -491,7 +492,7 @@ def _resolve_retraining(
         "drift_decision_id": event.decision_id if event else None,
         "base_model": params.get("base_model") or None,
         # the models whose metrics drifted (the event), else the Param's choice
-        "models": list(event.models) if event else list(params.get("models") or []),
+        "models": list(event.models) if event else list(params.get("models", [CITATION_MODEL])),
         "run_id": run_id,
         "origin": "asset_event" if event else "params",
     }
@@ -518,7 +519,7 @@ RETRAIN = Flow(
             "champion's base, else the configured answerer.",
         ),
         "models": ParamSpec(
-            ["citation"],
+            [CITATION_MODEL],
             {
                 "type": "array",
                 "items": {"type": "string", "enum": ["citation", "extractor"]},

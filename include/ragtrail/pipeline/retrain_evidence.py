@@ -23,6 +23,7 @@ Every step is idempotent per flow run (the split and the version are found again
 from __future__ import annotations
 
 import logging
+import random
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,15 @@ def train_evidence_challenger(
     )
 
 
+def gate_questions(split: Any, limit: int, seed: int) -> list[Any]:
+    """The held-out questions the gate compares on: all, or a seeded sample of ``limit``."""
+    prompts = list(split.held_out)
+    if 0 < limit < len(prompts):
+        picked = sorted(random.Random(seed).sample(range(len(prompts)), limit))
+        prompts = [prompts[i] for i in picked]
+    return prompts
+
+
 def extractor_rows(rt: Runtime, spec: str, split: Any, run_id: str) -> list[JsonObject]:
     """``spec`` on the split's held-out questions: per question ``correct`` (1/0; a failed
     extraction or answer counts 0), ``faithfulness`` and ``compression``. Raises when most of
@@ -189,7 +199,7 @@ def extractor_rows(rt: Runtime, spec: str, split: Any, run_id: str) -> list[Json
     nothing)."""
     seed = rt.settings.evidence_training.seed
     es = rt.settings.evidence
-    prompts = list(split.held_out)
+    prompts = gate_questions(split, rt.settings.evidence_training.max_eval_items, seed)
     written = extract_evidence(
         rt.llm_for_spec(spec),
         [p.evidence_input() for p in prompts],

@@ -236,7 +236,9 @@ def _failure_text(check: GateCheck, against: str, config: GateConfig) -> str:
             f"{config.confidence:.0%} CI [{check.ci_low:+.4f}, {check.ci_high:+.4f}] "
             f"is not above zero (n={check.n})"
         )
-    where = "all mixture types" if check.facet == ALL else f"{check.facet} mixtures"
+    where = {ALL: "all mixture types", QUESTIONS: "held-out questions"}.get(
+        check.facet, f"{check.facet} mixtures"
+    )
     return (
         f"guard {check.metric} ({where}) regressed by {abs(check.diff or 0.0):.4f} "
         f"> tolerance {check.tolerance:g} ({against} {check.champion:.4f}, "
@@ -508,6 +510,8 @@ def _outcomes_by_key(
 # ----------------------------------------------------------------------- evidence extractor gate
 
 EVIDENCE_PRIMARY = "correct"
+QUESTIONS = "questions"
+"""The facet of the evidence gate's checks: every held-out question."""
 
 
 def decide_evidence_promotion(
@@ -552,6 +556,6 @@ def decide_evidence_promotion(
         seed=seed,
         guards=guards,
     )
-    checks = [_check(PRIMARY, EVIDENCE_PRIMARY, ALL, pairs, config)]
-    checks += [_check(GUARD, g.metric, ALL, pairs, config, guard=g) for g in guards]
+    checks = [_check(PRIMARY, EVIDENCE_PRIMARY, QUESTIONS, pairs, config)]
+    checks += [_check(GUARD, g.metric, QUESTIONS, pairs, config, guard=g) for g in guards]
     return _decision(checks, CHAMPION, config, serving)

@@ -1,7 +1,9 @@
 """SEER's smoothing coefficient-of-variation weighting of the three experts (METHODS §10).
 
-Over one query's samples each expert x gives scores s_x; its coefficient of variation
-``c_x = std(s_x) / mean(s_x)`` says how much it separates the samples relative to its level. The
+Over the scored samples (ragtrail computes the weights once over every sample of a training
+run, so all questions rank on one scale) each expert x gives scores s_x; its coefficient of
+variation ``c_x = std(s_x) / mean(s_x)`` says how much it separates the samples relative to its
+level. The
 weights ``alpha = softmax(c / tau)`` favour the experts that discriminate; a large ``tau`` smooths
 them towards equal weights. The combined score of a sample is ``sum_x alpha_x * s_x``.
 """

@@ -136,11 +136,14 @@ def resolve_model_source(
     """Map a transformers model spec to (what ``from_pretrained`` loads, the model id).
 
     ``builtin:smollm2-135m-instruct`` -> its converted copy; ``s3://`` -> the mirrored copy, the
-    id carrying a digest of the listing; anything else (local directory or hub id) unchanged.
+    id carrying a digest of the listing; ``hf:<id or path>`` (the LLM spec form, as a flow
+    Param names a base model) -> the id or path; anything else (local directory or hub id)
+    unchanged.
     Every local LLM loader (plain, adapted, fine-tuned) resolves through here, so they accept
     the same specs and share one cache.
     """
     root = cache_root(cache_dir)
+    spec = spec.removeprefix("hf:")
     if spec == BUILTIN_SMOLLM2:
         return str(ensure_builtin_smollm2(root)), spec
     if spec.startswith("builtin:"):
