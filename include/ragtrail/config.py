@@ -690,12 +690,14 @@ class EvidenceTrainingSettings(BaseModel):
         "lambda", description="LPO pair weights: lambda (MRR gain of a swap) or uniform"
     )
     beta: float = Field(0.1, gt=0.0, description="strength of the preference (DPO beta)")
-    lr: float = Field(1e-4, gt=0.0)
+    lr: float = Field(2e-4, gt=0.0, description="the paper: 1e-5 over 2 epochs of its data")
     warmup_ratio: float = Field(0.015, ge=0.0, lt=1.0)
-    pairs_per_batch: int = Field(16, ge=1)
+    pairs_per_batch: int = Field(4, ge=1, description="the paper: 16")
     grad_accum: int = Field(2, ge=1)
     epochs: int = Field(2, ge=1)
-    max_steps: int = Field(6, ge=0, description="optimiser steps; 0 = run the epochs")
+    max_steps: int = Field(
+        4, ge=0, description="optimiser steps; 0 = run the epochs (the paper's setting)"
+    )
     lora_r: int = Field(8, ge=1, le=256)
     lora_alpha: int = Field(16, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
