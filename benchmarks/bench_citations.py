@@ -62,7 +62,7 @@ def _ingest(rt: Any, corpus: str) -> str:
     state = INGEST.resolve({"corpus": corpus, "source": str(sample_corpus_dir())}, [], "bench")
     run_flow(rt, INGEST, state)
     (golden,) = register_night_golden_sets(rt, str(sample_corpus_dir()), corpus, [], print)
-    return f"golden:{golden['version']}"
+    return f"golden:{golden.version}"
 
 
 @dataclass

@@ -13,7 +13,8 @@ function-local import::
     runtime                  composition root: builds the configured backends lazily, and
                              imports what registers itself (train -> the generator: LLM kind)
     report                   HTML evaluation and test-set reports
-    train                    fine-tuning: the question generator, the citation model
+    train                    fine-tuning: the question generator, the citation model, the
+                             evidence extractor
     evaluate | testset | generate
                              evaluations by concern (retrieval, citations, attribution,
                              sufficiency, comparison), the test-set store, the QA generation funnel

@@ -420,6 +420,12 @@ class QAItem:
     ground_doc_ids: tuple[str, ...] = ()
     ground_chunk_ids: tuple[str, ...] = ()
 
+    @property
+    def gold(self) -> str:
+        """The gold answer raters, matchers and scorers look for ("" for an unanswerable item:
+        there is none, whatever its ``answer`` field holds)."""
+        return "" if self.label == QuestionLabel.UNANSWERABLE else self.answer.strip()
+
 
 class StatementKind(StrEnum):
     """What a candidate's question was written from (``QACandidate.statement_kind``)."""

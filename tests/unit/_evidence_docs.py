@@ -88,8 +88,8 @@ def _queries() -> list[EvidenceQueryRow]:
             if unscored:
                 undefined["correct"] = "answer failed"
             if unanswerable and writes:
-                undefined["helpfulness"] = "no gold answer (unanswerable question)"
-                undefined["conciseness"] = "no gold answer (unanswerable question)"
+                undefined["helpfulness"] = "no gold answer (unanswerable, or its answer is empty)"
+                undefined["conciseness"] = "no gold answer (unanswerable, or its answer is empty)"
             rows.append(
                 EvidenceQueryRow(
                     qid=qid,

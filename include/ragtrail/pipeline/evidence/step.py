@@ -17,7 +17,8 @@ hybrid index's top-k at the set's best text weight. Then
 3. end to end: the answerer answers from every evidence, from the full passages (at every
    noise level) and from nothing; each answer is classified like the C/A/H evaluation
    (abstention, normalised match, else the calibrated correctness judge). ``correct`` is a
-   correct answer, or an abstention on an unanswerable question.
+   correct answer, or an abstention on an unanswerable question. A failed extraction leaves the
+   answerer nothing, as a pipeline would pass on (it is counted against the failure threshold).
 
 The ``evidence`` evaluator stores per-question values and aggregates (with n and intervals,
 and the paired difference against the full passages and against no context) in the metrics
@@ -31,7 +32,6 @@ raises (:mod:`ragtrail.failures`).
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,8 +94,6 @@ from ragtrail.summaries.evidence_summary import (
 )
 from ragtrail.summaries.sufficiency_summary import AggregateRow
 
-log = logging.getLogger(__name__)
-
 EXTRACTOR, BASE, EXTRACTIVE, FULL, NONE = "extractor", "base", "extractive", "full", "none"
 EVIDENCE_METHODS = (EXTRACTOR, BASE, EXTRACTIVE)
 """Methods that write evidence (the other two answer from the passages or from nothing)."""
@@ -135,11 +133,6 @@ class Case:
         self.scores[name] = value
         if value is None:
             self.undefined[name] = reason or "not computed"
-
-
-def gold_of(item: QAItem) -> str:
-    """The gold answer ("" for unanswerable items)."""
-    return "" if item.label == QuestionLabel.UNANSWERABLE else item.answer.strip()
 
 
 def evaluate_evidence(
@@ -251,7 +244,7 @@ def _evaluate(
                 setting=c.setting,
                 question=c.item.question,
                 answer=answer,
-                golds=(gold_of(c.item),) if gold_of(c.item) else (),
+                golds=(c.item.gold,) if c.item.gold else (),
             )
             for c, answer in zip(cases, answers, strict=True)
         ],
@@ -433,14 +426,14 @@ def _helpfulness(rt: Runtime, cases: Sequence[Case]) -> FailureCount:
     full passages are scored as their own evidence. Undefined without a gold answer."""
     wanted = [c for c in cases if c.method in (*EVIDENCE_METHODS, FULL)]
     for case in wanted:
-        if not gold_of(case.item):
-            case.set_score("helpfulness", None, "no gold answer (unanswerable question)")
+        if not case.item.gold:
+            case.set_score("helpfulness", None, "no gold answer (unanswerable, or its answer is empty)")
         elif case.method != FULL and not case.evidence:
             case.set_score("helpfulness", None, case.error or "the evidence is empty")
     scored = [c for c in wanted if "helpfulness" not in c.scores]
     try:
         values = helpfulness_scores(
-            rt.scorer, [(c.item.question, _evidence_text(c), gold_of(c.item)) for c in scored]
+            rt.scorer, [(c.item.question, _evidence_text(c), c.item.gold) for c in scored]
         )
     except (RuntimeError, ValueError) as exc:  # the scorer model failed: every score fails
         for case in scored:
@@ -458,9 +451,9 @@ def _evidence_text(case: Case) -> str:
 def _conciseness(rt: Runtime, cases: Sequence[Case], seed: int) -> None:
     """Cosine between the evidence and the full-length answer (written once per item, cached)."""
     items = sorted({c.item.qid: c.item for c in cases}.values(), key=lambda i: i.qid)
-    answerable = [i for i in items if gold_of(i)]
+    answerable = [i for i in items if i.gold]
     written = full_length_answers(
-        rt.llm(ModelRole.GENERATOR), [(i.question, gold_of(i)) for i in answerable], seed=seed
+        rt.llm(ModelRole.GENERATOR), [(i.question, i.gold) for i in answerable], seed=seed
     )
     sentences = {i.qid: w for i, w in zip(answerable, written, strict=True)}
     scored = []
@@ -469,7 +462,7 @@ def _conciseness(rt: Runtime, cases: Sequence[Case], seed: int) -> None:
             continue
         full = sentences.get(case.item.qid)
         if full is None:
-            case.set_score("conciseness", None, "no gold answer (unanswerable question)")
+            case.set_score("conciseness", None, "no gold answer (unanswerable, or its answer is empty)")
         elif full.sentence is None:
             case.set_score("conciseness", None, f"no full-length answer: {full.error}")
         elif not case.evidence:

@@ -79,7 +79,6 @@ from ragtrail.pipeline.sufficiency.views import (
     RATED_SETTINGS,
     cah_view,
     compact,
-    gold_answer,
     queries_frame,
     query_rows,
     rater_view,
@@ -238,8 +237,7 @@ def _evaluate(
         if setting in RATED_SETTINGS and (passages := contexts.get((item.qid, setting)))
     ]
     inputs = [
-        JudgeInput(question=i.question, context="\n\n".join(p), answer=gold_answer(i))
-        for i, _, p in rated
+        JudgeInput(question=i.question, context="\n\n".join(p), answer=i.gold) for i, _, p in rated
     ]
     verdicts = {judge.spec.name: judge.judge(inputs) for judge in judges}
     _check(rt, run_id, _verdict_failures(f"verdicts of {primary.name}", verdicts[primary.name]))
@@ -275,7 +273,7 @@ def _evaluate(
             setting=setting,
             question=item.question,
             answer=answer,
-            golds=(gold_answer(item),) if gold_answer(item) else (),
+            golds=(item.gold,) if item.gold else (),
             sufficient=sufficient.get((item.qid, setting)),
             sufficiency_judge=primary.name if setting in RATED_SETTINGS else None,
         )

@@ -22,7 +22,7 @@ from ragtrail.judges.calibration import proportion
 from ragtrail.judges.contract import Judge, Verdict
 from ragtrail.judges.sufficiency_raters import SUFFICIENT
 from ragtrail.quality.suites import SUFFICIENCY_QUERY_COLUMNS
-from ragtrail.records import QAItem, QuestionLabel
+from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.sufficiency_summary import (
@@ -129,7 +129,7 @@ def query_rows(
                 passages=list(passages),
                 sufficiency=record.case.sufficiency,
                 ratings=dict(ratings.get((item.qid, setting), {})),
-                gold=gold_answer(item),
+                gold=item.gold,
                 answer=answer.text,
                 abstained=answer.abstained,
                 error=answer.error,
@@ -228,11 +228,6 @@ RATED_SETTINGS = ("retrieved", "gold")
 
 
 OUTCOMES = tuple(str(o) for o in Outcome)
-
-
-def gold_answer(item: QAItem) -> str:
-    """The gold answer raters and the matcher look for ("" for unanswerable items: none)."""
-    return "" if item.label == QuestionLabel.UNANSWERABLE else item.answer.strip()
 
 
 def sufficiency_feature(setting: str, sufficient: bool | None) -> float | None:

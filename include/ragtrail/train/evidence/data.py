@@ -27,7 +27,7 @@ from ragtrail.evaluate.attribution.passage_corpus import CorpusPassage
 from ragtrail.evaluate.evidence.extraction import EVIDENCE_PROMPT, EvidenceInput
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import Message
-from ragtrail.records import QAItem, QuestionLabel
+from ragtrail.records import QAItem
 from ragtrail.train.question_split import document_groups, held_out_questions
 
 SPLIT_FORMAT = "ragtrail-evidence-split/1"
@@ -132,10 +132,6 @@ class EvidenceSplit:
         }
 
 
-def gold_of(item: QAItem) -> str:
-    return "" if item.label == QuestionLabel.UNANSWERABLE else item.answer.strip()
-
-
 def split_evidence_data(
     items: Sequence[QAItem], search: Search, *, k: int, eval_share: float, seed: int
 ) -> EvidenceSplit:
@@ -161,8 +157,8 @@ def split_evidence_data(
     train: list[EvidencePrompt] = []
     dropped: dict[str, str] = {}
     for item, found in zip(rest, rest_hits, strict=True):
-        if not gold_of(item):
-            dropped[item.qid] = "no gold answer (unanswerable): helpfulness is undefined"
+        if not item.gold:
+            dropped[item.qid] = "no gold answer (unanswerable, or its answer is empty): helpfulness is undefined"
             continue
         allowed = [p for p in found if p.doc_id not in blocked][:k]
         if not allowed:
@@ -189,7 +185,7 @@ def _prompt(item: QAItem, passages: Sequence[CorpusPassage]) -> EvidencePrompt:
         qid=item.qid,
         label=str(item.label),
         question=item.question,
-        gold=gold_of(item),
+        gold=item.gold,
         passages=tuple(p.text for p in passages),
         doc_ids=tuple(p.doc_id for p in passages),
     )
