@@ -309,8 +309,11 @@ class JudgeSettings(BaseModel):
         return v
 
 
-ANSWER_SETTINGS = ("retrieved", "gold", "none")
-"""The contexts an answer is given: the retrieved top-k, the ground context, no retrieval."""
+ANSWER_SETTINGS = ("retrieved", "evidence", "gold", "none")
+"""The contexts an answer is given: the retrieved top-k, the evidence the extractor in service
+cut from them (answer-from-evidence mode), the ground context, no retrieval."""
+DEFAULT_ANSWER_SETTINGS = ("retrieved", "gold", "none")
+"""The settings the nightly answers in unless ``sufficiency.settings`` adds ``evidence``."""
 
 
 class SufficiencySettings(BaseModel):
@@ -329,7 +332,11 @@ class SufficiencySettings(BaseModel):
     max_items: int = Field(8, ge=0, description="questions per QA set; 0 = all")
     retrieval_k: int = Field(3, ge=1, le=50, description="retrieved chunks per question")
     raters: tuple[str, ...] = SUFFICIENCY_RATERS
-    settings: tuple[str, ...] = ANSWER_SETTINGS
+    settings: tuple[str, ...] = Field(
+        DEFAULT_ANSWER_SETTINGS,
+        description="contexts answered in: retrieved, evidence (the extractor's evidence from "
+        "the retrieved chunks: answer-from-evidence mode), gold, none",
+    )
     chunk_tokens: int = Field(1600, ge=16, description="chunk size of the chunked raters")
     max_context_tokens: int = Field(
         6000, ge=16, description="contexts are truncated to this many tokens (recorded)"

@@ -76,3 +76,29 @@ def test_every_method_scored_stored_and_a_rerun_makes_no_model_call(rt) -> None:
     after = rt.llm_usage.totals()
     assert after.calls == before.calls and after.cache_hits > before.cache_hits  # all cached
     assert again.to_json() | {"evidence_uri": ""} == result.to_json() | {"evidence_uri": ""}
+
+
+def test_answer_from_evidence_mode_of_the_sufficiency_evaluation(make_runtime) -> None:
+    """``sufficiency.settings`` with ``evidence``: the answerer answers from the extractor's
+    evidence (one passage, cut from the retrieved chunks), which the raters rate too."""
+    from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
+    from ragtrail.pipeline.sufficiency.views import load_sufficiency
+
+    rt = make_runtime(
+        generation={"llm": SCRIPTED_SPEC},
+        sufficiency={"max_items": 4, "settings": ["retrieved", "evidence", "none"]},
+        selective={"enabled": False},
+    )
+    state = INGEST.resolve({"corpus": CORPUS, "source": str(sample_corpus_dir())}, [], "ingest-1")
+    run_flow(rt, INGEST, state)
+    register_golden_set(rt, sample_qa_set(), corpus=CORPUS, name="handbook")
+    evaluate_sufficiency(rt, CORPUS, run_id="n1.handbook", set_name="handbook", selective=False)
+    summary = load_sufficiency(rt, "n1.handbook")
+    assert summary is not None and summary.settings == ["retrieved", "evidence", "none"]
+    rows = {(q.qid, q.setting): q for q in summary.queries}
+    evidence_rows = [q for q in summary.queries if q.setting == "evidence"]
+    assert len(evidence_rows) == 4
+    for q in evidence_rows:
+        retrieved = " ".join(rows[(q.qid, "retrieved")].passages)
+        assert len(q.passages) == 1 and q.passages[0] in retrieved  # copied from the chunks
+        assert q.sufficiency in ("sufficient", "insufficient")  # rated like retrieved

@@ -62,7 +62,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     config = local.StackConfig(
         airflow_home=root / "airflow",
         ragtrail_home=root / "ragtrail",
-        extra_env={"RAGTRAIL_GENERATION__LLM": SCRIPTED_LLM},
+        extra_env={
+            "RAGTRAIL_GENERATION__LLM": SCRIPTED_LLM,
+            # the session's tiny scorer (tests/conftest.py), not the bundled SmolLM2
+            "RAGTRAIL_EVIDENCE__SCORER": os.environ["RAGTRAIL_EVIDENCE__SCORER"],
+        },
     )
     # The Airflow tests' base settings (tests/dags/_airflow_env.py) on this test's own home.
     base = {k: v for k, v in ENV.airflow_env(root).items() if k != ENV.MARKER}

@@ -427,7 +427,9 @@ def _helpfulness(rt: Runtime, cases: Sequence[Case]) -> FailureCount:
     wanted = [c for c in cases if c.method in (*EVIDENCE_METHODS, FULL)]
     for case in wanted:
         if not case.item.gold:
-            case.set_score("helpfulness", None, "no gold answer (unanswerable, or its answer is empty)")
+            case.set_score(
+                "helpfulness", None, "no gold answer (unanswerable, or its answer is empty)"
+            )
         elif case.method != FULL and not case.evidence:
             case.set_score("helpfulness", None, case.error or "the evidence is empty")
     scored = [c for c in wanted if "helpfulness" not in c.scores]
@@ -462,7 +464,9 @@ def _conciseness(rt: Runtime, cases: Sequence[Case], seed: int) -> None:
             continue
         full = sentences.get(case.item.qid)
         if full is None:
-            case.set_score("conciseness", None, "no gold answer (unanswerable, or its answer is empty)")
+            case.set_score(
+                "conciseness", None, "no gold answer (unanswerable, or its answer is empty)"
+            )
         elif full.sentence is None:
             case.set_score("conciseness", None, f"no full-length answer: {full.error}")
         elif not case.evidence:

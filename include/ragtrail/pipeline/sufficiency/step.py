@@ -34,6 +34,11 @@ from typing import Any
 from ragtrail import jsonsafe
 from ragtrail.artifact_keys import selective_policy_key, sufficiency_key, sufficiency_queries_key
 from ragtrail.config import ModelRole
+from ragtrail.evaluate.evidence.extraction import (
+    EvidenceInput,
+    extract_evidence,
+    extraction_params,
+)
 from ragtrail.evaluate.sufficiency.cah import JUDGE_FAILED, CAHRecord, Outcome, evaluate_cah
 from ragtrail.evaluate.sufficiency.cah import AnswerCase as CAHCase
 from ragtrail.evaluate.sufficiency.confidence import (
@@ -74,6 +79,7 @@ from ragtrail.pipeline.run_io import (
     put_parquet,
     sample_items,
 )
+from ragtrail.pipeline.serving import serving_spec
 from ragtrail.pipeline.sufficiency.raters import calibrate_sufficiency_raters, sufficiency_raters
 from ragtrail.pipeline.sufficiency.views import (
     RATED_SETTINGS,
@@ -114,12 +120,17 @@ def item_contexts(
     k: int,
     text_weight: float,
 ) -> dict[tuple[str, str], list[str] | None]:
-    """``(qid, setting) -> passages`` (None: the corpus holds no ground context for the item)."""
+    """``(qid, setting) -> passages`` (None: the corpus holds no ground context for the item, or
+    the extractor failed on it, which the step counts against its failure threshold)."""
     out: dict[tuple[str, str], list[str] | None] = {}
-    if "retrieved" in settings and items:
+    if ("retrieved" in settings or "evidence" in settings) and items:
         hits = scenario_corpus(rt, corpus).search([i.question for i in items], k, text_weight)
-        for item, passages in zip(items, hits, strict=True):
-            out[(item.qid, "retrieved")] = [p.text for p in passages]
+        retrieved = [[p.text for p in passages] for passages in hits]
+        if "retrieved" in settings:
+            for item, texts in zip(items, retrieved, strict=True):
+                out[(item.qid, "retrieved")] = texts
+        if "evidence" in settings:
+            out.update(_evidence_contexts(rt, items, retrieved))
     for item in items:
         if "gold" in settings:
             ground = ground_context(rt, corpus, item)
@@ -127,6 +138,26 @@ def item_contexts(
         if "none" in settings:
             out[(item.qid, "none")] = []
     return out
+
+
+def _evidence_contexts(
+    rt: Runtime, items: Sequence[QAItem], retrieved: Sequence[list[str]]
+) -> dict[tuple[str, str], list[str] | None]:
+    """Answer-from-evidence mode: the evidence the extractor in service cuts from each item's
+    retrieved chunks (one passage; none when it found nothing, None when the call failed)."""
+    spec, _ = serving_spec(rt, rt.settings.registry.extractor_model_name, ModelRole.EXTRACTOR)
+    written = extract_evidence(
+        rt.llm_for_spec(spec),
+        [
+            EvidenceInput(question=i.question, passages=p)
+            for i, p in zip(items, retrieved, strict=True)
+        ],
+        extraction_params(rt.settings.evidence.max_new_tokens, rt.settings.seed),
+    )
+    return {
+        (item.qid, "evidence"): None if e.failed else ([e.text] if e.text else [])
+        for item, e in zip(items, written, strict=True)
+    }
 
 
 # ------------------------------------------------------------------------------- raters
@@ -224,6 +255,13 @@ def _evaluate(
     contexts = item_contexts(
         rt, corpus, sample, ss.settings, k=ss.retrieval_k, text_weight=text_weight
     )
+    if "evidence" in ss.settings:
+        missing = (contexts[(i.qid, "evidence")] is None for i in sample)
+        _check(
+            rt,
+            run_id,
+            FailureCount.of("evidence extractions", ("failed" if m else None for m in missing)),
+        )
     clock.lap("contexts")
 
     # 1. raters, each calibrated on the corpus's golden references first (cached per version)

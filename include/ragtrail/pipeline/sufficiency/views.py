@@ -223,7 +223,7 @@ def load_sufficiency(rt: Runtime, run_id: str) -> SufficiencySummary | None:
     return SufficiencySummary.from_json(rt.artifacts.get_bytes(key))
 
 
-RATED_SETTINGS = ("retrieved", "gold")
+RATED_SETTINGS = ("retrieved", "evidence", "gold")
 """The settings whose context is rated; ``none`` has no context (its answers stay unrated)."""
 
 

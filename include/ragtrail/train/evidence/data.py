@@ -158,7 +158,9 @@ def split_evidence_data(
     dropped: dict[str, str] = {}
     for item, found in zip(rest, rest_hits, strict=True):
         if not item.gold:
-            dropped[item.qid] = "no gold answer (unanswerable, or its answer is empty): helpfulness is undefined"
+            dropped[item.qid] = (
+                "no gold answer (unanswerable, or its answer is empty): helpfulness is undefined"
+            )
             continue
         allowed = [p for p in found if p.doc_id not in blocked][:k]
         if not allowed:
