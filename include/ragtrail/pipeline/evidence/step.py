@@ -318,7 +318,7 @@ def _base_spec(rt: Runtime, extractor_spec: str) -> str | None:
     """The base model of the extractor in service when that is a trained (registered) version,
     as an LLM spec; None when the one in service is already a base model."""
     parsed = ModelSpec.try_parse(extractor_spec)
-    if parsed is None or parsed.kind is not ModelKind.REGISTRY:
+    if parsed is None or parsed.kind != ModelKind.REGISTRY:
         return None
     from ragtrail.pipeline.serving import base_model_of
 
