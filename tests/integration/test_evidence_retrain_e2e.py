@@ -178,3 +178,16 @@ def test_degraded_evidence_retrains_the_extractor_gates_and_registers(
     # the citation model was not asked for: nothing of it was trained
     assert not [m for m in registry.list_models() if m.name == "ragtrail-citation"]
     rt.close()
+
+    # The trained version as the extractor: the night compares it with its base model zero-shot.
+    monkeypatch.setenv("RAGTRAIL_MODELS__EXTRACTOR", f"registry:{MODEL}@1")
+    monkeypatch.setenv("RAGTRAIL_EVIDENCE__MAX_ITEMS", "4")
+    monkeypatch.setenv("RAGTRAIL_EVIDENCE__MAX_FAILED_SHARE", "1.0")  # the tiny model, again
+    from ragtrail.pipeline.evidence.views import load_evidence
+
+    rt = _night(embedder, sample_corpus, "night-3", WEAK_EXTRACTOR_SPEC, monkeypatch)
+    summary = load_evidence(rt, "night-3")
+    assert summary is not None and summary.extractor == f"registry:{MODEL}@1"
+    assert summary.base == f"hf:{tiny}" and "base" not in summary.undefined
+    assert {q.method for q in summary.queries} == {"extractor", "base", "extractive", "full", "none"}
+    rt.close()
