@@ -189,5 +189,11 @@ def test_degraded_evidence_retrains_the_extractor_gates_and_registers(
     summary = load_evidence(rt, "night-3")
     assert summary is not None and summary.extractor == f"registry:{MODEL}@1"
     assert summary.base == f"hf:{tiny}" and "base" not in summary.undefined
-    assert {q.method for q in summary.queries} == {"extractor", "base", "extractive", "full", "none"}
+    assert {q.method for q in summary.queries} == {
+        "extractor",
+        "base",
+        "extractive",
+        "full",
+        "none",
+    }
     rt.close()

@@ -220,7 +220,10 @@ def test_questions_sharing_a_ground_document_stay_together_both_ways() -> None:
 def test_unanswerable_question_is_held_out_or_dropped_never_trained() -> None:
     s = find_split(lambda h: "u1" not in h, "another group than u1")
     assert "u1" not in {p.qid for p in s.train}
-    assert s.dropped["u1"] == "no gold answer (unanswerable, or its answer is empty): helpfulness is undefined"
+    assert (
+        s.dropped["u1"]
+        == "no gold answer (unanswerable, or its answer is empty): helpfulness is undefined"
+    )
     s = find_split(lambda h: "u1" in h, "u1")
     (prompt,) = [p for p in s.held_out if p.qid == "u1"]
     assert prompt.gold == "" and prompt.label == "unanswerable"
