@@ -316,7 +316,10 @@ def test_each_role_prompts_its_own_model(make_runtime, corpus_dir):
     }
     assert summary.backends["llm (labeller)"] == labeller_spec
     assert summary.backends["llm (critic)"] == critic_spec
-    assert summary.backends["llm (generator, answerer, judge)"] == rt.settings.generation.llm
+    assert (
+        summary.backends["llm (generator, answerer, judge, extractor)"]
+        == rt.settings.generation.llm
+    )
     version = TestSetStore(rt.engine).get_version(summary.version)
     assert version["params"]["models"] == {
         "generator": rt.settings.generation.llm,
