@@ -32,7 +32,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def test_every_role_defaults_to_the_generation_model(tmp_path: Path) -> None:
     settings = load_settings(home=tmp_path / "h", generation={"llm": GEN})
-    assert [settings.model_for(role) for role in ModelRole] == [GEN] * 5
+    assert [settings.model_for(role) for role in ModelRole] == [GEN] * len(ModelRole)
     assert settings.model_for("labeller") == GEN
     assert settings.nli_model is None
 
@@ -54,6 +54,7 @@ def test_roles_from_env_and_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ModelRole.CRITIC: "hf:some/critic",
         ModelRole.ANSWERER: GEN,
         ModelRole.JUDGE: "vllm:big/judge",
+        ModelRole.EXTRACTOR: GEN,
     }
     assert settings.nli_model == "hf:cross-encoder/nli-deberta-v3-small"
 
@@ -112,12 +113,12 @@ def test_backends_name_each_distinct_model_once(tmp_path: Path) -> None:
         assert one.llm_models() == {"llm": GEN}
         assert one.backends()["llm"] == GEN
         assert two.llm_models() == {
-            "llm (generator, critic, answerer)": GEN,
+            "llm (generator, critic, answerer, extractor)": GEN,
             "llm (labeller, judge)": JUDGE,
         }
         assert "llm" not in two.backends()
         assert llm_models_line(two.backends()) == (
-            f"{GEN} (generator, critic, answerer); {JUDGE} (labeller, judge)"
+            f"{GEN} (generator, critic, answerer, extractor); {JUDGE} (labeller, judge)"
         )
         assert llm_models_line(one.backends()) == GEN
     finally:

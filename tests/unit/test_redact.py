@@ -189,7 +189,7 @@ def test_runtime_records_redacted_specs_and_loads_real_ones(isolated: Path) -> N
     try:
         backends = rt.backends()
         assert SECRET not in json.dumps(backends)
-        assert backends["llm (generator, labeller, critic, answerer)"] == redact(SPEC)
+        assert backends["llm (generator, labeller, critic, answerer, extractor)"] == redact(SPEC)
         assert backends["llm (judge)"] == "openai:judge@http://***@127.0.0.1:9/v1?api_key=***"
         assert SECRET not in llm_models_line(backends)
         assert rt.llm(ModelRole.JUDGE).backend.model_id == "judge"  # loaded from the real spec
