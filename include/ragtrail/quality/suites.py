@@ -866,8 +866,10 @@ EVIDENCE_QUERY_COLUMNS: Final = (
     "unscored_reason",
 )
 """The columns of ``evidence_queries.parquet`` (one row per question, method and noise level)."""
-EVIDENCE_SCORES: Final = ("faithfulness", "silver_faithfulness", "helpfulness", "conciseness")
-"""The experts' per-row scores, each in [0, 1]."""
+EVIDENCE_SCORES: Final = ("faithfulness", "silver_faithfulness", "helpfulness")
+"""The experts' per-row scores in [0, 1] (conciseness, a cosine, lies in [-1, 1])."""
+EVIDENCE_SIGNED: Final = frozenset({"conciseness"})
+"""Evidence figures that may be negative: conciseness is a cosine between two embeddings."""
 MIN_EXTRACTOR_FAITHFULNESS: Final = 0.5
 """Below this the extractor's evidence is mostly not entailed by its passages (warn)."""
 EVIDENCE_UNBOUNDED: Final = frozenset({"compression", "evidence_tokens", "passage_tokens"})
@@ -878,12 +880,12 @@ DIFF_MARKER: Final = "_diff_vs_"
 
 def prepare_evidence_metrics(aggregates: pd.DataFrame) -> pd.DataFrame:
     """:func:`prepare_citation_metrics` with the evidence families: compression and token
-    counts unbounded above, paired differences (and judges' kappa) in [-1, 1], every other
-    figure (rates, scores) in [0, 1]."""
+    counts unbounded above, paired differences, conciseness (a cosine) and judges' kappa in
+    [-1, 1], every other figure (rates, scores) in [0, 1]."""
     names = aggregates["metric"].dropna().astype(str) if "metric" in aggregates else []
     diffs = {m for m in names if DIFF_MARKER in m}
     return prepare_citation_metrics(
-        aggregates, unbounded=EVIDENCE_UNBOUNDED, signed=SIGNED_METRICS | diffs
+        aggregates, unbounded=EVIDENCE_UNBOUNDED, signed=SIGNED_METRICS | EVIDENCE_SIGNED | diffs
     )
 
 
@@ -893,7 +895,8 @@ def evidence_queries_suite(
     """Suite over the per-(question, method, noise) rows of an evidence evaluation.
 
     fail: columns present; one row per (qid, method, noise); known methods and noise levels;
-    known outcomes, an unscored row says why; the experts' scores in [0, 1]; compression > 0;
+    known outcomes, an unscored row says why; faithfulness and helpfulness in [0, 1],
+    conciseness (a cosine) in [-1, 1]; compression > 0;
     evidence tokens >= 0 (null scores are undefined, with their reason in the summary).
     warn: a row of the extractor whose evidence is mostly unfaithful to its passages.
     """
@@ -928,10 +931,16 @@ def evidence_queries_suite(
                 column=col,
                 min_value=0.0,
                 max_value=1.0,
-                meta=policy(FAIL, "faithfulness, helpfulness and conciseness are scores in [0, 1]"),
+                meta=policy(FAIL, "faithfulness and helpfulness are scores in [0, 1]"),
             )
             for col in EVIDENCE_SCORES
         ],
+        gxe.ExpectColumnValuesToBeBetween(
+            column="conciseness",
+            min_value=-1.0,
+            max_value=1.0,
+            meta=policy(FAIL, "conciseness is a cosine between two embeddings, in [-1, 1]"),
+        ),
         gxe.ExpectColumnValuesToBeBetween(
             column="compression",
             min_value=0.0,
