@@ -36,13 +36,12 @@ from ragtrail.config import ModelRole
 from ragtrail.evaluate.citations.evaluator import MixtureEvaluation
 from ragtrail.failures import FailureCount, check_failures
 from ragtrail.models.registry import (
-    RegistryError,
     settle_challenger,
 )
 from ragtrail.pipeline.evaluation_sets import items_of_sets
 from ragtrail.pipeline.passage_sources import corpus_from_runtime
 from ragtrail.pipeline.run_io import evaluated_snapshot
-from ragtrail.pipeline.serving import RUN_TAG, base_model_of
+from ragtrail.pipeline.serving import base_model_of, version_of_run
 from ragtrail.pipeline.serving import serving_spec as model_in_service
 from ragtrail.records import ModelKind, ModelSpec
 from ragtrail.redact import redact
@@ -97,18 +96,6 @@ def serving_spec(rt: Runtime) -> tuple[str, str]:
     return model_in_service(rt, rt.settings.registry.citation_model_name, ModelRole.ANSWERER)
 
 
-def _version_of_run(rt: Runtime, run_id: str) -> int | None:
-    name = rt.settings.registry.citation_model_name
-    try:
-        versions = rt.registry.list_versions(name)
-    except RegistryError:
-        return None
-    for version in versions:  # listed without lineage; its flattened tags carry the run
-        if version.tags.get(RUN_TAG) == run_id:
-            return version.version
-    return None
-
-
 def train_challenger(
     rt: Runtime, *, corpus: str, run_id: str, base_model: str | None = None
 ) -> ChallengerVersion:
@@ -116,7 +103,7 @@ def train_challenger(
     from ragtrail.train.citation import CitationTrainingConfig, train_citation_model
 
     name = rt.settings.registry.citation_model_name
-    existing = _version_of_run(rt, run_id)
+    existing = version_of_run(rt, name, run_id)
     if existing is not None:
         log.info("%s v%d was already trained by %s", name, existing, run_id)
         return ChallengerVersion(model=name, version=existing, reused=True)

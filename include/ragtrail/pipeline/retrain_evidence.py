@@ -42,13 +42,13 @@ from ragtrail.evaluate.sufficiency.short_answers import (
 )
 from ragtrail.failures import FailureCount, check_failures
 from ragtrail.jsonsafe import JsonObject
-from ragtrail.models.registry import RegistryError, settle_challenger
+from ragtrail.models.registry import settle_challenger
 from ragtrail.pipeline.correctness import correctness_judge
 from ragtrail.pipeline.evaluation_sets import items_of_sets
 from ragtrail.pipeline.judges import entailment_judge
 from ragtrail.pipeline.passage_sources import scenario_corpus
 from ragtrail.pipeline.run_io import best_text_weight, evaluated_snapshot
-from ragtrail.pipeline.serving import RUN_TAG, base_model_of, serving_spec
+from ragtrail.pipeline.serving import base_model_of, serving_spec, version_of_run
 from ragtrail.records import ModelKind, ModelSpec, QuestionLabel
 from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
@@ -119,14 +119,6 @@ def load_evidence_split(rt: Runtime, run_id: str) -> Any:
     return EvidenceSplit.from_json(raw.decode("utf-8"))
 
 
-def _version_of_run(rt: Runtime, run_id: str) -> int | None:
-    try:
-        versions = rt.registry.list_versions(_name(rt))
-    except RegistryError:
-        return None
-    return next((v.version for v in versions if v.tags.get(RUN_TAG) == run_id), None)
-
-
 def train_evidence_challenger(
     rt: Runtime, *, corpus: str, run_id: str, base_model: str | None = None
 ) -> EvidenceChallenger:
@@ -134,7 +126,7 @@ def train_evidence_challenger(
     from ragtrail.train.evidence.run import train_evidence_model
 
     name = _name(rt)
-    existing = _version_of_run(rt, run_id)
+    existing = version_of_run(rt, name, run_id)
     if existing is not None:
         log.info("%s v%d was already trained by %s", name, existing, run_id)
         return EvidenceChallenger(model=name, version=existing, reused=True)

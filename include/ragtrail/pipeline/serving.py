@@ -45,3 +45,14 @@ def base_model_of(rt: Runtime, spec: str, *, role: ModelRole) -> str:
         f"cannot fine-tune the {role.value} {redact(spec)!r}: retraining needs a local model "
         "(builtin:..., hf:<id or path>) or a registered champion; set flow param base_model"
     )
+
+
+def version_of_run(rt: Runtime, model_name: str, run_id: str) -> int | None:
+    """The version of ``model_name`` that the retraining run ``run_id`` registered (a retried
+    task finds it instead of training again), or None."""
+    try:
+        versions = rt.registry.list_versions(model_name)
+    except RegistryError:
+        return None
+    # listed without lineage; its flattened tags carry the run
+    return next((v.version for v in versions if v.tags.get(RUN_TAG) == run_id), None)
