@@ -334,10 +334,8 @@ def evaluate_set_sufficiency(
     planned = PlannedSet.from_json(qa_set_entry)
     ss = rt.settings.sufficiency
     name = planned.name
-    if not ss.enabled:
-        return {"name": name, "skipped": "sufficiency.enabled is false"}
-    if ss.qa_sets == "golden" and planned.kind is not SetKind.GOLDEN:
-        return {"name": name, "skipped": "sufficiency.qa_sets is 'golden'"}
+    if why := _not_evaluated(planned, "sufficiency", ss.enabled, ss.qa_sets):
+        return {"name": name, "skipped": why}
     from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
 
     result = evaluate_sufficiency(
@@ -376,10 +374,8 @@ def evaluate_set_evidence(
     planned = PlannedSet.from_json(qa_set_entry)
     es = rt.settings.evidence
     name = planned.name
-    if not es.enabled:
-        return {"name": name, "skipped": "evidence.enabled is false"}
-    if es.qa_sets == "golden" and planned.kind is not SetKind.GOLDEN:
-        return {"name": name, "skipped": "evidence.qa_sets is 'golden'"}
+    if why := _not_evaluated(planned, "evidence", es.enabled, es.qa_sets):
+        return {"name": name, "skipped": why}
     from ragtrail.pipeline.evidence.step import evaluate_evidence
 
     result = evaluate_evidence(
@@ -404,6 +400,15 @@ def announce_evidence(
     headlines = {name: compact(summary) for name, summary in stored.items() if summary is not None}
     event = announce_headlines(rt, EvidenceMetricsEvent, headlines, corpus, run_id, snapshot_id)
     return _announced(headlines, event)
+
+
+def _not_evaluated(planned: PlannedSet, section: str, enabled: bool, qa_sets: str) -> str | None:
+    """Why an answer-side evaluation (settings ``section``) skips this set, or None."""
+    if not enabled:
+        return f"{section}.enabled is false"
+    if qa_sets == "golden" and planned.kind is not SetKind.GOLDEN:
+        return f"{section}.qa_sets is 'golden'"
+    return None
 
 
 def _planned(sets: list[XCom]) -> list[PlannedSet]:
