@@ -776,6 +776,22 @@ OUTCOMES: Final = ("correct", "abstain", "hallucinate")
 SUFFICIENCY_STRATA: Final = ("sufficient", "insufficient", "unrated", "no context")
 
 
+def _outcome_checks() -> list[gxe.Expectation]:
+    """Per-answer rows (C/A/H, evidence): a known outcome, and a reason for every unscored one."""
+    return [
+        gxe.ExpectColumnValuesToBeInSet(
+            column="outcome",
+            value_set=[*OUTCOMES, "unscored"],
+            meta=policy(FAIL, "an answer is correct, an abstention, a hallucination or unscored"),
+        ),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="unscored_reason",
+            row_condition=Column("outcome") == "unscored",
+            meta=policy(FAIL, "an unscored answer carries its reason"),
+        ),
+    ]
+
+
 def sufficiency_queries_suite(settings: Iterable[str]) -> gx.ExpectationSuite:
     """Suite over the per-(question, setting) rows of a sufficiency evaluation.
 
@@ -799,16 +815,7 @@ def sufficiency_queries_suite(settings: Iterable[str]) -> gx.ExpectationSuite:
             value_set=list(SUFFICIENCY_STRATA),
             meta=policy(FAIL, "every row falls in one sufficiency stratum"),
         ),
-        gxe.ExpectColumnValuesToBeInSet(
-            column="outcome",
-            value_set=[*OUTCOMES, "unscored"],
-            meta=policy(FAIL, "an answer is correct, an abstention, a hallucination or unscored"),
-        ),
-        gxe.ExpectColumnValuesToNotBeNull(
-            column="unscored_reason",
-            row_condition=Column("outcome") == "unscored",
-            meta=policy(FAIL, "an unscored answer carries its reason"),
-        ),
+        *_outcome_checks(),
         *[
             gxe.ExpectColumnValuesToBeBetween(
                 column=col,
@@ -916,16 +923,7 @@ def evidence_queries_suite(
             value_set=sorted({float(r) for r in noise_ratios}),
             meta=policy(FAIL, "noise levels are the configured ratios"),
         ),
-        gxe.ExpectColumnValuesToBeInSet(
-            column="outcome",
-            value_set=[*OUTCOMES, "unscored"],
-            meta=policy(FAIL, "an answer is correct, an abstention, a hallucination or unscored"),
-        ),
-        gxe.ExpectColumnValuesToNotBeNull(
-            column="unscored_reason",
-            row_condition=Column("outcome") == "unscored",
-            meta=policy(FAIL, "an unscored answer carries its reason"),
-        ),
+        *_outcome_checks(),
         *[
             gxe.ExpectColumnValuesToBeBetween(
                 column=col,
