@@ -42,6 +42,7 @@ from ragtrail.records import (
     EntailmentJudgeName,
     FusionMethod,
     ModelSpec,
+    RLAlgorithm,
 )
 
 SECRET_FIELDS = frozenset({"database_url", "es_api_key", "es_password", "llm_api_key"})
@@ -611,14 +612,60 @@ class CitationTrainingSettings(BaseModel):
     max_length: int = Field(
         2048, ge=64, description="SFT sequences (prompt + target) are cut at this many tokens"
     )
-    rl_steps: int = Field(4, ge=1, description="RL optimiser steps")
-    num_generations: int = Field(4, ge=2, le=64, description="RL completions per prompt")
+    rl_algorithm: RLAlgorithm = Field(
+        RLAlgorithm.PPO,
+        description="RL stage: ppo (RAGE's recipe, our loop), grpo or rloo (TRL); BENCHMARKS.md "
+        "'Citation RL: PPO vs GRPO vs RLOO' is the measurement behind the default",
+    )
+    rl_steps: int = Field(
+        4, ge=1, description="RL iterations: one rollout batch (and its updates) each"
+    )
+    num_generations: int = Field(
+        4,
+        ge=2,
+        le=64,
+        description="completions per RL iteration: GRPO/RLOO sample them for one "
+        "prompt, PPO for as many prompts (one each)",
+    )
     rl_lr: float = Field(1e-5, gt=0.0)
     beta: float = Field(
-        0.04, gt=0.0, description="weight of the KL penalty to the SFT model (must be > 0)"
+        0.04,
+        gt=0.0,
+        description="weight of the KL penalty to the SFT model (must be > 0); PPO's initial "
+        "coefficient when target_kl is set",
     )
-    max_completion_length: int = Field(128, ge=8, le=2048, description="RL completion tokens")
+    max_completion_length: int = Field(
+        256,
+        ge=8,
+        le=2048,
+        description="cap on RL completion tokens; the stage fits its length to the SFT targets "
+        "below this cap (fit_completion_length)",
+    )
+    fit_completion_length: bool = Field(
+        True,
+        description="RL completions get 1.5x the longest SFT target's tokens (+ end of turn), at "
+        "least 16, at most max_completion_length",
+    )
     rl_temperature: float = Field(0.8, gt=0.0, le=2.0, description="RL sampling temperature")
+    rl_patience: int = Field(
+        2,
+        ge=1,
+        description="RL stops after this many iterations in a row whose rewards have no spread",
+    )
+    ppo_epochs: int = Field(4, ge=1, description="PPO passes over each rollout batch")
+    ppo_minibatch_size: int = Field(2, ge=1, description="PPO sequences per update")
+    cliprange: float = Field(0.2, gt=0.0, lt=1.0, description="PPO policy-ratio clip")
+    cliprange_value: float = Field(0.2, gt=0.0, description="PPO value clip around the old value")
+    vf_coef: float = Field(0.1, gt=0.0, description="weight of PPO's value loss")
+    gamma: float = Field(1.0, gt=0.0, le=1.0, description="PPO discount")
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0, description="PPO GAE lambda")
+    target_kl: float | None = Field(
+        6.0,
+        gt=0.0,
+        description="PPO adaptive KL: sequence KL the coefficient steers to (none = fixed beta)",
+    )
+    kl_horizon: int = Field(10000, ge=1, description="PPO adaptive KL horizon")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="PPO gradient clipping")
     max_failed_share: float = max_failed_share(
         "SFT target answers, or answers of either model at the promotion gate"
     )

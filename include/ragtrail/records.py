@@ -275,6 +275,15 @@ class GateMode(StrEnum):
     ADVISE = "advise"
 
 
+class RLAlgorithm(StrEnum):
+    """The citation answerer's RL stage: PPO (RAGE's recipe; a loop of ragtrail's own), or TRL's
+    GRPO or RLOO (group-relative / leave-one-out baselines, no value model)."""
+
+    PPO = "ppo"
+    GRPO = "grpo"
+    RLOO = "rloo"
+
+
 class DocFormat(StrEnum):
     MARKDOWN = "markdown"
     TEXT = "text"

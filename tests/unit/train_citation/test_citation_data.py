@@ -13,6 +13,7 @@ from ragtrail.llm.client import LLMClient
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.records import Chunk, QAItem
 from ragtrail.train.citation import (
+    CitationReward,
     CitationSplit,
     CitationSplitError,
     citation_reward,
@@ -164,6 +165,51 @@ def test_reward_on_hand_computed_replies(
     scored = score_reply(text, relevant, n)
     assert scored.reward == pytest.approx(reward)
     assert scored.status == status
+
+
+@pytest.mark.parametrize(
+    ("text", "relevant", "reward", "status"),
+    [
+        # cut off after citing [1] (relevant, P 1, R 1/2): half of (1 + 0.5) / 2
+        ('{"sentences": [{"text": "A.", "citations": [1]}, {"te', [1, 2], 0.375, "cut_off"),
+        # markers in the text count too: [1][3] cited, P 1/2, R 1/2 -> half of 0.5
+        ('{"sentences": [{"text": "A [1][3] b', [1, 2], 0.25, "cut_off"),
+        (
+            '{"sentences": [{"text": "A long sentence that never',
+            [1],
+            0.0,
+            "cut_off_before_citation",
+        ),
+    ],
+)
+def test_cut_off_replies_are_diagnosed_and_keep_what_they_cited(
+    text: str, relevant: list[int], reward: float, status: str
+) -> None:
+    scored = score_reply(text, relevant, 5, cut_off=True)
+    assert scored.reward == pytest.approx(reward)
+    assert scored.status == status
+    # a complete answer with the same citations earns more than the cut-off one
+    complete = (
+        score_reply(_reply(("A.", list(scored.cited))), relevant, 5) if scored.cited else None
+    )
+    assert complete is None or complete.reward > scored.reward
+
+
+def test_trl_reward_knows_cut_off_completions_by_their_last_token() -> None:
+    good = _reply(("A.", [2]))
+    reward = CitationReward(end_ids=[0, 99])
+    rewards = reward(
+        completions=[good, '{"sentences": [{"text": "A [2] and', "x"],
+        completion_ids=[[5, 6, 99], [5, 6, 7], [8, 0]],  # the second ends without an end token
+        relevant=[[2], [2], [2]],
+        n_passages=[3, 3, 3],
+    )
+    assert rewards == pytest.approx([1.0, 0.5, 0.0])
+    assert [b.status for b in reward.last] == ["ok", "cut_off", "unparseable"]
+    assert reward.status_totals == {"ok": 1, "cut_off": 1, "unparseable": 1}
+    assert reward.__name__ == "citation_reward"
+    with pytest.raises(ValueError, match="completion_ids"):
+        reward(completions=[good], relevant=[[2]], n_passages=[3])
 
 
 def test_reward_function_takes_trl_arguments() -> None:

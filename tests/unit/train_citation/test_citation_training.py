@@ -1,7 +1,9 @@
 """Citation training end to end on a tiny random Llama built from a config: teacher targets,
-SFT (2 steps) and GRPO (2 steps) with LoRA, the bundle and its lineage, the bundle served back
-through the LLM layer (deterministic), and the held-out evaluation. Mechanics only: a random
-2-layer model writes gibberish, so rewards and F1 are near 0."""
+SFT (2 steps) and PPO (2 iterations; GRPO and RLOO one step each) with LoRA, the bundle and its
+lineage, the completion limit fitted to the targets, an RL stage without reward spread stopped
+with its reason, the bundle served back through the LLM layer (deterministic), and the held-out
+evaluation. Mechanics only: a random 2-layer model writes gibberish, so rewards and F1 are near
+0 (the PPO loop's learning is tested in tests/unit/train/test_ppo_loop.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ from ragtrail.train.citation import (
     headline,
     split_citation_data,
     train_citation_model,
+    training_prompts,
 )
+from ragtrail.train.citation.rl import run_rl
 from tests.tiny_models import build_tiny_llama
 from tests.unit.train_citation.test_citation_data import CORPUS, ITEMS
 
@@ -38,6 +42,7 @@ CONFIG = CitationTrainingConfig(
     rl_steps=2,
     num_generations=2,
     max_completion_length=8,
+    rl_patience=3,  # more than rl_steps: gibberish earns 0 everywhere, the guard must not stop
     reward_threshold=0.5,
 )
 
@@ -87,9 +92,15 @@ def test_training_writes_a_bundle_with_lineage(
     assert lineage["targets"]["source"] == "teacher" and lineage["targets"]["kept"] == 3
     sft, rl = lineage["stages"]["sft"], lineage["stages"]["rl"]
     assert sft["steps"] == 2 and len(sft["loss"]) == 2 and sft["tokens_seen"] > 0
-    assert rl["steps"] == 2 and rl["config"]["trainer"] == "trl.GRPOTrainer"
+    assert rl["steps"] == 2 and rl["config"]["algorithm"] == "ppo"
+    assert rl["config"]["trainer"] == "ragtrail PPO loop" and rl["stopped"] is None
+    # the teacher's target is 16 tokens or so: 1.5x + 1 is over the cap of 8, so the cap holds
+    assert rl["config"]["max_completion_length"] == 8
+    assert rl["config"]["completion_length_basis"].startswith("fitted: longest of 3 SFT targets")
     assert rl["mean_reward"] is not None and 0.0 <= rl["mean_reward"] <= 1.0
     assert rl["tokens_seen"] > 0
+    for row in rl["history"]:
+        assert {"reward", "kl", "entropy", "value_loss", "clip_fraction", "approx_kl"} <= set(row)
     assert sft["wall_seconds"] > 0 and rl["wall_seconds"] > 0
     # the whole run is on disk as strict JSON, the split content-addressed beside it
     root = trained.bundle.path.parent
@@ -99,6 +110,46 @@ def test_training_writes_a_bundle_with_lineage(
 
 def _refuse(name: str) -> None:
     raise AssertionError(f"non-finite {name} in result.json")
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "trainer"), [("grpo", "trl.GRPOTrainer"), ("rloo", "trl.RLOOTrainer")]
+)
+def test_grpo_and_rloo_train_an_adapter_after_the_same_sft(
+    algorithm: str,
+    trainer: str,
+    trained: CitationTrainingResult,
+    tiny_base: Path,
+    split: CitationSplit,
+    tmp_path: Path,
+) -> None:
+    config = CitationTrainingConfig(
+        **{**CONFIG.as_dict(), "rl_algorithm": algorithm, "rl_steps": 1}
+    )
+    prompts = training_prompts(split, config)
+    sft = trained.bundle.path / "adapters" / "sft"
+    stage = run_rl(str(tiny_base), sft, prompts, config, tmp_path, cache_dir=None)
+    assert stage.adapter_dir is not None and (stage.adapter_dir / "adapter_config.json").exists()
+    assert stage.config["trainer"] == trainer and stage.config["algorithm"] == algorithm
+    assert stage.steps == 1 and stage.config["reward_statuses"]  # every completion was scored
+    assert sum(stage.config["reward_statuses"].values()) == config.num_generations
+
+
+def test_rl_without_reward_spread_stops_and_the_bundle_is_the_sft_model(
+    tiny_base: Path, split: CitationSplit, tmp_path: Path
+) -> None:
+    teacher = LLMClient(ScriptedBackend(_teacher, model_id="teacher-v1"))
+    config = CitationTrainingConfig(
+        **{**CONFIG.as_dict(), "reward_threshold": 0.0, "rl_patience": 1, "rl_steps": 3}
+    )
+    result = train_citation_model(str(tiny_base), split, config, tmp_path / "r", teacher=teacher)
+    assert result.rl.adapter_dir is None
+    assert result.rl.skipped is not None and result.rl.skipped.startswith(
+        "stopped: no reward spread for 1 iteration(s)"
+    )
+    assert "token limit 8" in result.rl.skipped  # gibberish runs into the limit: it says so
+    assert read_bundle(result.bundle.path).adapters == ("sft",)
+    assert result.lineage["stages"]["rl"]["skipped"] == result.rl.skipped
 
 
 def test_a_second_run_refuses_a_used_directory(

@@ -2,9 +2,11 @@
 SFT and RL stages, one entry point that writes a model bundle, and the held-out evaluation.
 
 - :mod:`.data`: :func:`split_citation_data` -> :class:`CitationSplit` (by question and document).
-- :mod:`.reward`: :func:`citation_reward` (TRL signature), :func:`score_reply`.
+- :mod:`.reward`: :func:`citation_reward` and :class:`CitationReward` (TRL signature, the
+  latter told which completions were cut off), :func:`score_reply`.
 - :mod:`.targets`: :func:`make_targets` (teacher or best-of-N self-distillation).
-- :mod:`.sft`, :mod:`.rl`: the two TRL stages (SFTTrainer, GRPOTrainer) with LoRA.
+- :mod:`.sft`, :mod:`.rl`: SFT (TRL SFTTrainer) and RL (PPO of our own, :mod:`ragtrail.train.ppo`,
+  or TRL's GRPO / RLOO) with LoRA.
 - :mod:`.run`: :func:`train_citation_model` -> :class:`CitationTrainingResult`.
 - :mod:`.evaluation`: :func:`evaluate_citation_model` on the split's frozen mixtures.
 
@@ -22,7 +24,12 @@ from ragtrail.train.citation.data import (
     split_citation_data,
 )
 from ragtrail.train.citation.evaluation import evaluate_citation_model, headline
-from ragtrail.train.citation.reward import RewardBreakdown, citation_reward, score_reply
+from ragtrail.train.citation.reward import (
+    CitationReward,
+    RewardBreakdown,
+    citation_reward,
+    score_reply,
+)
 from ragtrail.train.citation.run import (
     BUNDLE_KIND,
     CitationTrainingResult,
@@ -35,6 +42,7 @@ from ragtrail.train.citation.targets import SFTTarget, TargetReport, make_target
 __all__ = [
     "BUNDLE_KIND",
     "CitationPrompt",
+    "CitationReward",
     "CitationSplit",
     "CitationSplitError",
     "CitationTrainingConfig",

@@ -127,7 +127,15 @@ def train_citation_model(
     )
     stages = out_dir / STAGES_DIR
     sft = run_sft(base_model, prompts, targets, config, stages / "sft", cache_dir=cache_dir)
-    rl = run_rl(base_model, sft.adapter_dir, prompts, config, stages / "rl", cache_dir=cache_dir)
+    rl = run_rl(
+        base_model,
+        sft.adapter_dir,
+        prompts,
+        config,
+        stages / "rl",
+        target_completions=[t.completion for t in targets] if sft.adapter_dir else (),
+        cache_dir=cache_dir,
+    )
 
     adapters = {s.name: s.adapter_dir for s in (sft, rl) if s.adapter_dir is not None}
     lineage = {

@@ -36,6 +36,9 @@ class StageResult:
     history: tuple[JsonObject, ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
     skipped: str | None = None
+    stopped: str | None = None
+    """Why a stage that kept its adapter ended before its planned steps (e.g. no reward
+    spread left); None when it ran them all."""
 
     def series(self, key: str) -> list[float]:
         """One logged value per step where the trainer logged it (e.g. ``loss``, ``reward``)."""
@@ -53,6 +56,7 @@ class StageResult:
             "history": [dict(row) for row in self.history],
             "config": dict(self.config),
             "skipped": self.skipped,
+            "stopped": self.stopped,
         }
         rewards = self.series("reward")
         jsonsafe.finite_or_undefined(
@@ -76,6 +80,7 @@ def finished_stage(
     started: float,
     examples: int,
     config: Mapping[str, Any],
+    stopped: str | None = None,
 ) -> StageResult:
     """Save a trained stage's LoRA adapter to ``work_dir/adapter`` and describe the run (steps,
     wall time since ``started`` on ``time.perf_counter()``, tokens seen, per-step history)."""
@@ -92,6 +97,7 @@ def finished_stage(
         examples=examples,
         history=history,
         config=dict(config),
+        stopped=stopped,
     )
 
 
@@ -115,21 +121,50 @@ def step_history(log_history: Sequence[Mapping[str, Any]]) -> tuple[JsonObject, 
     return tuple(rows)
 
 
-def load_trainable(base_model: str, *, cache_dir: str | Path | None = None) -> tuple[Any, Any]:
-    """The base model (float32) and its tokenizer, resolved like the transformers backend resolves
-    specs (path, HF id, ``s3://``, ``builtin:``), with a pad token."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _source(base_model: str, cache_dir: str | Path | None) -> str:
     from ragtrail.llm.backends.model_store import resolve_model_source
     from ragtrail.models.store import cache_root
 
     source, _ = resolve_model_source(base_model, cache_root(cache_dir))
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    return str(source)
+
+
+def load_tokenizer(base_model: str, *, cache_dir: str | Path | None = None) -> Any:
+    """The base model's tokenizer (resolved as :func:`load_trainable` does), with a pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(_source(base_model, cache_dir))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return tokenizer
+
+
+def load_trainable(base_model: str, *, cache_dir: str | Path | None = None) -> tuple[Any, Any]:
+    """The base model (float32) and its tokenizer, resolved like the transformers backend resolves
+    specs (path, HF id, ``s3://``, ``builtin:``), with a pad token."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        _source(base_model, cache_dir), dtype=torch.float32
+    )
+    return model, load_tokenizer(base_model, cache_dir=cache_dir)
+
+
+def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Tokens that end a completion: the tokenizer's end of sequence and whatever the model's
+    generation config ends on (e.g. the chat template's end of turn)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif isinstance(configured, list | tuple):
+        ids.update(int(i) for i in configured)
+    if not ids:
+        raise ValueError("the model has no end-of-sequence token: completions could never end")
+    return sorted(ids)
 
 
 def lora_config(model: Any, config: CitationTrainingConfig) -> Any:
