@@ -52,9 +52,15 @@ log = logging.getLogger(__name__)
 
 
 def prepare_citation_data(
-    rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str | None = None
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    snapshot_id: str | None = None,
+    qa_set: str | None = None,
 ) -> TrainingSplit:
-    """Split the corpus's QA sets into training prompts and frozen evaluation mixtures."""
+    """Split the corpus's QA sets (``qa_set``: that set in place of the generated one) into
+    training prompts and frozen evaluation mixtures."""
     from ragtrail.train.citation import split_citation_data
 
     key = retrain_split_key(run_id)
@@ -62,7 +68,7 @@ def prepare_citation_data(
     if rt.artifacts.exists(key):  # a retried task reuses the split it stored
         split = _load_split(rt, run_id)
     else:
-        items, sets = items_of_sets(rt, corpus, run_id)
+        items, sets = items_of_sets(rt, corpus, run_id, qa_set)
         cfg = rt.settings.citation_training
         split = split_citation_data(
             items,
@@ -136,15 +142,17 @@ def train_challenger(
             lineage=lineage,
             description=f"trained by {run_id} on {corpus} (split {split.split_version})",
         )
-    stages = result.lineage["stages"]
     return ChallengerVersion(
         model=name,
         version=version.version,
         reused=False,
         base_model=base,
         wall_seconds=round(result.wall_seconds, 1),
-        sft_steps=stages["sft"].get("steps"),
-        rl_steps=stages["rl"].get("steps"),
+        sft_steps=result.sft.steps,
+        rl_steps=result.rl.steps,
+        rl_algorithm=str(config.rl_algorithm),
+        rl_mean_reward=result.rl.as_dict()["mean_reward"],
+        rl_note=result.rl.skipped or result.rl.stopped,
     )
 
 

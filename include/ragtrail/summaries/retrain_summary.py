@@ -29,7 +29,8 @@ class TrainingSplit(Record):
 
 class ChallengerVersion(Record):
     """The model version trained on a split and registered (``reused``: this run had already
-    registered it, so nothing was trained again and the training figures are absent)."""
+    registered it, so nothing was trained again and the training figures are absent); the RL
+    stage's algorithm, mean reward and, where it did not run through, why."""
 
     model: str
     version: int
@@ -38,6 +39,10 @@ class ChallengerVersion(Record):
     wall_seconds: float | None = Field(None, exclude_if=is_none)
     sft_steps: int | None = Field(None, exclude_if=is_none)
     rl_steps: int | None = Field(None, exclude_if=is_none)
+    rl_algorithm: str | None = Field(None, exclude_if=is_none)
+    rl_mean_reward: float | None = Field(None, exclude_if=is_none)
+    rl_note: str | None = Field(None, exclude_if=is_none)
+    """Why the RL stage was skipped (no adapter) or stopped early; absent when it ran through."""
 
 
 class GateOutcome(Record):

@@ -28,7 +28,7 @@ from ragtrail.train.citation import (
     train_citation_model,
     training_prompts,
 )
-from ragtrail.train.citation.rl import run_rl
+from ragtrail.train.citation.rl import completion_limit, run_rl
 from tests.tiny_models import build_tiny_llama
 from tests.unit.train_citation.test_citation_data import CORPUS, ITEMS
 
@@ -96,7 +96,8 @@ def test_training_writes_a_bundle_with_lineage(
     assert rl["config"]["trainer"] == "ragtrail PPO loop" and rl["stopped"] is None
     # the teacher's target is 16 tokens or so: 1.5x + 1 is over the cap of 8, so the cap holds
     assert rl["config"]["max_completion_length"] == 8
-    assert rl["config"]["completion_length_basis"].startswith("fitted: longest of 3 SFT targets")
+    assert rl["config"]["completion_length_basis"].startswith("fitted to 3 SFT targets up to")
+    assert "answers of the SFT model ended" in rl["config"]["completion_length_basis"]
     assert rl["mean_reward"] is not None and 0.0 <= rl["mean_reward"] <= 1.0
     assert rl["tokens_seen"] > 0
     for row in rl["history"]:
@@ -150,6 +151,29 @@ def test_rl_without_reward_spread_stops_and_the_bundle_is_the_sft_model(
     assert "token limit 8" in result.rl.skipped  # gibberish runs into the limit: it says so
     assert read_bundle(result.bundle.path).adapters == ("sft",)
     assert result.lineage["stages"]["rl"]["skipped"] == result.rl.skipped
+
+
+class _WordTokenizer:
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": list(range(len(text.split())))}
+
+
+def test_completion_limit_fits_what_the_sft_stage_produces() -> None:
+    config = CitationTrainingConfig(max_completion_length=256)
+    targets = ["w " * 40, "w " * 60]
+    limit, basis = completion_limit(_WordTokenizer(), targets, [50, None, 90, 30], config)
+    assert limit == 136  # ceil(1.5 * 90) + 1: the longest answer that ended
+    assert basis == (
+        "fitted to 2 SFT targets up to 60 tokens; 3 of 4 answers of the SFT model ended up to "
+        "90 tokens (x1.5 + 1, cap 256)"
+    )
+    limit, basis = completion_limit(_WordTokenizer(), [], [None, None], config)
+    assert limit == 256 and "0 of 2 answers of the SFT model ended" in basis
+    off = CitationTrainingConfig(max_completion_length=64, fit_completion_length=False)
+    assert completion_limit(_WordTokenizer(), targets, [], off) == (
+        64,
+        "max_completion_length (fitting off)",
+    )
 
 
 def test_a_second_run_refuses_a_used_directory(

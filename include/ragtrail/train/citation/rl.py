@@ -24,7 +24,9 @@ trained on top; "adapter disabled" is then exactly the SFT model, and no second 
 weights is loaded. The bundle stores the two adapters (``sft`` then ``rl``).
 
 A learning signal first (:mod:`ragtrail.train.reward_signal`): the completion limit is fitted to
-the SFT targets (1.5x the longest, capped by ``max_completion_length``), cut-off completions are
+what the SFT stage produces — its targets and the answers the SFT model samples for a few prompts
+before RL starts (1.5x the longest that ended, capped by ``max_completion_length``; the cap when
+none ended) — cut-off completions are
 diagnosed by the reward (status ``cut_off`` with half credit for the citations they wrote, or
 ``cut_off_before_citation``), and the stage stops after ``rl_patience`` iterations in a row
 whose rewards have no spread, saying what the completions were. A stage stopped before it ever
@@ -65,18 +67,78 @@ TRAINERS = {
 }
 
 
+PROBE_PROMPTS = 4
+"""Training prompts whose answers from the SFT model size the completion limit."""
+
+
+def probe_answer_lengths(
+    base_model: str,
+    sft_adapter: Path | None,
+    prompts: Sequence[CitationPrompt],
+    config: CitationTrainingConfig,
+    *,
+    cache_dir: str | Path | None = None,
+) -> list[int | None]:
+    """Token lengths of the answers the model RL starts from (base + SFT adapter) writes to the
+    first :data:`PROBE_PROMPTS` prompts, sampled as RL samples them (temperature, seed) with the
+    cap as the limit; None for an answer that did not end within the cap."""
+    import torch
+    from peft import PeftModel
+
+    from ragtrail.llm.scoring import render_chat_prompt
+
+    model, tokenizer = load_trainable(base_model, cache_dir=cache_dir)
+    if sft_adapter is not None:
+        model = PeftModel.from_pretrained(model, str(sft_adapter)).merge_and_unload()
+    model.eval()
+    ends = set(end_token_ids(model, tokenizer))
+    lengths: list[int | None] = []
+    for k, prompt in enumerate(prompts[:PROBE_PROMPTS]):
+        text, templated = render_chat_prompt(tokenizer, prompt.messages)
+        ids = tokenizer(text, add_special_tokens=not templated, return_tensors="pt")["input_ids"]
+        torch.manual_seed(config.seed + k)
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=config.rl_temperature,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=config.max_completion_length,
+                eos_token_id=sorted(ends),
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        answer = out[0, ids.shape[1] :].tolist()
+        stop = next((i for i, t in enumerate(answer) if t in ends), None)
+        lengths.append(None if stop is None else stop)
+    return lengths
+
+
 def completion_limit(
-    tokenizer: Any, target_completions: Sequence[str], config: CitationTrainingConfig
+    tokenizer: Any,
+    target_completions: Sequence[str],
+    probed: Sequence[int | None],
+    config: CitationTrainingConfig,
 ) -> tuple[int, str]:
-    """The RL completion limit and where it came from (recorded in lineage)."""
+    """The RL completion limit and where it came from (recorded in lineage): fitted to the
+    longest of the SFT targets and of the probed answers that ended (see
+    :func:`~ragtrail.train.reward_signal.fitted_completion_length`), the cap when none did."""
     cap = config.max_completion_length
     if not config.fit_completion_length:
         return cap, "max_completion_length (fitting off)"
-    if not target_completions:
-        return cap, "max_completion_length (no SFT target to fit to)"
-    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in target_completions]
-    limit = fitted_completion_length(lengths, cap)
-    return limit, f"fitted: longest of {len(lengths)} SFT targets {max(lengths)} tokens, cap {cap}"
+    targets = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in target_completions]
+    ended = [n for n in probed if n is not None]
+    parts = []
+    if targets:
+        parts.append(f"{len(targets)} SFT targets up to {max(targets)} tokens")
+    if probed:
+        longest = f" up to {max(ended)} tokens" if ended else ""
+        parts.append(f"{len(ended)} of {len(probed)} answers of the SFT model ended{longest}")
+    if not targets and not ended:
+        return cap, f"max_completion_length ({'; '.join(parts) or 'nothing to fit to'})"
+    limit = fitted_completion_length(targets + ended, cap)
+    return limit, f"fitted to {'; '.join(parts)} (x1.5 + 1, cap {cap})"
 
 
 def rl_stage_config(
@@ -139,11 +201,17 @@ def run_rl(
 ) -> StageResult:
     """Train a LoRA with the configured algorithm on ``prompts`` over the base model with
     ``sft_adapter`` merged (the base alone when SFT was skipped); save it to
-    ``work_dir/adapter``. ``target_completions`` (the SFT targets) size the completion limit."""
+    ``work_dir/adapter``. The completion limit is fitted to ``target_completions`` (the SFT
+    targets) and to the answers the SFT model writes to a few prompts (:func:`completion_limit`)."""
     if not prompts:
         raise ValueError("the RL stage needs at least one prompt")
+    probed = (
+        probe_answer_lengths(base_model, sft_adapter, prompts, config, cache_dir=cache_dir)
+        if config.fit_completion_length
+        else []
+    )
     limit, basis = completion_limit(
-        load_tokenizer(base_model, cache_dir=cache_dir), target_completions, config
+        load_tokenizer(base_model, cache_dir=cache_dir), target_completions, probed, config
     )
     stage_config = rl_stage_config(config, limit, basis)
     if RLAlgorithm(config.rl_algorithm) is RLAlgorithm.PPO:
