@@ -53,12 +53,14 @@ def train_citation(
 
     run_id = run_id or f"train-citation-{utcnow():%Y%m%dT%H%M%S}"
     with runtime() as rt:
-        overrides = {"rl_algorithm": algorithm, "sft_steps": sft_steps, "rl_steps": rl_steps}
-        chosen = {k: v for k, v in overrides.items() if v is not None}
+        steps = {"sft_steps": sft_steps, "rl_steps": rl_steps}
+        chosen = {k: v for k, v in steps.items() if v is not None}
         if chosen:
             rt.settings.citation_training = rt.settings.citation_training.model_copy(update=chosen)
         split = prepare_citation_data(rt, corpus=corpus, run_id=run_id, qa_set=qa_set)
-        trained = train_challenger(rt, corpus=corpus, run_id=run_id, base_model=base_model)
+        trained = train_challenger(
+            rt, corpus=corpus, run_id=run_id, base_model=base_model, rl_algorithm=algorithm
+        )
         gate = gate_challenger(rt, corpus=corpus, run_id=run_id, version=trained.version)
     if as_json:
         emit(

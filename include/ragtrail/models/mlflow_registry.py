@@ -64,6 +64,8 @@ MAX_TAG_VALUE = 5000  # MLflow's limit for registered-model / version tag values
 MAX_PARAM_VALUE = 6000
 _TRUNCATED = "(too long for a tag: see ragtrail.lineage_uri)"
 _METRIC_SECTIONS = ("training_metrics", "evaluation_metrics")
+HISTORY_SUFFIX = ".history"
+"""Lineage lists under keys ending so are per-step logs, recorded as MLflow metric histories."""
 
 
 def _disable_telemetry() -> None:
@@ -180,7 +182,9 @@ class MlflowModelRegistry:
             )
 
     def _lineage_run(self, name: str, digest: str, kind: str, lineage: Mapping[str, Any]) -> str:
-        """An MLflow run holding the lineage as params and its metric sections as metrics."""
+        """An MLflow run holding the lineage as params, its metric sections as metrics, and every
+        ``...history`` list of per-step rows (a training stage's log) as metric histories: the
+        row's numbers under ``<path>.<key>`` at the row's ``step``."""
         from mlflow.entities import Metric, Param
 
         experiment = self.client.get_experiment_by_name(self.experiment)
@@ -199,7 +203,9 @@ class MlflowModelRegistry:
         now = int(time.time() * 1000)
         params, metrics = [], []
         for path, value in _leaves(lineage):
-            if path.split(".", 1)[0] in _METRIC_SECTIONS and _is_number(value):
+            if path.endswith(HISTORY_SUFFIX) and isinstance(value, list):
+                metrics += _step_metrics(path.removesuffix(HISTORY_SUFFIX), value, now)
+            elif path.split(".", 1)[0] in _METRIC_SECTIONS and _is_number(value):
                 metrics.append(Metric(_mlflow_key(path), float(value), now, 0))
             elif not isinstance(value, list | dict):
                 text = "null" if value is None else str(value)
@@ -438,6 +444,21 @@ def _mlflow_key(path: str) -> str:
     """A key MLflow accepts (letters, digits, ``_ - . / space``; at most 250 characters)."""
     cleaned = "".join(c if c.isalnum() or c in "_-./ " else "_" for c in path)
     return cleaned[:250]
+
+
+def _step_metrics(prefix: str, rows: list[Any], timestamp: int) -> list[Any]:
+    """MLflow metrics of a per-step log: each row's numbers (but ``step``) at its ``step``."""
+    from mlflow.entities import Metric
+
+    out = []
+    for row in rows:
+        if not isinstance(row, Mapping) or not _is_number(row.get("step")):
+            continue
+        step = int(row["step"])
+        for key, value in row.items():
+            if key != "step" and _is_number(value):
+                out.append(Metric(_mlflow_key(f"{prefix}.{key}"), float(value), timestamp, step))
+    return out
 
 
 def _is_number(value: Any) -> bool:

@@ -36,7 +36,7 @@ from ragtrail.pipeline.events import (
     DriftEvent,
     TestsetEvent,
 )
-from ragtrail.records import DEFAULT_TEXT_WEIGHTS, LABELS
+from ragtrail.records import DEFAULT_TEXT_WEIGHTS, LABELS, RLAlgorithm
 
 log = logging.getLogger(__name__)
 
@@ -491,6 +491,7 @@ def _resolve_retraining(
         "drift_run_id": (event.night_run_id if event else None) or params.get("drift_run") or None,
         "drift_decision_id": event.decision_id if event else None,
         "base_model": params.get("base_model") or None,
+        "rl_algorithm": params.get("rl_algorithm") or None,
         # the models whose metrics drifted (the event), else the Param's choice
         "models": list(event.models) if event else list(params.get("models", [CITATION_MODEL])),
         "run_id": run_id,
@@ -517,6 +518,13 @@ RETRAIN = Flow(
             "Base model",
             "Model the adapters are trained on (builtin:..., hf:<id or path>); empty = the "
             "champion's base, else the configured answerer.",
+        ),
+        "rl_algorithm": ParamSpec(
+            None,
+            {"type": ["null", "string"], "enum": [None, *(a.value for a in RLAlgorithm)]},
+            "RL algorithm",
+            "The citation model's RL stage after SFT: ppo, grpo or rloo; empty = "
+            "citation_training.rl_algorithm.",
         ),
         "models": ParamSpec(
             [CITATION_MODEL],
@@ -549,8 +557,9 @@ RETRAIN = Flow(
         Step(
             "train",
             "train_citation_challenger",
-            "SFT targets, SFT and RL (LoRA) on the split, the bundle registered as a new version",
-            inputs=("corpus", "run_id", "base_model", "models"),
+            "SFT targets, SFT and RL (LoRA; PPO, GRPO or RLOO) on the split, the bundle "
+            "registered as a new version",
+            inputs=("corpus", "run_id", "base_model", "rl_algorithm", "models"),
             outputs=("version",),
             pool="gpu",
             queue="gpu",

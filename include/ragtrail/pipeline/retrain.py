@@ -103,9 +103,15 @@ def serving_spec(rt: Runtime) -> tuple[str, str]:
 
 
 def train_challenger(
-    rt: Runtime, *, corpus: str, run_id: str, base_model: str | None = None
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    base_model: str | None = None,
+    rl_algorithm: str | None = None,
 ) -> ChallengerVersion:
-    """Train a new citation model on the run's split and register it (not yet an alias)."""
+    """Train a new citation model on the run's split and register it (not yet an alias);
+    ``rl_algorithm`` (ppo, grpo, rloo) overrides ``citation_training.rl_algorithm``."""
     from ragtrail.train.citation import CitationTrainingConfig, train_citation_model
 
     name = rt.settings.registry.citation_model_name
@@ -119,7 +125,8 @@ def train_challenger(
     cfg = rt.settings.citation_training
     teacher = rt.llm_for_spec(cfg.teacher) if cfg.teacher else None
     current = None if teacher is not None else rt.llm_for_spec(serving)
-    config = CitationTrainingConfig.from_settings(rt.settings)
+    chosen = {"rl_algorithm": rl_algorithm} if rl_algorithm else {}
+    config = CitationTrainingConfig.from_settings(rt.settings, **chosen)
     with tempfile.TemporaryDirectory(prefix="ragtrail-train-") as work:
         result = train_citation_model(
             base,

@@ -525,6 +525,7 @@ def train_citation_challenger(
     corpus: str,
     run_id: str,
     base_model: str | None = None,
+    rl_algorithm: str | None = None,
     models: list[str] | None = None,
 ) -> XCom:
     """SFT + RL on the run's split; the bundle registered as a new citation-model version."""
@@ -532,7 +533,9 @@ def train_citation_challenger(
         return {"version": None, "skipped": why}
     from ragtrail.pipeline.retrain import train_challenger
 
-    return train_challenger(rt, corpus=corpus, run_id=run_id, base_model=base_model).to_json()
+    return train_challenger(
+        rt, corpus=corpus, run_id=run_id, base_model=base_model, rl_algorithm=rl_algorithm
+    ).to_json()
 
 
 def gate_citation_challenger(

@@ -34,6 +34,15 @@ LINEAGE = {
     "configuration": {"lora_r": 8, "lr": 0.0002},
     "seeds": {"training": 13},
     "training_metrics": {"sft_loss_last": 1.25, "rl_reward_mean": 0.5},
+    "stages": {
+        "rl": {
+            "steps": 2,
+            "history": [
+                {"step": 1, "reward": 0.25, "kl": 0.0, "status/ok": 3},
+                {"step": 2, "reward": 0.5, "kl": 0.125, "status/ok": 4},
+            ],
+        }
+    },
 }
 
 
@@ -85,6 +94,13 @@ def test_register_promote_rollback_history(registry: MlflowModelRegistry, tmp_pa
     assert run.data.metrics["training_metrics.sft_loss_last"] == 1.25
     assert run.data.metrics["evaluation_metrics.citation_f1"] == 0.31
     assert run.data.params["configuration.lora_r"] == "8"
+    # a stage's per-iteration log becomes metric histories of the version's run
+    history = registry.client.get_metric_history(v1.run_id, "stages.rl.reward")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
+        (1, 0.25),
+        (2, 0.5),
+    ]
+    assert len(registry.client.get_metric_history(v1.run_id, "stages.rl.status/ok")) == 2
 
     v2 = registry.register_bundle(NAME, make_bundle(tmp_path, "b"))
     assert v2.version == 2 and v2.digest != v1.digest
