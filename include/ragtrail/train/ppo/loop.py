@@ -344,34 +344,13 @@ def train_ppo(
         if stopped is not None:
             break
         rollout = _Rollout(ids, mask, width, response_mask, torch.tensor(rewards, device=device))
-        every = torch.arange(len(indices), device=device)
-        with torch.no_grad():
-            old_logp, entropy, old_values = policy.forward(rollout, every, values=True)
-            with model.disable_adapter():
-                ref_logp, _, _ = policy.forward(rollout, every, values=False)
-        assert old_values is not None
-        token_r, kl = ob.token_rewards(
-            rollout.scores, old_logp, ref_logp, response_mask, kl_ctl.value
-        )
-        advantages, returns = ob.gae(
-            token_r, old_values, response_mask, gamma=config.gamma, lam=config.lam
-        )
-        advantages = ob.whiten(advantages, response_mask)
+        targets = _targets(policy, rollout, kl_ctl.value, config)
         kl_coef = kl_ctl.value
         stats = _update(
-            policy,
-            optimizer,
-            params,
-            rollout,
-            old_logp,
-            old_values,
-            advantages,
-            returns,
-            config,
-            generator_seed=config.seed * 7919 + step,
+            policy, optimizer, params, rollout, targets, config, seed=config.seed * 7919 + step
         )
         tokens_seen += int(mask.sum()) * config.epochs
-        sequence_kl = float(kl.sum(dim=1).mean())
+        sequence_kl = float(targets.kl.sum(dim=1).mean())
         kl_ctl.update(sequence_kl, len(indices))
         history.append(
             {
@@ -380,7 +359,7 @@ def train_ppo(
                 "reward_std": float(torch.tensor(rewards).std(unbiased=False)),
                 "kl": sequence_kl,
                 "kl_coef": kl_coef,
-                "entropy": float(ob.masked_mean(entropy, response_mask)),
+                "entropy": float(ob.masked_mean(targets.entropy, response_mask)),
                 **stats,
                 "response_length": float(response_mask.sum(dim=1).mean()),
                 "cut_off": sum(cut_off) / len(cut_off),
@@ -417,39 +396,75 @@ def train_ppo(
     )
 
 
+@dataclass
+class _Targets:
+    """What one rollout's updates aim at, computed once without grad before them."""
+
+    old_logp: torch.Tensor  # [B, T] log-probs under the policy that sampled
+    old_values: torch.Tensor  # [B, T]
+    advantages: torch.Tensor  # [B, T] whitened
+    returns: torch.Tensor  # [B, T]
+    kl: torch.Tensor  # [B, T] per-token KL estimate to the reference
+    entropy: torch.Tensor  # [B, T]
+
+
+def _targets(policy: _Policy, rollout: _Rollout, kl_coef: float, config: PPOConfig) -> _Targets:
+    """Old log-probs and values, reference log-probs (adapter disabled), the per-token rewards,
+    GAE advantages (whitened) and returns of one rollout."""
+    import torch
+
+    from ragtrail.train.ppo import objectives as ob
+
+    every = torch.arange(rollout.input_ids.shape[0], device=rollout.input_ids.device)
+    with torch.no_grad():
+        old_logp, entropy, old_values = policy.forward(rollout, every, values=True)
+        with policy.model.disable_adapter():
+            ref_logp, _, _ = policy.forward(rollout, every, values=False)
+    assert old_values is not None
+    mask = rollout.response_mask
+    rewards, kl = ob.token_rewards(rollout.scores, old_logp, ref_logp, mask, kl_coef)
+    advantages, returns = ob.gae(rewards, old_values, mask, gamma=config.gamma, lam=config.lam)
+    return _Targets(old_logp, old_values, ob.whiten(advantages, mask), returns, kl, entropy)
+
+
 def _update(
     policy: _Policy,
     optimizer: Any,
     params: list[Any],
     rollout: _Rollout,
-    old_logp: torch.Tensor,
-    old_values: torch.Tensor,
-    advantages: torch.Tensor,
-    returns: torch.Tensor,
+    targets: _Targets,
     config: PPOConfig,
     *,
-    generator_seed: int,
+    seed: int,
 ) -> dict[str, float]:
     """``epochs`` passes of minibatch updates over one rollout; the means of what they showed."""
     import torch
 
     from ragtrail.train.ppo import objectives as ob
 
-    n = old_logp.shape[0]
-    generator = torch.Generator().manual_seed(generator_seed)
-    sums = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "clip_fraction": 0.0}
-    sums |= {"value_clip_fraction": 0.0, "approx_kl": 0.0}
+    n = targets.old_logp.shape[0]
+    generator = torch.Generator().manual_seed(seed)
+    sums = dict.fromkeys(
+        ("loss", "policy_loss", "value_loss", "clip_fraction", "value_clip_fraction", "approx_kl"),
+        0.0,
+    )
     updates = 0
     for _ in range(config.epochs):
-        order = torch.randperm(n, generator=generator).to(old_logp.device)
+        order = torch.randperm(n, generator=generator).to(targets.old_logp.device)
         for start in range(0, n, config.minibatch_size):
             rows = order[start : start + config.minibatch_size]
             mask = rollout.response_mask[rows]
             logp, _, values = policy.forward(rollout, rows, values=True)
             assert values is not None
-            pg = ob.policy_loss(logp, old_logp[rows], advantages[rows], mask, config.cliprange)
+            pg = ob.policy_loss(
+                logp, targets.old_logp[rows], targets.advantages[rows], mask, config.cliprange
+            )
             vf, vf_clip = ob.value_loss(
-                values, old_values[rows], returns[rows], mask, config.cliprange_value
+                values,
+                targets.old_values[rows],
+                targets.returns[rows],
+                mask,
+                config.cliprange_value,
             )
             loss = pg.loss + config.vf_coef * vf
             if not torch.isfinite(loss):
