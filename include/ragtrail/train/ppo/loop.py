@@ -38,6 +38,7 @@ sequence KL to the reference), ``kl_coef``, ``entropy`` (mean token entropy of t
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +54,8 @@ from ragtrail.train.reward_signal import RewardSpreadGuard
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 TRAINER = (
     "ragtrail PPO loop (LoRA policy, value head on the shared backbone, "
@@ -342,6 +345,7 @@ def train_ppo(
         statuses = [str(s.status) for s in scored]
         stopped = guard.observe(rewards, statuses)
         if stopped is not None:
+            log.warning("PPO stopped at iteration %d: %s", step, stopped)
             break
         rollout = _Rollout(ids, mask, width, response_mask, torch.tensor(rewards, device=device))
         targets = _targets(policy, rollout, kl_ctl.value, config)
@@ -367,6 +371,15 @@ def train_ppo(
                 "lr": config.lr,
                 **{f"status/{k}": v for k, v in guard.history[-1].items()},
             }
+        )
+        log.info(
+            "PPO iteration %d/%d: reward %.3f (%s), KL %.3f, %.0f s so far",
+            step,
+            config.steps,
+            history[-1]["reward"],
+            ", ".join(f"{k} {v}" for k, v in guard.history[-1].items()),
+            sequence_kl,
+            time.perf_counter() - started,
         )
     record = stage_config if stage_config is not None else config.as_dict()
     if stopped is not None and not guard.saw_spread:
