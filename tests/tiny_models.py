@@ -73,9 +73,13 @@ def build_tiny_llama(
     vocab_size: int = 320,
     max_positions: int = 128,
     initializer_range: float = 0.02,
+    byte_alphabet: bool = True,
 ) -> Path:
-    """A 2-layer Llama with the chat template, saved with its tokenizer to ``out``."""
-    tok = train_tokenizer(out, corpus, chat_template=CHAT_TEMPLATE, vocab_size=vocab_size)
+    """A 2-layer Llama with the chat template, saved with its tokenizer to ``out`` (see
+    :func:`train_tokenizer` for ``byte_alphabet``)."""
+    tok = train_tokenizer(
+        out, corpus, chat_template=CHAT_TEMPLATE, vocab_size=vocab_size, byte_alphabet=byte_alphabet
+    )
     torch.manual_seed(0)
     cfg = LlamaConfig(
         vocab_size=len(tok),

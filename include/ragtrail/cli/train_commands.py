@@ -8,6 +8,7 @@ import typer
 
 from ragtrail.cli.common import JsonFlag, console, emit, runtime
 from ragtrail.records import RLAlgorithm
+from ragtrail.summaries.base import Record
 
 train_app = typer.Typer(
     help="Train a new version of a model by hand (registered; aliases move only if its gate "
@@ -23,6 +24,18 @@ QASetOpt = Annotated[
 BaseModelOpt = Annotated[
     str | None, typer.Option(help="Model the adapters are trained on; default the champion's.")
 ]
+
+
+def emit_run(run_id: str, split: Record, trained: Record, gate: Record) -> None:
+    """A training run's summary as JSON: its id, split, trained version and gate decision."""
+    emit(
+        {
+            "run_id": run_id,
+            "split": split.to_json(),
+            "trained": trained.to_json(),
+            "gate": gate.to_json(),
+        }
+    )
 
 
 @train_app.command("citation")
@@ -63,14 +76,7 @@ def train_citation(
         )
         gate = gate_challenger(rt, corpus=corpus, run_id=run_id, version=trained.version)
     if as_json:
-        emit(
-            {
-                "run_id": run_id,
-                "split": split.to_json(),
-                "trained": trained.to_json(),
-                "gate": gate.to_json(),
-            }
-        )
+        emit_run(run_id, split, trained, gate)
         return
     console.print(
         f"split {split.split_version}: {split.train_prompts} training prompts from "
@@ -129,14 +135,7 @@ def train_evidence(
         trained = train_evidence_challenger(rt, corpus=corpus, run_id=run_id, base_model=base_model)
         gate = gate_evidence_challenger(rt, corpus=corpus, run_id=run_id, version=trained.version)
     if as_json:
-        emit(
-            {
-                "run_id": run_id,
-                "split": split.to_json(),
-                "trained": trained.to_json(),
-                "gate": gate.to_json(),
-            }
-        )
+        emit_run(run_id, split, trained, gate)
         return
     console.print(
         f"split {split.split_version}: {split.train_prompts} training prompts, "

@@ -11,11 +11,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from ragtrail.train.ppo.loop import PPOConfig, train_ppo
-from tests.tiny_models import CHAT_TEMPLATE, train_tokenizer
+from tests.tiny_models import build_tiny_llama
 
 MARKED = 2
 
@@ -77,27 +75,15 @@ CONFIG = PPOConfig(
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer Llama over a 12-token vocabulary (digits among a few tokens, so a random policy
     cites now and then), its output layer wide enough (init std 0.15) to become peaked."""
-    out = tmp_path_factory.mktemp("ppo-tiny")
     corpus = [p[0]["content"] for p in PROMPTS] + ["[1]", "[2]", "[3]"] * 5
-    tok = train_tokenizer(
-        out, corpus, chat_template=CHAT_TEMPLATE, vocab_size=12, byte_alphabet=False
-    )
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
+    return build_tiny_llama(
+        tmp_path_factory.mktemp("ppo-tiny"),
+        corpus,
+        vocab_size=12,
+        max_positions=256,
         initializer_range=0.15,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.bos_token_id,
+        byte_alphabet=False,
     )
-    LlamaForCausalLM(config).save_pretrained(out)
-    return out
 
 
 def _mean(history: tuple[dict, ...], key: str, rows: slice) -> float:

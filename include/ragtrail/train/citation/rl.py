@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from ragtrail.train.citation.stage import (
     load_tokenizer,
     load_trainable,
     lora_config,
+    sample_completions,
     step_history,
     trainer_arguments,
 )
@@ -81,37 +83,29 @@ def probe_answer_lengths(
 ) -> list[int | None]:
     """Token lengths of the answers the model RL starts from (base + SFT adapter) writes to the
     first :data:`PROBE_PROMPTS` prompts, sampled as RL samples them (temperature, seed) with the
-    cap as the limit; None for an answer that did not end within the cap."""
+    cap as the limit (end token excluded); None for an answer that did not end within the cap."""
     import torch
-    from peft import PeftModel
 
     from ragtrail.llm.scoring import render_chat_prompt
 
-    model, tokenizer = load_trainable(base_model, cache_dir=cache_dir)
-    if sft_adapter is not None:
-        model = PeftModel.from_pretrained(model, str(sft_adapter)).merge_and_unload()
+    model, tokenizer = load_trainable(base_model, cache_dir=cache_dir, merge=sft_adapter)
     model.eval()
-    ends = set(end_token_ids(model, tokenizer))
+    end_ids = end_token_ids(model, tokenizer)
     lengths: list[int | None] = []
     for k, prompt in enumerate(prompts[:PROBE_PROMPTS]):
         text, templated = render_chat_prompt(tokenizer, prompt.messages)
         ids = tokenizer(text, add_special_tokens=not templated, return_tensors="pt")["input_ids"]
-        torch.manual_seed(config.seed + k)
-        with torch.no_grad():
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=True,
-                temperature=config.rl_temperature,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=config.max_completion_length,
-                eos_token_id=sorted(ends),
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        answer = out[0, ids.shape[1] :].tolist()
-        stop = next((i for i, t in enumerate(answer) if t in ends), None)
-        lengths.append(None if stop is None else stop)
+        ((tokens, cut_off),) = sample_completions(
+            model,
+            ids,
+            torch.ones_like(ids),
+            temperature=config.rl_temperature,
+            max_new_tokens=config.max_completion_length,
+            end_ids=end_ids,
+            pad_id=tokenizer.pad_token_id,
+            seed=config.seed + k,
+        )
+        lengths.append(None if cut_off else len(tokens) - 1)
     return lengths
 
 
@@ -213,28 +207,39 @@ def run_rl(
     limit, basis = completion_limit(
         load_tokenizer(base_model, cache_dir=cache_dir), target_completions, probed, config
     )
-    stage_config = rl_stage_config(config, limit, basis)
-    if RLAlgorithm(config.rl_algorithm) is RLAlgorithm.PPO:
-        return _run_ppo(
-            base_model, sft_adapter, prompts, config, work_dir, limit, stage_config, cache_dir
-        )
-    return _run_trl(
-        base_model, sft_adapter, prompts, config, work_dir, limit, stage_config, cache_dir
+    run = _RLRun(
+        base_model,
+        sft_adapter,
+        tuple(prompts),
+        config,
+        work_dir,
+        limit,
+        rl_stage_config(config, limit, basis),
+        cache_dir,
     )
+    if RLAlgorithm(config.rl_algorithm) is RLAlgorithm.PPO:
+        return _run_ppo(run)
+    return _run_trl(run)
 
 
-def _run_ppo(
-    base_model: str,
-    sft_adapter: Path | None,
-    prompts: Sequence[CitationPrompt],
-    config: CitationTrainingConfig,
-    work_dir: Path,
-    limit: int,
-    stage_config: JsonObject,
-    cache_dir: str | Path | None,
-) -> StageResult:
+@dataclass(frozen=True)
+class _RLRun:
+    """One RL stage's inputs, as both runners take them."""
+
+    base_model: str
+    sft_adapter: Path | None
+    prompts: tuple[CitationPrompt, ...]
+    config: CitationTrainingConfig
+    work_dir: Path
+    limit: int
+    stage_config: JsonObject
+    cache_dir: str | Path | None
+
+
+def _run_ppo(run: _RLRun) -> StageResult:
     from ragtrail.train.ppo.loop import PPOConfig, train_ppo
 
+    config, prompts = run.config, run.prompts
     ppo = PPOConfig(
         steps=config.rl_steps,
         prompts_per_step=config.num_generations,
@@ -250,7 +255,7 @@ def _run_ppo(
         gamma=config.gamma,
         lam=config.gae_lambda,
         temperature=config.rl_temperature,
-        max_new_tokens=limit,
+        max_new_tokens=run.limit,
         max_prompt_length=config.max_length,
         max_grad_norm=config.max_grad_norm,
         patience=config.rl_patience,
@@ -266,14 +271,14 @@ def _run_ppo(
         ]
 
     return train_ppo(
-        base_model,
+        run.base_model,
         [p.messages for p in prompts],
         score,
         ppo,
-        work_dir,
-        init_adapter=sft_adapter,
-        cache_dir=cache_dir,
-        stage_config=stage_config,
+        run.work_dir,
+        init_adapter=run.sft_adapter,
+        cache_dir=run.cache_dir,
+        stage_config=run.stage_config,
     )
 
 
@@ -298,19 +303,10 @@ def _spread_callback(guard: RewardSpreadGuard, reward: CitationReward) -> Any:
     return SpreadCallback()
 
 
-def _run_trl(
-    base_model: str,
-    sft_adapter: Path | None,
-    prompts: Sequence[CitationPrompt],
-    config: CitationTrainingConfig,
-    work_dir: Path,
-    limit: int,
-    stage_config: JsonObject,
-    cache_dir: str | Path | None,
-) -> StageResult:
+def _run_trl(run: _RLRun) -> StageResult:
     from datasets import Dataset
-    from peft import PeftModel
 
+    config = run.config
     algorithm = RLAlgorithm(config.rl_algorithm)
     if algorithm is RLAlgorithm.GRPO:
         from trl import GRPOConfig as TrainerConfig
@@ -320,24 +316,24 @@ def _run_trl(
         from trl import RLOOTrainer as Trainer
 
     started = time.perf_counter()
-    model, tokenizer = load_trainable(base_model, cache_dir=cache_dir)
-    if sft_adapter is not None:
-        model = PeftModel.from_pretrained(model, str(sft_adapter)).merge_and_unload()
+    model, tokenizer = load_trainable(
+        run.base_model, cache_dir=run.cache_dir, merge=run.sft_adapter
+    )
     ends = [*end_token_ids(model, tokenizer), tokenizer.pad_token_id]
     reward = CitationReward([i for i in ends if i is not None])
-    guard = RewardSpreadGuard(config.rl_patience, max_length=limit)
+    guard = RewardSpreadGuard(config.rl_patience, max_length=run.limit)
     callback = _spread_callback(guard, reward)
     rows = [
         {"prompt": p.messages, "relevant": list(p.relevant), "n_passages": p.n_passages}
-        for p in prompts
+        for p in run.prompts
     ]
     args = TrainerConfig(
-        **trainer_arguments(config, work_dir / "trainer"),
+        **trainer_arguments(config, run.work_dir / "trainer"),
         max_steps=config.rl_steps,
         per_device_train_batch_size=config.num_generations,
         gradient_accumulation_steps=1,
         num_generations=config.num_generations,
-        max_completion_length=limit,
+        max_completion_length=run.limit,
         temperature=config.rl_temperature,
         beta=config.beta,
         learning_rate=config.rl_lr,
@@ -348,11 +344,13 @@ def _run_trl(
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
-        peft_config=lora_config(model, config),
+        peft_config=lora_config(
+            model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout
+        ),
         callbacks=[callback],
     )
     trainer.train()
-    record = {**stage_config, "reward_statuses": dict(sorted(reward.status_totals.items()))}
+    record = {**run.stage_config, "reward_statuses": dict(sorted(reward.status_totals.items()))}
     if callback.stopped is not None and not guard.saw_spread:
         history = step_history(trainer.state.log_history)
         return StageResult(
@@ -369,7 +367,7 @@ def _run_trl(
     return finished_stage(
         "rl",
         trainer,
-        work_dir,
+        run.work_dir,
         started=started,
         examples=len(rows),
         config=record,

@@ -108,7 +108,9 @@ def run_sft(
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
-        peft_config=lora_config(model, config),
+        peft_config=lora_config(
+            model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout
+        ),
     )
     trainer.train()
     return finished_stage(

@@ -139,16 +139,62 @@ def load_tokenizer(base_model: str, *, cache_dir: str | Path | None = None) -> A
     return tokenizer
 
 
-def load_trainable(base_model: str, *, cache_dir: str | Path | None = None) -> tuple[Any, Any]:
+def load_trainable(
+    base_model: str, *, cache_dir: str | Path | None = None, merge: Path | None = None
+) -> tuple[Any, Any]:
     """The base model (float32) and its tokenizer, resolved like the transformers backend resolves
-    specs (path, HF id, ``s3://``, ``builtin:``), with a pad token."""
+    specs (path, HF id, ``s3://``, ``builtin:``), with a pad token. ``merge`` (an earlier stage's
+    LoRA adapter) is merged into the weights: a fresh adapter trained on top then has exactly
+    that model as its reference when disabled."""
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
         _source(base_model, cache_dir), dtype=torch.float32
     )
+    if merge is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(merge)).merge_and_unload()
     return model, load_tokenizer(base_model, cache_dir=cache_dir)
+
+
+def sample_completions(
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    *,
+    temperature: float,
+    max_new_tokens: int,
+    end_ids: Sequence[int],
+    pad_id: int,
+    seed: int,
+) -> list[tuple[list[int], bool]]:
+    """One sampled completion per (left-padded) row, as an RL stage samples them: ``temperature``
+    over the full vocabulary (no top-k / top-p cut), seeded, ending at any of ``end_ids``. Each
+    completion's tokens up to and including its end token, and whether it was cut off (no end
+    token within ``max_new_tokens``)."""
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=list(end_ids),
+            pad_token_id=pad_id,
+        )
+    ends = set(end_ids)
+    completions = []
+    for row in out[:, input_ids.shape[1] :].tolist():
+        stop = next((i for i, t in enumerate(row) if t in ends), None)
+        completions.append((row, True) if stop is None else (row[: stop + 1], False))
+    return completions
 
 
 def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -167,16 +213,16 @@ def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
-def lora_config(model: Any, config: CitationTrainingConfig) -> Any:
+def lora_config(model: Any, *, r: int, alpha: float, dropout: float = 0.0) -> Any:
     """A fresh causal-LM LoRA on the architecture's default targets (attention q and v)."""
     from peft import LoraConfig
 
     from ragtrail.train.lora import resolve_target_modules
 
     return LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
         target_modules=resolve_target_modules(model, None),
         task_type="CAUSAL_LM",
     )

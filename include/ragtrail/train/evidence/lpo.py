@@ -37,7 +37,7 @@ from ragtrail.evaluate.evidence.ranking import preference_pairs
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import Message, _freeze_messages
 from ragtrail.llm.scoring import EncodedContinuation, continuation_log_probs, encode_continuation
-from ragtrail.train.citation.stage import ADAPTER, StageResult, load_trainable
+from ragtrail.train.citation.stage import ADAPTER, StageResult, load_trainable, lora_config
 
 if TYPE_CHECKING:
     import torch
@@ -322,20 +322,6 @@ def _step_plan(n_pairs: int, config: LPOConfig) -> list[list[int]]:
     return plan
 
 
-def _lora(model: Any, config: LPOConfig) -> Any:
-    from peft import LoraConfig
-
-    from ragtrail.train.lora import resolve_target_modules
-
-    return LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=resolve_target_modules(model, None),
-        task_type="CAUSAL_LM",
-    )
-
-
 def train_lpo(
     base_model: str,
     lists: Sequence[PreferenceList],
@@ -355,7 +341,7 @@ def train_lpo(
     ``examples`` is the number of pairs.
     """
     import torch
-    from peft import PeftModel, get_peft_model
+    from peft import get_peft_model
 
     started = time.perf_counter()
     candidates = [
@@ -370,10 +356,11 @@ def train_lpo(
             "least two candidates of different scores"
         )
     torch.manual_seed(config.seed)
-    model, tokenizer = load_trainable(base_model, cache_dir=cache_dir)
-    if init_adapter is not None:
-        model = PeftModel.from_pretrained(model, str(init_adapter)).merge_and_unload()
-    model = get_peft_model(model, _lora(model, config))
+    model, tokenizer = load_trainable(base_model, cache_dir=cache_dir, merge=init_adapter)
+    model = get_peft_model(
+        model,
+        lora_config(model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout),
+    )
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
     pad_id = _pad_id(tokenizer)

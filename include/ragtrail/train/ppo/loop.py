@@ -49,7 +49,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import Message
 from ragtrail.llm.scoring import render_chat_prompt
-from ragtrail.train.citation.stage import ADAPTER, StageResult, end_token_ids, load_trainable
+from ragtrail.train.citation.stage import (
+    ADAPTER,
+    StageResult,
+    end_token_ids,
+    load_trainable,
+    lora_config,
+    sample_completions,
+)
 from ragtrail.train.reward_signal import RewardSpreadGuard
 
 if TYPE_CHECKING:
@@ -212,27 +219,18 @@ def _rollout(
     for row, p in enumerate(prompt_ids):
         ids[row, width - len(p) :] = torch.tensor(p)
         mask[row, width - len(p) :] = 1
-    torch.manual_seed(sample_seed)
-    with torch.no_grad():
-        generated = policy.model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            do_sample=True,
-            temperature=config.temperature,
-            top_k=0,
-            top_p=1.0,
-            max_new_tokens=config.max_new_tokens,
-            eos_token_id=end_ids,
-            pad_token_id=policy.pad_id,
-        )
-    responses = generated[:, width:].cpu()
-    ends = set(end_ids)
-    kept: list[list[int]] = []
-    cut_off: list[bool] = []
-    for row in responses.tolist():
-        stop = next((i for i, t in enumerate(row) if t in ends), None)
-        kept.append(row if stop is None else row[: stop + 1])
-        cut_off.append(stop is None)
+    sampled = sample_completions(
+        policy.model,
+        ids.to(device),
+        mask.to(device),
+        temperature=config.temperature,
+        max_new_tokens=config.max_new_tokens,
+        end_ids=end_ids,
+        pad_id=policy.pad_id,
+        seed=sample_seed,
+    )
+    kept = [tokens for tokens, _ in sampled]
+    cut_off = [cut for _, cut in sampled]
     span = max(len(r) for r in kept)
     response_ids = torch.full((len(kept), span), policy.pad_id, dtype=torch.long)
     response_mask = torch.zeros((len(kept), span))
@@ -242,20 +240,6 @@ def _rollout(
     full_ids = torch.cat([ids, response_ids], dim=1).to(device)
     full_mask = torch.cat([mask, response_mask.long()], dim=1).to(device)
     return full_ids, full_mask, width, response_mask.to(device), cut_off, kept
-
-
-def _lora(model: Any, config: PPOConfig) -> Any:
-    from peft import LoraConfig
-
-    from ragtrail.train.lora import resolve_target_modules
-
-    return LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=0.0,
-        target_modules=resolve_target_modules(model, None),
-        task_type="CAUSAL_LM",
-    )
 
 
 def _prompt_order(n_prompts: int, config: PPOConfig) -> list[list[int]]:
@@ -290,7 +274,7 @@ def train_ppo(
     and says why it stopped. ``stage_config`` is recorded in the result (default: the config).
     """
     import torch
-    from peft import PeftModel, get_peft_model
+    from peft import get_peft_model
 
     from ragtrail.train.ppo import objectives as ob
 
@@ -298,11 +282,9 @@ def train_ppo(
         raise ValueError("PPO needs at least one prompt")
     started = time.perf_counter()
     torch.manual_seed(config.seed)
-    model, tokenizer = load_trainable(base_model, cache_dir=cache_dir)
-    if init_adapter is not None:
-        model = PeftModel.from_pretrained(model, str(init_adapter)).merge_and_unload()
+    model, tokenizer = load_trainable(base_model, cache_dir=cache_dir, merge=init_adapter)
     end_ids = end_token_ids(model, tokenizer)
-    model = get_peft_model(model, _lora(model, config))
+    model = get_peft_model(model, lora_config(model, r=config.lora_r, alpha=config.lora_alpha))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     value_head = torch.nn.Linear(model.config.hidden_size, 1)
     torch.nn.init.zeros_(value_head.weight)
