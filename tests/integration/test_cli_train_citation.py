@@ -7,21 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
+from tests.integration.test_cli_train_evidence import run
 from tests.scripted_llm import SPEC as SCRIPTED_SPEC
 from tests.tiny_models import build_tiny_llama
-
-CLI = [sys.executable, "-m", "ragtrail.cli"]
-
-
-def run(args: list[str], env: dict[str, str], expect: int = 0) -> subprocess.CompletedProcess:
-    done = subprocess.run([*CLI, *args], env=env, capture_output=True, text=True)
-    assert done.returncode == expect, done.stderr[-3000:]
-    return done
 
 
 def test_train_citation_by_hand_registers_and_gates(tmp_path: Path) -> None:
