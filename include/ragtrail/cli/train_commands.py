@@ -84,11 +84,17 @@ def train_citation(
         f"({split.eval_mixtures} frozen mixtures)"
     )
     reward = "" if trained.rl_mean_reward is None else f", mean reward {trained.rl_mean_reward:.3f}"
-    console.print(
-        f"{trained.model} v{trained.version} trained on {trained.base_model} in "
-        f"{trained.wall_seconds} s: {trained.sft_steps} SFT steps, {trained.rl_steps} "
-        f"{str(trained.rl_algorithm).upper()} iterations{reward}"
-    )
+    if trained.reused:
+        console.print(
+            f"{trained.model} v{trained.version} was already trained by run {run_id} "
+            "(nothing trained again)"
+        )
+    else:
+        console.print(
+            f"{trained.model} v{trained.version} trained on {trained.base_model} in "
+            f"{trained.wall_seconds} s: {trained.sft_steps} SFT steps, {trained.rl_steps} "
+            f"{str(trained.rl_algorithm).upper()} iterations{reward}"
+        )
     if trained.rl_note:
         console.print(f"  RL: {trained.rl_note}")
     verdict = "promoted to champion" if gate.promoted else "kept as challenger"

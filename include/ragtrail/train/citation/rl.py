@@ -59,6 +59,7 @@ from ragtrail.train.citation.stage import (
     sample_completions,
     step_history,
     trainer_arguments,
+    without_printing,
 )
 from ragtrail.train.reward_signal import RewardSpreadGuard, fitted_completion_length
 
@@ -349,7 +350,7 @@ def _run_trl(run: _RLRun) -> StageResult:
         ),
         callbacks=[callback],
     )
-    trainer.train()
+    without_printing(trainer).train()
     record = {**run.stage_config, "reward_statuses": dict(sorted(reward.status_totals.items()))}
     if callback.stopped is not None and not guard.saw_spread:
         history = step_history(trainer.state.log_history)

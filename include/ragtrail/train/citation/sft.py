@@ -25,6 +25,7 @@ from ragtrail.train.citation.stage import (
     lora_config,
     skipped_stage,
     trainer_arguments,
+    without_printing,
 )
 from ragtrail.train.citation.targets import SFTTarget
 
@@ -112,7 +113,7 @@ def run_sft(
             model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout
         ),
     )
-    trainer.train()
+    without_printing(trainer).train()
     return finished_stage(
         "sft", trainer, work_dir, started=started, examples=len(rows), config=stage_config
     )

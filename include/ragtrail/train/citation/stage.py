@@ -228,6 +228,16 @@ def lora_config(model: Any, *, r: int, alpha: float, dropout: float = 0.0) -> An
     )
 
 
+def without_printing(trainer: Any) -> Any:
+    """``trainer`` without transformers' PrinterCallback, which prints every log row to stdout
+    when progress bars are off: a command's ``--json`` output must stay JSON. The rows still
+    reach ``trainer.state.log_history`` (the stage's history)."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
 def trainer_arguments(config: CitationTrainingConfig, work_dir: Path) -> dict[str, Any]:
     """Arguments every stage passes to its TRL config: seeded, one log row per step, nothing
     saved or reported by the trainer itself, CPU unless a GPU is there (bf16 and gradient
