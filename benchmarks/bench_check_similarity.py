@@ -35,13 +35,13 @@ import numpy as np
 from benchmarks._common import machine_line, require_shared, write_section
 from ragtrail.config import load_settings
 from ragtrail.embed.embedder import load_embedder
-from ragtrail.evaluate.metrics import bootstrap_ci
 from ragtrail.generate.prompts import context_sentences
 from ragtrail.ingest.formats.common import QuarantineError
 from ragtrail.ingest.loaders import parse_document
 from ragtrail.ingest.sources import iter_source
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
 from ragtrail.records import QuestionLabel
+from ragtrail.stats.intervals import wilson_interval
 from ragtrail.testset.qaset import load_qa_set
 from ragtrail.text import text_key
 
@@ -168,7 +168,7 @@ def threshold_ci(
 def _row(name: str, sims: np.ndarray, bar: float, kept: bool) -> str:
     cells = " | ".join(f"{np.percentile(sims, p):.2f}" for p in PERCENTILES)
     hits = (sims >= bar) if kept else (sims < bar)
-    low, high = bootstrap_ci(hits.astype(float), seed=SEED)
+    low, high = wilson_interval(int(hits.sum()), len(hits))
     what = "kept" if kept else "rejected"
     return (
         f"| {name} | {len(sims)} | {cells} | "

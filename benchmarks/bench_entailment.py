@@ -32,9 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import machine_line, require_shared, timer, write_section
-from ragtrail.judges.calibration import bootstrap_ci, cohen_kappa
+from ragtrail.judges.calibration import cohen_kappa
 from ragtrail.judges.contract import NOT_SUPPORTED, SUPPORTED, JudgeInput, Verdict
 from ragtrail.judges.references import EntailmentExample, read_hagrid_attribution
+from ragtrail.stats.intervals import agreement_interval, wilson_interval
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -56,8 +57,8 @@ def _kappa(reference: Sequence[str], predicted: Sequence[str]) -> float | None:
 def _interval(
     n: int, statistic: Callable[[np.ndarray], float | None]
 ) -> tuple[float, float] | None:
-    """The shared percentile bootstrap (ragtrail.judges.calibration) as a (low, high) pair."""
-    ci = bootstrap_ci(n, statistic, n_resamples=N_RESAMPLES, seed=SEED)
+    """The shared agreement interval (BCa from 20 items; ragtrail.stats) as a (low, high) pair."""
+    ci = agreement_interval(n, statistic, n_resamples=N_RESAMPLES, seed=SEED)
     return None if ci.low is None or ci.high is None else (ci.low, ci.high)
 
 
@@ -93,7 +94,7 @@ def agreement(reference: Sequence[str], verdicts: Sequence[Verdict]) -> Agreemen
         n=n,
         failed=len(verdicts) - n,
         accuracy=float(correct.mean()) if n else math.nan,
-        accuracy_ci=_interval(n, lambda idx: float(correct[idx].mean())),
+        accuracy_ci=wilson_interval(int(correct.sum()), n),
         kappa=_kappa(ref.tolist(), pred.tolist()),
         kappa_ci=_interval(n, kappa_of),
         precision=true_yes / predicted_yes if predicted_yes else None,

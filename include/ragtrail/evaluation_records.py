@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragtrail.jsonsafe import UNDEFINED_KEY, JsonObject, finite_or_undefined
+from ragtrail.stats.intervals import Interval
 
 FacetValue = str | int | float | bool | None
 Facets = Mapping[str, FacetValue]
@@ -74,7 +75,8 @@ class QueryValue:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """A metric aggregated over the queries of one facet set, with its confidence interval."""
+    """A metric aggregated over the queries of one facet set, with its confidence interval and
+    the interval's method (:class:`ragtrail.stats.intervals.IntervalMethod`)."""
 
     metric: str
     facets: Mapping[str, FacetValue]
@@ -83,6 +85,7 @@ class Aggregate:
     ci_high: float | None
     n: int
     undefined: Mapping[str, str] = field(default_factory=dict)
+    ci_method: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("value", "ci_low", "ci_high"):
@@ -102,6 +105,8 @@ class Aggregate:
             "ci_high": self.ci_high,
             "n": self.n,
         }
+        if self.ci_method is not None:
+            out["ci_method"] = self.ci_method
         if self.undefined:
             out["undefined"] = dict(self.undefined)
         return out
@@ -117,6 +122,7 @@ class Aggregate:
         ci_high: float | None,
         n: int,
         reasons: Mapping[str, str],
+        ci_method: str | None = None,
     ) -> Aggregate:
         """Build one, turning NaN/None numbers into None with ``reasons[field]``."""
         record: JsonObject = {}
@@ -130,6 +136,31 @@ class Aggregate:
             ci_high=record["ci_high"],
             n=n,
             undefined=dict(record.get(UNDEFINED_KEY, {})),
+            ci_method=ci_method,
+        )
+
+    @classmethod
+    def estimated(
+        cls,
+        metric: str,
+        facets: Facets,
+        *,
+        value: float | None,
+        interval: Interval,
+        reason: str = "",
+    ) -> Aggregate:
+        """Build one from a value and its :class:`~ragtrail.stats.intervals.Interval` (a null
+        interval carries its reason; ``reason`` explains a null value)."""
+        return cls.of(
+            metric,
+            facets,
+            value=value,
+            ci_low=interval.low,
+            ci_high=interval.high,
+            n=interval.n,
+            reasons={"value": reason or interval.reason}
+            | dict.fromkeys(("ci_low", "ci_high"), interval.reason),
+            ci_method=interval.method.value,
         )
 
     @property

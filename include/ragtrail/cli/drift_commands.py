@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragtrail.cli.common import CorpusOpt, JsonFlag, console, emit, runtime
-from ragtrail.cli.render import num
+from ragtrail.cli.render import interval_text, num
 from ragtrail.summaries.drift_summary import DriftDecision, DriftEvidence
 
 drift_app = typer.Typer(
@@ -111,11 +111,12 @@ def _print_decision(decision: DriftDecision) -> None:
         "p",
         "p_holm",
         "threshold",
+        "MDE",
         "direction",
         "drift",
     )
     for row in evidence.rows:
-        ci = "" if row.ci_low is None else f" [{row.ci_low:+.3f}, {row.ci_high:+.3f}]"
+        ci = interval_text(row.ci_low, row.ci_high, row.ci_method, "+.3f")
         table.add_row(
             f"{row.evaluation}:{row.metric}",
             row.facets_text,
@@ -125,10 +126,14 @@ def _print_decision(decision: DriftDecision) -> None:
             num(row.p_value, ".4f"),
             num(row.p_holm, ".4f") if row.tested else "untested",
             f"{row.threshold:.3f}",
+            num(row.mde),
             row.direction or "",
             "yes" if row.drifted else "",
         )
     Console().print(table)
+    for row in evidence.rows:
+        if not row.drifted:
+            console.print(f"  {row.name}: {row.detect_text}", highlight=False)
 
 
 def _corpus_drift_line(evidence: DriftEvidence) -> str:

@@ -20,7 +20,7 @@ from ragtrail.cli.common import (
     runtime_with_progress,
     user_errors,
 )
-from ragtrail.cli.render import num, print_best, value_ci
+from ragtrail.cli.render import interval_text, num, print_best, value_ci
 from ragtrail.evaluation_records import Aggregate
 from ragtrail.records import ENTAILMENT_JUDGES, EntailmentJudgeName
 from ragtrail.summaries.base import Figure
@@ -435,7 +435,13 @@ def _print_evidence(summary: EvidenceSummary, stored: str) -> None:
     )
     for judge in summary.judges:
         mode = "gates" if judge.gates else "advises only"
-        figure = Figure(value=judge.value, ci_low=judge.ci_low, ci_high=judge.ci_high, n=judge.n)
+        figure = Figure(
+            value=judge.value,
+            ci_low=judge.ci_low,
+            ci_high=judge.ci_high,
+            n=judge.n,
+            ci_method=judge.ci_method,
+        )
         agreement = (
             f"{judge.metric} {value_ci(figure)} (n={judge.n})"
             if judge.value is not None
@@ -562,10 +568,10 @@ def eval_answers(
 
 
 def _ci(row: Aggregate) -> str:
-    """An aggregate's 95% interval as ``[low, high]`` (three decimals), or "undefined"."""
+    """An aggregate's 95% interval as ``[low, high] method`` (three decimals), or "undefined"."""
     if row.ci_low is None or row.ci_high is None:
         return "undefined"
-    return f"[{row.ci_low:.3f}, {row.ci_high:.3f}]"
+    return interval_text(row.ci_low, row.ci_high, row.ci_method, ".3f").strip()
 
 
 def _print_answers(report: AnswersReport) -> None:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragtrail.cli.common import CorpusOpt, JsonFlag, console, emit, runtime
+from ragtrail.cli.render import interval_text
 from ragtrail.records import ENTAILMENT_JUDGES, SUFFICIENCY_RATERS, EntailmentJudgeName
 from ragtrail.runtime import Runtime
 from ragtrail.storage.judge_store import CalibrationRecord
@@ -52,10 +53,8 @@ def _print_calibration(view: CalibrationView) -> None:
     for key in ("accuracy", "precision", "recall"):
         figure = view.figure(key)
         if figure is not None and figure.value is not None:
-            console.print(
-                f"  {key}: {figure.value:.3f} [{figure.ci_low:.3f}, {figure.ci_high:.3f}]"
-                f" n={figure.n}"
-            )
+            ci = interval_text(figure.ci_low, figure.ci_high, figure.ci_method, ".3f")
+            console.print(f"  {key}: {figure.value:.3f}{ci} n={figure.n}", highlight=False)
 
 
 @judge_app.command("calibrate")

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragtrail.cli.common import console
+from ragtrail.stats.intervals import method_label
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.retrieval_summary import BestRow, Change, ChangeRow
 
@@ -18,13 +19,22 @@ def num(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
     return "undefined" if value is None else f"{value:{spec}}{suffix}"
 
 
+def interval_text(
+    low: float | None, high: float | None, method: str | None, spec: str = ".2f"
+) -> str:
+    """`` [low, high] method`` (the method's table name), or `` (no CI)`` when the interval is
+    null: no interval is valid at that n, and a bare value must not read as certain."""
+    if low is None or high is None:
+        return " (no CI)" if method else ""
+    label = method_label(method)
+    return f" [{low:{spec}}, {high:{spec}}]" + (f" {label}" if label else "")
+
+
 def value_ci(agg: Figure | None) -> str:
-    """An aggregate as ``value [low, high]`` (two decimals), or "undefined" without a value."""
+    """An aggregate as ``value [low, high] method`` (two decimals), or "undefined"."""
     if agg is None or agg.value is None:
         return "undefined"
-    low, high = agg.ci_low, agg.ci_high
-    ci = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
-    return f"{agg.value:.2f}{ci}"
+    return f"{agg.value:.2f}{interval_text(agg.ci_low, agg.ci_high, agg.ci_method)}"
 
 
 def print_best(
@@ -64,8 +74,9 @@ def _change_cell(row: ChangeRow | None) -> str:
     """One label's change with its CI, or "undefined (why)"."""
     if row is None or row.diff is None:
         return f"undefined ({row.reason('diff', 'not compared') if row else 'not compared'})"
-    ci = "" if row.ci_low is None else f" [{row.ci_low:+.3f}, {row.ci_high:+.3f}]"
-    return f"{row.diff:+.3f}{ci}"
+    ci = interval_text(row.ci_low, row.ci_high, row.ci_method, "+.3f")
+    mde = "" if row.mde is None else f", MDE {row.mde:.3f}"
+    return f"{row.diff:+.3f}{ci}{mde}"
 
 
 def _change_line(change: Change) -> str:
@@ -76,7 +87,8 @@ def _change_line(change: Change) -> str:
         return f"change since {change.previous_run}: not compared ({change.undefined.get('rows')})"
     return (
         f"change since {change.previous_run}: {change.metric} at each label's best weight, "
-        f"paired bootstrap over questions ({change.n_resamples} resamples, seed "
-        f"{change.seed}); all metrics: ragtrail runs compare {change.previous_run} "
-        f"{change.run}"
+        f"paired over questions (t interval below 20 pairs, BCa bootstrap with "
+        f"{change.n_resamples} resamples and seed {change.seed} from 20; MDE: the smallest "
+        f"change detectable with 80% power at that n); all metrics: ragtrail runs compare "
+        f"{change.previous_run} {change.run}"
     )

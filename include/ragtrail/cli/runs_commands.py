@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragtrail.cli.common import CorpusOpt, JsonFlag, console, emit, runtime
-from ragtrail.cli.render import num
+from ragtrail.cli.render import interval_text, num
 
 runs_app = typer.Typer(
     help="List evaluation runs, compare two of them, pin a run as the drift baseline.",
@@ -127,21 +127,35 @@ def runs_compare(
     )
     for (evaluation, metric), rows in comparison.by_metric().items():
         table = Table(
-            "facet", "A", "B", "diff [95% CI]", "p", "p_holm", "n", title=f"{evaluation}: {metric}"
+            "facet",
+            "A",
+            "B",
+            "diff [95% CI]",
+            "MDE",
+            "p",
+            "p_holm",
+            "n",
+            title=f"{evaluation}: {metric}",
         )
         for row in rows:
             s = row.stats
-            ci = "" if s.ci_low is None else f" [{s.ci_low:+.3f}, {s.ci_high:+.3f}]"
             table.add_row(
                 ", ".join(f"{k}={v}" for k, v in row.facets.items()),
                 num(s.mean_a),
                 num(s.mean_b),
-                num(s.diff, "+.3f") + ci,
+                num(s.diff, "+.3f") + interval_text(s.ci_low, s.ci_high, s.ci_method, "+.3f"),
+                num(s.mde),
                 num(s.p_value, ".4f"),
                 num(row.p_holm, ".4f"),
                 str(s.n),
             )
         Console().print(table)
+    console.print(
+        "MDE: the smallest difference each comparison detects with 80% power at its n "
+        "(two-sided, alpha 0.05, from the spread of the paired differences); a difference "
+        "smaller than it can hide in a comparison that finds nothing.",
+        highlight=False,
+    )
 
 
 @runs_app.command("pin")

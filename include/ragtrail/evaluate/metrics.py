@@ -29,8 +29,6 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
 MetricFn = Callable[[Mapping[str, int], Sequence[str], int | None], float]
@@ -45,7 +43,6 @@ __all__ = [
     "Run",
     "aggregate",
     "average_precision",
-    "bootstrap_ci",
     "evaluate",
     "ndcg",
     "parse_metric",
@@ -438,42 +435,3 @@ def aggregate(
             values.append(scores[metric_id])
         means[metric_id] = math.fsum(values) / len(values)
     return means
-
-
-def bootstrap_ci(
-    values: Sequence[float],
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 13,
-) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of the mean of ``values``.
-
-    Draws ``n_resamples`` samples of size n with replacement using
-    ``numpy.random.default_rng(seed)`` and returns the ``(1-confidence)/2`` and ``(1+confidence)/2``
-    quantiles of their means, so the same inputs always give the same interval.
-    One value gives ``(v, v)``; no value is an error.
-    """
-    data = np.asarray(values, dtype=float)
-    if data.ndim != 1:
-        raise ValueError("values must be a flat sequence of numbers")
-    if data.size == 0:
-        raise ValueError("cannot bootstrap an empty sequence")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    if data.size == 1:
-        only = float(data[0])
-        return only, only
-    rng = np.random.default_rng(seed)
-    n = data.size
-    # Resample in blocks so memory stays bounded (~1M indices) for large query sets.
-    block = max(1, 2**20 // n)
-    means = np.empty(n_resamples, dtype=float)
-    for start in range(0, n_resamples, block):
-        stop = min(start + block, n_resamples)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = data[idx].mean(axis=1)
-    alpha = 1.0 - confidence
-    low, high = np.quantile(means, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return float(low), float(high)

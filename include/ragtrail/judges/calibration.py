@@ -11,31 +11,32 @@ Two kinds of calibration, both pure (no I/O; the caller stores the result):
   (:mod:`ragtrail.judges.contrasts`). The judge is right on a pair when it rates the intact item
   strictly above its twin; a tie, a reversed order or a failed verdict on either side is not a win.
 
-Intervals: proportions (accuracy, precision, recall, contrast accuracy) carry a 95% Wilson score
-interval; kappa, which is not a proportion, a seeded percentile bootstrap over items.
+Intervals (:mod:`ragtrail.stats.intervals`, each naming its method): proportions (accuracy,
+precision, recall, contrast accuracy) carry a 95% Wilson score interval; kappa, which is not a
+proportion, a seeded BCa bootstrap over items from 20 items on, and none (with the reason) below.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import ClassVar
 
 import numpy as np
 
 from ragtrail.jsonsafe import JsonObject, check_finite, finite_or_undefined
 from ragtrail.judges.contract import Judge, JudgeInput, JudgeSpec, Verdict, VerdictType
+from ragtrail.stats.intervals import (
+    Interval,
+    IntervalMethod,
+    agreement_interval,
+    proportion_interval,
+)
 
 FAILED = "failed"
 """The confusion-matrix column of failed verdicts (and of values outside the judge's categories)."""
-
-MAX_UNDEFINED_RESAMPLE_FRACTION = 0.5
-"""A bootstrap interval is given only when the statistic is defined on at least half of the
-resamples; beyond that the defined ones are a biased subset (e.g. kappa on small samples that
-happened to hold two categories) and the interval is reported undefined instead."""
 
 KAPPA = "kappa"
 CONTRAST_ACCURACY = "contrast_accuracy"
@@ -97,83 +98,6 @@ def cohen_kappa(
     return (observed - chance) / (1.0 - chance)
 
 
-@dataclass(frozen=True)
-class BootstrapInterval:
-    """A percentile bootstrap interval; ``low``/``high`` None with ``reason`` when undefined.
-
-    ``n_undefined`` counts resamples on which the statistic was undefined (skipped).
-    """
-
-    low: float | None
-    high: float | None
-    n_resamples: int
-    n_undefined: int
-    reason: str = ""
-
-
-def bootstrap_ci(
-    n: int,
-    statistic: Callable[[np.ndarray], float | None],
-    *,
-    n_resamples: int,
-    seed: int,
-    alpha: float = 0.05,
-) -> BootstrapInterval:
-    """Percentile interval of ``statistic(indices)`` over ``n_resamples`` resamples of the item
-    indices ``0..n-1`` drawn with replacement (``numpy.random.default_rng(seed)``).
-
-    Resamples where the statistic is None or not finite are skipped and counted. When more than
-    :data:`MAX_UNDEFINED_RESAMPLE_FRACTION` of them are, or when ``n`` or ``n_resamples`` is 0,
-    the interval is undefined (None bounds with the reason), never computed from a biased rest.
-    """
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if n < 0 or n_resamples < 0:
-        raise ValueError(f"n and n_resamples must be >= 0, got {n} and {n_resamples}")
-    if n == 0:
-        return BootstrapInterval(None, None, n_resamples, 0, "no items to resample")
-    if n_resamples == 0:
-        return BootstrapInterval(None, None, 0, 0, "bootstrap turned off (0 resamples)")
-    rng = np.random.default_rng(seed)
-    values: list[float] = []
-    for _ in range(n_resamples):
-        value = statistic(rng.integers(0, n, size=n))
-        if value is not None and math.isfinite(value):
-            values.append(float(value))
-    n_undefined = n_resamples - len(values)
-    if n_undefined > MAX_UNDEFINED_RESAMPLE_FRACTION * n_resamples:
-        reason = (
-            f"the statistic is undefined on {n_undefined} of {n_resamples} resamples "
-            f"(more than {MAX_UNDEFINED_RESAMPLE_FRACTION:.0%})"
-        )
-        return BootstrapInterval(None, None, n_resamples, n_undefined, reason)
-    low, high = np.quantile(values, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return BootstrapInterval(float(low), float(high), n_resamples, n_undefined)
-
-
-def wilson_interval(successes: int, n: int, alpha: float = 0.05) -> tuple[float, float] | None:
-    """Wilson score interval of a proportion ``successes / n``; None when ``n == 0``.
-
-    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n successes,
-    which matters for the small samples calibration runs on.
-    """
-    if not 0 <= successes <= n:
-        raise ValueError(f"successes must be in [0, n], got {successes} of {n}")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if n == 0:
-        return None
-    z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
-    p = successes / n
-    denominator = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z / denominator * math.sqrt(p * (1.0 - p) / n + z * z / (4 * n * n))
-    # at 0 (or n) successes the bound is exactly 0 (or 1); float residue would say 2e-17
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return low, high
-
-
 # -- estimates -----------------------------------------------------------------------------------
 
 
@@ -189,23 +113,34 @@ class Estimate:
     ci_high: float | None
     n: int
     undefined: Mapping[str, str] = field(default_factory=dict)
+    ci_method: str | None = None
+
+    @classmethod
+    def of(cls, value: float | None, interval: Interval, value_reason: str = "") -> Estimate:
+        """A value with its interval (a null interval brings its reason; ``value_reason`` is
+        why a null value is null)."""
+        undefined = {"value": value_reason} if value is None else {}
+        if not interval.defined:
+            undefined |= dict.fromkeys(("ci_low", "ci_high"), interval.reason)
+        return cls(value, interval.low, interval.high, interval.n, undefined, interval.method.value)
 
     def as_dict(self) -> JsonObject:
         out: JsonObject = {}
         for name in ("value", "ci_low", "ci_high"):
             reason = self.undefined.get(name, "undefined")
             finite_or_undefined(out, name, getattr(self, name), reason)
+        if self.ci_method is not None:
+            out["ci_method"] = self.ci_method
         out["n"] = self.n
         return out
 
 
 def proportion(successes: int, n: int, *, what: str) -> Estimate:
     """``successes / n`` with its Wilson interval; undefined (with reason) when ``n == 0``."""
-    interval = wilson_interval(successes, n)
-    if interval is None:
+    if n == 0:
         reason = f"no {what}"
         return Estimate(None, None, None, 0, {k: reason for k in ("value", "ci_low", "ci_high")})
-    return Estimate(successes / n, interval[0], interval[1], n)
+    return Estimate.of(successes / n, proportion_interval(successes, n))
 
 
 # -- categorical calibration ---------------------------------------------------------------------
@@ -351,15 +286,12 @@ def calibrate_categorical(
         return cohen_kappa([refs[i] for i in indices], [predicted[i] for i in indices], categories)
 
     kappa_value = kappa_of(np.arange(n))
-    interval = bootstrap_ci(n, kappa_of, n_resamples=n_resamples, seed=seed)
-    kappa_undefined: dict[str, str] = {}
-    if kappa_value is None:
-        kappa_undefined["value"] = (
-            "chance agreement is 1: references and verdicts are all one and the same category"
-        )
-    if interval.low is None:
-        kappa_undefined["ci_low"] = kappa_undefined["ci_high"] = interval.reason
-    kappa = Estimate(kappa_value, interval.low, interval.high, n, kappa_undefined)
+    interval = agreement_interval(n, kappa_of, n_resamples=n_resamples, seed=seed)
+    kappa = Estimate.of(
+        kappa_value,
+        interval,
+        "chance agreement is 1: references and verdicts are all one and the same category",
+    )
 
     precision = recall = None
     if positive is not None:
@@ -386,8 +318,8 @@ def calibrate_categorical(
         positive=positive,
         precision=precision,
         recall=recall,
-        bootstrap_resamples=interval.n_resamples,
-        bootstrap_undefined=interval.n_undefined,
+        bootstrap_resamples=n_resamples if interval.method == IntervalMethod.BCA else 0,
+        bootstrap_undefined=interval.skipped,
         seed=seed,
     )
     return calibration, verdicts
@@ -544,17 +476,14 @@ __all__ = [
     "CONTRAST_ACCURACY",
     "FAILED",
     "KAPPA",
-    "BootstrapInterval",
     "CategoricalCalibration",
     "ContrastCalibration",
     "ContrastPair",
     "Estimate",
     "accuracy",
-    "bootstrap_ci",
     "calibrate_categorical",
     "calibrate_contrasts",
     "cohen_kappa",
     "confusion_matrix",
     "proportion",
-    "wilson_interval",
 ]

@@ -23,6 +23,7 @@ from ragtrail.jsonsafe import JsonObject, check_finite, finite_or_undefined, mar
 from ragtrail.judges.calibration import CONTRAST_ACCURACY, KAPPA
 from ragtrail.judges.contract import JudgeRole, JudgeSpec
 from ragtrail.records import GateMode
+from ragtrail.stats.intervals import method_label
 from ragtrail.storage.judge_store import CalibrationRecord
 
 Mode = GateMode
@@ -73,6 +74,7 @@ class GateDecision:
     ci_high: float | None = None
     n: int | None = None
     bar: GateBar | None = None
+    ci_method: str | None = None
 
     @property
     def gates(self) -> bool:
@@ -91,6 +93,8 @@ class GateDecision:
         }
         for name in ("value", "ci_low", "ci_high"):
             finite_or_undefined(out, name, getattr(self, name), self.reason)
+        if self.ci_method is not None:
+            out["ci_method"] = self.ci_method
         if self.n is None:
             mark_undefined(out, "n", "no calibration")
         return check_finite(out, f"gate decision of {self.judge_ref}")
@@ -101,12 +105,15 @@ def _number(value: float | None) -> str:
 
 
 def _figure(spec: JudgeSpec, calibration: CalibrationRecord) -> str:
-    """``"labeller kappa 0.05 [-0.12, 0.22] on n=24"``, naming undefined parts."""
+    """``"labeller kappa 0.05 [-0.12, 0.22] BCa on n=24"``, naming undefined parts."""
     if calibration.ci_low is None or calibration.ci_high is None:
         why = calibration.undefined.get("ci_low") or calibration.undefined.get("ci_high") or "?"
         interval = f"(no interval: {why})"
     else:
-        interval = f"[{calibration.ci_low:.2f}, {calibration.ci_high:.2f}]"
+        label = method_label(calibration.ci_method)
+        interval = f"[{calibration.ci_low:.2f}, {calibration.ci_high:.2f}]" + (
+            f" {label}" if label else ""
+        )
     value = _number(calibration.value)
     return f"{spec.name} {calibration.metric} {value} {interval} on n={calibration.n}"
 
@@ -139,6 +146,7 @@ def decide(
         "ci_low": calibration.ci_low,
         "ci_high": calibration.ci_high,
         "n": calibration.n,
+        "ci_method": calibration.ci_method,
     }
     figure = _figure(spec, calibration)
     if calibration.metric != bar.metric:

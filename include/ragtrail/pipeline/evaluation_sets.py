@@ -74,7 +74,7 @@ def change_since_previous(
     rt: Runtime, run_id: str, best: Sequence[BestRow], *, evaluation: str, metric: str
 ) -> Change:
     """``metric`` per label at this run's best text weight, against the previous run on the same
-    QA-set version: previous (A), this run (B), B - A with its paired bootstrap CI, Holm p-value.
+    QA-set version: previous (A), this run (B), B - A with its paired CI, Holm p-value and MDE.
 
     Without a previous run ``previous_run`` is null with the reason :data:`NO_PREVIOUS_RUN`; when
     the runs cannot be paired, ``rows`` is empty with the reason.
@@ -119,6 +119,8 @@ def change_since_previous(
                     n=cell["n"],
                     **{k: cell[k] for k in _CHANGE_FIELDS if k != "text_weight"},
                     undefined=dict(cell["undefined"]),
+                    ci_method=cell["ci_method"],
+                    mde=cell["mde"],
                 )
             )
     return Change(**head, rows=rows)

@@ -31,6 +31,7 @@ from ragtrail.jsonsafe import UNDEFINED_KEY
 from ragtrail.paths import safe_name
 from ragtrail.records import ANSWERABLE_LABELS, INCLUSIVE, LABELS
 from ragtrail.redact import redact
+from ragtrail.stats.intervals import method_label
 from ragtrail.summaries.base import Figure as SummaryFigure
 from ragtrail.summaries.base import Record
 from ragtrail.summaries.quality_summary import ValidationResult
@@ -147,6 +148,8 @@ def undefined_reason(record: Row, field: str) -> str:
     reasons = _get(record, UNDEFINED_KEY)
     if isinstance(reasons, Mapping) and reasons.get(field):
         return str(reasons[field])
+    if field in ("ci_low", "ci_high") and _get(record, "ci_reason"):
+        return str(_get(record, "ci_reason"))  # a table row of the retrieval scan
     return UNDEFINED_REASONS.get(field, "not computed")
 
 
@@ -172,7 +175,8 @@ def _percent(record: Row, field: str) -> Markup:
 
 
 def _interval(record: Row | None) -> Markup:
-    """``[low, high]``, or one "undefined (reason)" when the interval was not computed."""
+    """``[low, high] method``, or one "undefined (reason)" when no interval was computed (or
+    none is valid at the record's n)."""
     if record is None:
         return Markup("–")
     low, high = _get(record, "ci_low"), _get(record, "ci_high")
@@ -180,7 +184,9 @@ def _interval(record: Row | None) -> Markup:
         return _undefined_html(
             undefined_reason(record, "ci_low" if _is_missing(low) else "ci_high")
         )
-    return escape(f"[{_fmt(low)}, {_fmt(high)}]")
+    method = _get(record, "ci_method")
+    label = method_label(method) if isinstance(method, str) else ""
+    return escape(f"[{_fmt(low)}, {_fmt(high)}]" + (f" {label}" if label else ""))
 
 
 def _environment() -> Environment:

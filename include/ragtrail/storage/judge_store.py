@@ -58,6 +58,13 @@ class CalibrationRecord:
         """``name@version`` of the judge measured."""
         return f"{self.judge}@{self.judge_version}"
 
+    @property
+    def ci_method(self) -> str | None:
+        """The headline interval's method, as the calibration recorded it (None before methods
+        were recorded)."""
+        figure = self.metrics.get(self.metric)
+        return figure.get("ci_method") if isinstance(figure, dict) else None
+
 
 def _identity(spec: Mapping[str, Any]) -> tuple[str, str, str]:
     missing = [k for k in ("name", "version", "role") if not str(spec.get(k) or "").strip()]

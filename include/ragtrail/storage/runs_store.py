@@ -139,6 +139,7 @@ class MetricPoint:
     judges: Mapping[str, Any] = field(default_factory=dict)
     undefined: Mapping[str, str] = field(default_factory=dict)
     created_at: datetime | None = None
+    ci_method: str | None = None
 
     @property
     def facet_key(self) -> str:
@@ -503,6 +504,7 @@ class RunStore:
                 judges=redact_json(dict(judges or {})),
                 undefined=dict(agg.undefined),
                 created_at=now,
+                ci_method=agg.ci_method,
             )
             for agg in result.aggregates
         ]
@@ -557,6 +559,7 @@ def _metric_rows(
             "models": redact_json(dict(point.models)),
             "judges": redact_json(dict(point.judges)),
             "undefined": dict(point.undefined),
+            "ci_method": point.ci_method,
         }
         rows.append(check_finite(row, f"metric point {key}"))
     return rows
@@ -654,6 +657,7 @@ def _point(row: RowMapping) -> MetricPoint:
         judges=dict(row["judges"]),
         undefined=dict(row["undefined"]),
         created_at=utc(row["created_at"]),
+        ci_method=row["ci_method"],
     )
 
 

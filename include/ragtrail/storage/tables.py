@@ -185,6 +185,7 @@ metrics_history = Table(
     Column("models", JSON, nullable=False),  # backends and models that produced the value
     Column("judges", JSON, nullable=False),  # judge name -> version (empty when none)
     Column("undefined", JSON, nullable=False),  # field -> reason for every NULL number
+    Column("ci_method", String(16), nullable=True),  # 0009: wilson | t | bca | none
     UniqueConstraint(
         "run_id", "evaluation", "metric", "facet_key", name="uq_metrics_history_point"
     ),

@@ -21,6 +21,11 @@ def _empty(value: Any) -> bool:
     return not value
 
 
+def is_none(value: object) -> bool:
+    """``exclude_if`` for a key that the document leaves out rather than writing null."""
+    return value is None
+
+
 class Record(BaseModel):
     """A frozen, strictly shaped summary with strict-JSON input and output."""
 
@@ -54,18 +59,14 @@ class WithUndefined(Record):
 
 
 class Figure(Record):
-    """A headline number with its confidence interval and sample size (None: undefined; the
-    full record it was taken from says why)."""
+    """A headline number with its confidence interval, the interval's method and the sample size
+    (None: undefined; the full record it was taken from says why)."""
 
     value: float | None
     ci_low: float | None
     ci_high: float | None
     n: int | None
-
-
-def is_none(value: object) -> bool:
-    """``exclude_if`` for a key that the document leaves out rather than writing null."""
-    return value is None
+    ci_method: str | None = Field(None, exclude_if=is_none)
 
 
 class Estimate(WithUndefined):
@@ -76,8 +77,15 @@ class Estimate(WithUndefined):
     ci_low: float | None
     ci_high: float | None
     n: int
+    ci_method: str | None = Field(None, exclude_if=is_none)
 
     @property
     def figure(self) -> Figure:
-        """The number with its interval and n (what tables and headlines show)."""
-        return Figure(value=self.value, ci_low=self.ci_low, ci_high=self.ci_high, n=self.n)
+        """The number with its interval, method and n (what tables and headlines show)."""
+        return Figure(
+            value=self.value,
+            ci_low=self.ci_low,
+            ci_high=self.ci_high,
+            n=self.n,
+            ci_method=self.ci_method,
+        )

@@ -45,6 +45,20 @@ class DriftRowEvidence(Record):
     tested: bool
     drifted: bool
     undefined: dict[str, str] = Field(default_factory=dict)
+    ci_method: str | None = Field(None, exclude_if=is_none)
+    mde: float | None = Field(None, exclude_if=is_none)
+    needed_n: int | None = Field(None, exclude_if=is_none)
+
+    @property
+    def detect_text(self) -> str:
+        """What the check could see: "could not have detected a drop smaller than X" (or why
+        that is unknown); with the n that would detect a drop of the threshold."""
+        if self.mde is None:
+            return f"smallest detectable drop unknown: {self.undefined.get('mde', 'not computed')}"
+        text = f"could not have detected a drop smaller than {self.mde:.3f} (n={self.n}, 80% power)"
+        if self.needed_n is not None and self.mde > self.threshold:
+            text += f"; a drop of {self.threshold:g} needs n >= {self.needed_n}"
+        return text
 
     @property
     def facets_text(self) -> str:
@@ -225,12 +239,15 @@ class DriftHeadline(Record):
 
 
 class HistoryPoint(Record):
-    """One run's mean of a watched cell with its bootstrap 95% CI."""
+    """One run's mean of a watched cell with its 95% CI and the CI's method (null bounds: no
+    interval is valid at that n)."""
 
     run_id: str
     value: float
     ci_low: float | None
     ci_high: float | None
+    ci_method: str | None = Field(None, exclude_if=is_none)
+    n: int | None = Field(None, exclude_if=is_none)
 
 
 class DriftView(Record):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ragtrail.summaries.base import Figure, Record, WithUndefined
+from ragtrail.summaries.base import Figure, Record, WithUndefined, is_none
 from ragtrail.summaries.sufficiency_summary import AggregateRow
 
 
@@ -52,6 +52,7 @@ class JudgeUsed(Record):
     ci_low: float | None = None
     ci_high: float | None = None
     n: int | None = None
+    ci_method: str | None = Field(None, exclude_if=is_none)
 
 
 class EvidenceQueryRow(WithUndefined):

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import GateMode
-from ragtrail.summaries.base import Figure, Record, _empty
+from ragtrail.summaries.base import Figure, Record, _empty, is_none
 
 
 class JudgeGateBar(Record):
@@ -37,6 +37,7 @@ class JudgeGate(Record):
     undefined: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
     ci_low: float | None
     ci_high: float | None
+    ci_method: str | None = Field(None, exclude_if=is_none)
 
 
 class CalibrationView(Record):
@@ -63,4 +64,4 @@ class CalibrationView(Record):
         value = self.metrics.get(name)
         if not isinstance(value, dict):
             return None
-        return Figure(**{k: value.get(k) for k in ("value", "ci_low", "ci_high", "n")})
+        return Figure(**{k: value.get(k) for k in ("value", "ci_low", "ci_high", "n", "ci_method")})

@@ -11,7 +11,7 @@ from ragtrail.summaries.base import Record, WithUndefined, is_none
 
 class BestRow(WithUndefined):
     """One label's best strategy: dense-only and lexical-only Recall@k, the best weight and its
-    recall with a bootstrap CI, and the gap to the best label."""
+    recall with its CI (and the CI's method), and the gap to the best label."""
 
     label: str
     n_questions: int
@@ -22,10 +22,11 @@ class BestRow(WithUndefined):
     ci_low: float | None
     ci_high: float | None
     gap_to_best: float | None
+    ci_method: str | None = Field(None, exclude_if=is_none)
 
 
 class MetricRow(WithUndefined):
-    """One metric of one label at one text weight, with its bootstrap CI."""
+    """One metric of one label at one text weight, with its CI and the CI's method."""
 
     label: str
     text_weight: float
@@ -34,6 +35,7 @@ class MetricRow(WithUndefined):
     ci_low: float | None
     ci_high: float | None
     n_questions: int
+    ci_method: str | None = Field(None, exclude_if=is_none)
 
 
 class EvaluatorInfo(Record):
@@ -82,7 +84,8 @@ class RetrievalRun(Record):
 
 class ChangeRow(WithUndefined):
     """One label's primary metric at this run's best weight against the previous run: previous
-    (A), this run (B), B - A with its paired bootstrap CI and Holm-adjusted p-value."""
+    (A), this run (B), B - A with its paired CI (and method), the Holm-adjusted p-value and the
+    minimum detectable effect at this n."""
 
     label: str
     text_weight: float | None
@@ -93,6 +96,8 @@ class ChangeRow(WithUndefined):
     ci_low: float | None = None
     ci_high: float | None = None
     p_holm: float | None = None
+    ci_method: str | None = Field(None, exclude_if=is_none)
+    mde: float | None = Field(None, exclude_if=is_none)
 
 
 class Change(WithUndefined):

@@ -8,14 +8,13 @@ from ragtrail import jsonsafe
 from ragtrail.evaluate.attribution.answer_metrics import NO_RELEVANCE
 from ragtrail.evaluate.attribution.cited_answers import AnswerRecord, SourcePassage
 from ragtrail.evaluate.attribution.scoring import (
-    NO_BOOTSTRAP,
     AnswersEvaluator,
     AttributionConfig,
     score_answers,
 )
 from ragtrail.evaluate.contract import EVALUATORS
-from ragtrail.evaluate.metrics import bootstrap_ci
 from ragtrail.records import INCLUSIVE
+from ragtrail.stats.intervals import wilson_interval
 from tests.unit._word_subset_judge import WordSubsetJudge
 
 PASSAGES = (
@@ -50,14 +49,16 @@ def test_macro_averages_per_label_and_inclusive_with_ci_and_n() -> None:
     assert (a.value, a.n) == (0.5, 2)
     assert 0.0 <= a.ci_low <= 0.5 <= a.ci_high <= 1.0
     b = score.aggregate("autoais_cit", {"label": "b"})
-    assert (b.value, b.ci_low, b.ci_high, b.n) == (0.5, 0.5, 0.5, 1)
+    # one value: no interval (never the zero-width [0.5, 0.5] resampling one value would give)
+    assert (b.value, b.ci_low, b.ci_high, b.n, b.ci_method) == (0.5, None, None, 1, "none")
+    assert "one value" in b.undefined["ci_low"]
     overall = score.aggregate("autoais_cit")
     assert overall.facets == {"label": INCLUSIVE} and (overall.value, overall.n) == (0.5, 3)
     again = score_answers(RECORDS, WordSubsetJudge(), bootstrap_samples=200, seed=5)
     assert again.aggregate("autoais_cit", {"label": "a"}) == a
-    # the interval is the shared bootstrap of the defined values, with a per-cell seed
-    expected = bootstrap_ci([1.0, 0.0], 200, seed=5 + 0)
-    assert (a.ci_low, a.ci_high) == pytest.approx(expected)
+    # 0/1 values are outcomes: the Wilson interval of 1 in 2
+    assert a.ci_method == "wilson"
+    assert (a.ci_low, a.ci_high) == pytest.approx(wilson_interval(1, 2))
 
 
 def test_undefined_values_are_left_out_of_the_mean_and_counted() -> None:
@@ -85,9 +86,9 @@ def test_skipped_metrics_say_why() -> None:
     assert score.judge_calls == score.judged_pairs == 0
 
 
-def test_no_bootstrap_gives_null_intervals_with_a_reason() -> None:
+def test_small_n_intervals_need_no_resampling() -> None:
     agg = score_answers(RECORDS, WordSubsetJudge(), bootstrap_samples=0).aggregate("autoais_cit")
-    assert agg.value == 0.5 and agg.ci_low is None and agg.undefined["ci_low"] == NO_BOOTSTRAP
+    assert agg.value == 0.5 and agg.ci_method == "t" and agg.ci_low < 0.5 < agg.ci_high
 
 
 def test_caller_facets_group_the_answers() -> None:

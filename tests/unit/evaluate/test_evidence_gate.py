@@ -78,7 +78,9 @@ def test_equal_correctness_is_kept() -> None:
     decision = decide(rows(BETTER), rows(BETTER))
     assert not decision.promote
     assert decision.reason.startswith("correct did not improve on the champion: +0.0000")
-    assert "is not above zero (n=12)" in decision.reason
+    # twelve zero differences: no spread, so neither an interval nor an MDE, and it says why
+    assert "no CI of the improvement: all 12 values are 0" in decision.reason
+    assert "smallest detectable difference unknown" in decision.reason
     assert [c.metric for c in decision.failed] == ["correct"]
 
 

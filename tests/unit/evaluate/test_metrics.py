@@ -13,7 +13,6 @@ from ragtrail.evaluate.metrics import (
     MetricSpec,
     aggregate,
     average_precision,
-    bootstrap_ci,
     evaluate,
     ndcg,
     parse_metric,
@@ -317,51 +316,6 @@ def test_default_registry_contents() -> None:
     assert REGISTRY.names() == ["map", "mrr", "ndcg", "precision", "recall", "success"]
     with pytest.raises(ValueError, match="already registered"):
         REGISTRY.register("ndcg", _constant)
-
-
-# ---------------------------------------------------------------------------------------- bootstrap
-
-VALUES = [0.0, 1.0, 0.5, 0.25, 1.0, 0.0, 0.75, 1.0, 0.5, 0.0]  # mean = 5.0 / 10 = 0.5
-
-
-def test_bootstrap_is_deterministic_and_contains_the_mean() -> None:
-    low, high = bootstrap_ci(VALUES)
-    assert (low, high) == bootstrap_ci(VALUES)
-    assert low <= 0.5 <= high
-    assert low < high
-    assert low >= 0.0 and high <= 1.0
-
-
-def test_bootstrap_seed_matters() -> None:
-    # continuous values so that two seeds cannot land on the same quantiles by coincidence
-    values = [math.sin(i) for i in range(1, 31)]
-    assert bootstrap_ci(values, seed=13) == bootstrap_ci(values)
-    assert bootstrap_ci(values, seed=14) != bootstrap_ci(values, seed=13)
-
-
-def test_bootstrap_wider_confidence_gives_wider_interval() -> None:
-    low90, high90 = bootstrap_ci(VALUES, confidence=0.90)
-    low99, high99 = bootstrap_ci(VALUES, confidence=0.99)
-    assert low99 <= low90 and high90 <= high99
-
-
-def test_bootstrap_large_input_is_chunked_but_deterministic() -> None:
-    values = [float(i % 7) / 6 for i in range(5000)]
-    mean = sum(values) / len(values)
-    low, high = bootstrap_ci(values, n_resamples=300)
-    assert low <= mean <= high
-    assert (low, high) == bootstrap_ci(values, n_resamples=300)
-
-
-def test_bootstrap_edge_cases() -> None:
-    assert bootstrap_ci([0.7]) == (0.7, 0.7)
-    assert bootstrap_ci([0.3, 0.3, 0.3]) == pytest.approx((0.3, 0.3))
-    with pytest.raises(ValueError, match="empty"):
-        bootstrap_ci([])
-    with pytest.raises(ValueError, match="confidence"):
-        bootstrap_ci(VALUES, confidence=1.0)
-    with pytest.raises(ValueError, match="n_resamples"):
-        bootstrap_ci(VALUES, n_resamples=0)
 
 
 # ------------------------------------------------------------------------------------------ TREC IO

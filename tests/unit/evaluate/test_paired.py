@@ -12,7 +12,7 @@ from ragtrail.evaluate.comparison.paired import (
     NO_PAIRS,
     compare_paired,
     holm,
-    paired_bootstrap_ci,
+    paired_interval,
     sign_flip_p_value,
 )
 from ragtrail.evaluate.comparison.run_compare import compare_runs
@@ -33,8 +33,10 @@ def test_exact_sign_flip_by_hand() -> None:
 def test_all_zero_differences_give_p_one() -> None:
     assert sign_flip_p_value([0.0, 0.0, 0.0]) == (1.0, True)
     stats = compare_paired([0.5, 1.0, 0.0], [0.5, 1.0, 0.0])
-    assert (stats.diff, stats.ci_low, stats.ci_high, stats.p_value) == (0.0, 0.0, 0.0, 1.0)
-    assert stats.undefined == {}
+    assert (stats.diff, stats.ci_low, stats.ci_high, stats.p_value) == (0.0, None, None, 1.0)
+    # never a zero-width interval: equal differences leave no spread to estimate
+    assert "no spread" in stats.undefined["ci_low"] and stats.ci_method == "none"
+    assert stats.mde is None and "spread" in stats.undefined["mde"]
 
 
 def test_zeros_do_not_change_the_exact_distribution() -> None:
@@ -45,7 +47,15 @@ def test_zeros_do_not_change_the_exact_distribution() -> None:
 def test_no_pairs_is_undefined_with_a_reason() -> None:
     stats = compare_paired([], [])
     assert stats.n == 0 and stats.p_value is None and stats.diff is None
-    assert set(stats.undefined) == {"mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_value"}
+    assert set(stats.undefined) == {
+        "mean_a",
+        "mean_b",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "mde",
+    }
     assert set(stats.undefined.values()) == {NO_PAIRS}
 
 
@@ -53,8 +63,9 @@ def test_compare_paired_means_by_hand() -> None:
     stats = compare_paired([0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], n_resamples=2000)
     assert stats.n == 4
     assert (stats.mean_a, stats.mean_b, stats.diff) == (0.5, 1.0, 0.5)
-    assert stats.ci_low is not None and stats.ci_high is not None
-    assert 0.0 <= stats.ci_low <= 0.5 <= stats.ci_high <= 1.0
+    # d = (1, 0, 0, 1): t interval 0.5 +- 3.182 * 0.577 / 2 (not clipped: a generic difference)
+    assert stats.ci_method == "t"
+    assert (stats.ci_low, stats.ci_high) == pytest.approx((-0.4187, 1.4187), abs=1e-4)
     # d = (1, 0, 0, 1): non-zero m = 2, sums 2, 0, 0, -2 -> P(T >= 0.5) = 1/4 -> p = 1/2.
     assert stats.exact and stats.p_value == pytest.approx(0.5)
 
@@ -102,28 +113,30 @@ def test_monte_carlo_p_value_is_close_to_scipy() -> None:
     assert p == pytest.approx(reference, abs=0.01)
 
 
-def test_bootstrap_ci_is_close_to_scipy_paired_bootstrap() -> None:
+def test_paired_interval_is_scipy_paired_bca() -> None:
     a, b = _paired_sample(80, seed=4)
-    low, high = paired_bootstrap_ci(a, b, n_resamples=20000, seed=5)
+    interval = paired_interval(a, b, n_resamples=2000, seed=5)
     reference = scipy_stats.bootstrap(
-        (b, a),
-        lambda x, y, axis: np.mean(x - y, axis=axis),
-        paired=True,
-        vectorized=True,
-        n_resamples=20000,
-        confidence_level=0.95,
-        method="percentile",
-        random_state=5,
+        (b - a,), np.mean, n_resamples=2000, method="BCa", rng=np.random.default_rng(5)
     ).confidence_interval
-    width = high - low
-    assert low == pytest.approx(reference.low, abs=0.05 * width)
-    assert high == pytest.approx(reference.high, abs=0.05 * width)
-    assert low < float(np.mean(b - a)) < high
+    assert interval.method == "bca"
+    assert (interval.low, interval.high) == pytest.approx((reference.low, reference.high))
+    assert interval.low < float(np.mean(b - a)) < interval.high
+
+
+def test_small_n_pairs_get_the_t_interval_and_an_mde() -> None:
+    a, b = [0.2, 0.5, 0.4, 0.9, 0.3], [0.4, 0.5, 0.7, 0.8, 0.6]
+    stats = compare_paired(a, b)
+    d = np.subtract(b, a)
+    low, high = scipy_stats.t.interval(0.95, 4, loc=d.mean(), scale=scipy_stats.sem(d))
+    assert stats.ci_method == "t" and (stats.ci_low, stats.ci_high) == pytest.approx((low, high))
+    assert stats.mde == pytest.approx(d.std(ddof=1) * 1.6819969, rel=1e-5)  # TTestPower, n=5
+    assert stats.detect_fields()["mde_power"] == 0.8
 
 
 def test_bootstrap_is_seeded() -> None:
     a, b = _paired_sample(30, seed=6)
-    assert paired_bootstrap_ci(a, b, seed=1) == paired_bootstrap_ci(a, b, seed=1)
+    assert paired_interval(a, b, seed=1) == paired_interval(a, b, seed=1)
     assert compare_paired(a, b, seed=9) == compare_paired(a, b, seed=9)
 
 

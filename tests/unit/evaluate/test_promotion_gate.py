@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from ragtrail.config import PromotionSettings
 from ragtrail.evaluate.comparison.promotion import (
@@ -52,8 +54,17 @@ def row(
     }
 
 
-def grid(f1_by_type: dict[str, float], qids: int = 3, **kwargs: Any) -> list[dict[str, Any]]:
-    return [row(f"q{i}", t, f1_by_type[t], **kwargs) for i in range(qids) for t in TYPES]
+SCALE = (0.9, 1.0, 1.1)
+"""Each question's F1 is the mixture's F1 times its scale (mean 1): paired differences vary from
+question to question, as real ones do, and their mean is the difference of the mixtures' F1."""
+
+
+def grid(f1_by_type: dict[str, float], **kwargs: Any) -> list[dict[str, Any]]:
+    return [
+        row(f"q{i}", t, f1_by_type[t] * scale, **kwargs)
+        for i, scale in enumerate(SCALE)
+        for t in TYPES
+    ]
 
 
 def uniform(f1: float, **kwargs: Any) -> list[dict[str, Any]]:
@@ -65,9 +76,12 @@ def test_clear_improvement_promotes_with_exact_difference() -> None:
     primary = decision.checks[0]
     assert decision.promote, decision.reason
     assert primary.metric == "citation_f1" and primary.facet == ALL and primary.n == 9
-    # every paired difference is 0.4, so every bootstrap mean is 0.4
-    assert primary.diff == pytest.approx(0.4)
-    assert primary.ci_low == pytest.approx(0.4) and primary.ci_high == pytest.approx(0.4)
+    # the paired differences are 0.36, 0.40, 0.44 (three each): below 20 pairs, the t interval
+    d = [0.4 * scale for scale in SCALE for _ in TYPES]
+    low, high = stats.t.interval(0.95, 8, loc=np.mean(d), scale=stats.sem(d))
+    assert primary.diff == pytest.approx(0.4) and primary.ci_method == "t"
+    assert (primary.ci_low, primary.ci_high) == pytest.approx((low, high))
+    assert primary.mde == pytest.approx(np.std(d, ddof=1) * 1.066973, rel=1e-5)  # TTestPower n=9
     assert primary.champion == pytest.approx(0.2) and primary.challenger == pytest.approx(0.6)
     assert decision.reference == "champion"
     assert "improved" in decision.reason and "n=9" in decision.reason
@@ -80,17 +94,42 @@ def test_clear_improvement_promotes_with_exact_difference() -> None:
     ]
 
 
-def test_interval_touching_zero_does_not_promote() -> None:
-    # 6 pairs, one +0.4 and five 0: a resample without the +0.4 pair has probability
-    # (5/6)^6 = 0.33 > 0.025, so the lower 2.5% bound of the mean difference is exactly 0.
+def test_interval_reaching_below_zero_does_not_promote() -> None:
+    # 6 pairs, one +0.4 and five 0: mean 0.0667, sd 0.1633, t(5) = 2.5706 -> [-0.105, 0.238]
     champion = [row(f"q{i}", "all", 0.2) for i in range(6)]
     challenger = [row("q0", "all", 0.6)] + [row(f"q{i}", "all", 0.2) for i in range(1, 6)]
     decision = decide_promotion(champion, challenger, CONFIG)
     primary = decision.checks[0]
     assert primary.diff == pytest.approx(0.4 / 6)
-    assert primary.ci_low == 0.0
+    assert primary.ci_low == pytest.approx(0.4 / 6 - 2.5706 * 0.163299 / 6**0.5, abs=1e-4)
     assert not decision.promote
     assert "citation_f1 did not improve" in decision.reason and "not above zero" in decision.reason
+
+
+def test_a_small_n_keeps_the_challenger_and_says_which_n_would_decide() -> None:
+    # 3 mixtures, differences +0.1, -0.1, +0.3: a mean gain of 0.1 that n = 3 cannot confirm
+    champion = [row(f"q{i}", "all", 0.4) for i in range(3)]
+    challenger = [row(f"q{i}", "all", f1) for i, f1 in enumerate((0.5, 0.3, 0.7))]
+    decision = decide_promotion(champion, challenger, CONFIG)
+    primary = decision.checks[0]
+    assert not decision.promote and primary.n == 3
+    sd = 0.2  # sample sd of (0.1, -0.1, 0.3)
+    assert primary.mde == pytest.approx(sd * 3.264044, rel=1e-5)  # TTestPower(nobs=3)
+    # the n that detects a gain of 0.1 with sd 0.2 (effect 0.5) at 80% power: 34 (TTestPower)
+    assert primary.needed_n == 34
+    assert "n=3 detects differences of 0.6528 or more with 80% power" in decision.reason
+    assert "detecting the observed +0.1000 needs n >= 34" in decision.reason
+
+
+def test_equal_differences_give_no_interval_and_keep_the_challenger() -> None:
+    # every pair +0.4: no spread, so no interval can be built (never a zero-width one)
+    champion = [row(f"q{i}", "all", 0.2) for i in range(4)]
+    challenger = [row(f"q{i}", "all", 0.6) for i in range(4)]
+    decision = decide_promotion(champion, challenger, CONFIG)
+    assert not decision.promote and decision.checks[0].ci_low is None
+    assert "no spread" in decision.reason and "smallest detectable difference unknown" in (
+        decision.reason
+    )
 
 
 def test_reason_names_the_model_in_service() -> None:
@@ -144,9 +183,10 @@ def test_failed_answers_score_zero_and_trip_the_failure_guard() -> None:
     champion = uniform(0.5)
     challenger = uniform(0.9)
     challenger[0] = row("q0", TYPES[0], None, status="failed", invalid=None)
-    # F1 pairs: 8 x +0.4 and one 0.9 -> 0 failure = -0.5; mean = (3.2 - 0.5) / 9 = 0.3
+    # F1 pairs: 0.4 x scale for 8 of them (sum 0.84 + 2.4) and q0's 0.45 -> 0 failure = -0.45;
+    # mean = (3.24 - 0.45) / 9 = 0.31
     decision = decide_promotion(champion, challenger, CONFIG)
-    assert decision.checks[0].diff == pytest.approx(0.3)
+    assert decision.checks[0].diff == pytest.approx(0.31)
     failure = next(c for c in decision.checks if c.metric == "failure_rate")
     assert failure.diff == pytest.approx(1 / 9) and not failure.passed
     words = next(c for c in decision.checks if c.metric == "answer_words")

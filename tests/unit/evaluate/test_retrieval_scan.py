@@ -9,7 +9,6 @@ import pytest
 from ragtrail import jsonsafe
 from ragtrail.evaluate.contract import EVALUATORS, facet_key, parse_facet_key
 from ragtrail.evaluate.retrieval.evaluator import (
-    NO_BOOTSTRAP,
     UNDEFINED_REASONS,
     RetrievalEvaluator,
     RetrievalInputs,
@@ -20,6 +19,7 @@ from ragtrail.evaluate.retrieval.evaluator import (
     undefined_as_null,
 )
 from ragtrail.records import INCLUSIVE, Candidates, QAItem, SearchHit
+from ragtrail.stats.intervals import NO_BOOTSTRAP
 
 
 def hits(*pairs: tuple[str, float]) -> tuple[SearchHit, ...]:
@@ -86,13 +86,9 @@ def test_confidence_intervals_contain_the_mean_and_are_reproducible():
     a = scan(ITEMS, [C1, C2], CONFIG).metrics
     b = scan(ITEMS, [C1, C2], CONFIG).metrics
     assert a.equals(b)
-    assert ((a.ci_low <= a.value + 1e-12) & (a.value <= a.ci_high + 1e-12)).all()
-
-
-def test_no_bootstrap_gives_nan_intervals():
-    config = ScanConfig(text_weights=(0.0,), metrics=("mrr",), bootstrap_samples=0)
-    frame = scan(ITEMS, [C1, C2], config).metrics
-    assert all(math.isnan(v) for v in frame.ci_low)
+    defined = a.dropna(subset=["ci_low"])
+    assert ((defined.ci_low <= defined.value + 1e-12) & (defined.value <= defined.ci_high)).all()
+    assert (a[a.ci_low.isna()].ci_method == "none").all()  # null only where no CI is valid
 
 
 def test_level_resolution():
@@ -138,15 +134,43 @@ def test_scan_without_weights_zero_and_one_leaves_dense_and_lexical_undefined():
     assert fact["gap_to_best"] == 0.0
 
 
-def test_no_bootstrap_gives_null_intervals_with_a_reason_in_records_and_aggregates():
-    config = ScanConfig(text_weights=(0.0, 1.0), metrics=("mrr",), bootstrap_samples=0)
+def test_every_interval_names_its_method_and_one_value_gets_none():
+    config = ScanConfig(text_weights=(0.0, 1.0), metrics=("mrr",), bootstrap_samples=50)
     result = scan(ITEMS, [C1, C2], config)
+    records = {
+        (r["label"], r["text_weight"]): r for r in result.metric_records() if r["metric"] == "mrr"
+    }
+    # q1 alone at weight 0: its MRR is 1/3, one value that is not a 0/1 outcome -> no interval
+    alone = records[("fact_single", 0.0)]
+    assert alone["value"] == pytest.approx(1 / 3) and alone["ci_method"] == "none"
+    assert alone["ci_low"] is None and "one value" in alone["undefined"]["ci_low"]
+    # q2 alone at weight 0: MRR 1, a 0/1 outcome -> Wilson, which keeps its width at n = 1
+    found = records[("reasoning", 0.0)]
+    assert found["ci_method"] == "wilson" and found["ci_low"] < 0.25 and found["ci_high"] == 1.0
     for record in result.metric_records() + result.best_records():
-        assert record["ci_low"] is None and record["ci_high"] is None
-        assert record["undefined"]["ci_low"] == NO_BOOTSTRAP
+        assert record["ci_method"] in {"wilson", "t", "none"}
+        assert "ci_reason" not in record
+    evaluation = RetrievalEvaluator(config).result_of(result)
+    assert {a.ci_method for a in evaluation.aggregates} <= {"wilson", "t", "none"}
+
+
+def test_no_bootstrap_leaves_only_the_bootstrap_intervals_null():
+    items = [
+        QAItem(qid=f"q{i}", question="?", label="fact_single", ground_doc_ids=("A",))
+        for i in range(20)
+    ]
+    config = ScanConfig(text_weights=(0.0,), metrics=("mrr",), bootstrap_samples=0)
+    candidates = [C1 if i % 3 else C2 for i in range(20)]  # MRR 1/3 or 0: not 0/1 outcomes
+    result = scan(items, candidates, config)
+    mrr = [r for r in result.metric_records() if r["metric"] == "mrr"]
+    assert mrr and all(r["ci_low"] is None for r in mrr)
+    assert all(r["undefined"]["ci_low"] == NO_BOOTSTRAP for r in mrr)
+    # Recall@5 per question is a 0/1 outcome: its Wilson interval needs no resampling
+    recall = [r for r in result.metric_records() if r["metric"] == "recall@5"]
+    assert recall and all(r["ci_method"] == "wilson" for r in recall)
     evaluation = RetrievalEvaluator(config).result_of(result)
     assert all(
-        a.ci_low is None and a.undefined["ci_high"] == NO_BOOTSTRAP for a in evaluation.aggregates
+        a.undefined["ci_high"] == NO_BOOTSTRAP for a in evaluation.aggregates if a.metric == "mrr"
     )
 
 
@@ -170,12 +194,13 @@ def test_retrieval_evaluator_reports_the_scan_numbers_unchanged():
     assert len(result.aggregates) == len(frame)
     for agg, row in zip(result.aggregates, frame.itertuples(), strict=True):
         assert agg.facets == {"label": row.label, "text_weight": row.text_weight}
-        assert (agg.metric, agg.value, agg.ci_low, agg.ci_high, agg.n) == (
+        assert (agg.metric, agg.value, agg.ci_low, agg.ci_high, agg.n, agg.ci_method) == (
             row.metric,
             row.value,
-            row.ci_low,
-            row.ci_high,
+            None if math.isnan(row.ci_low) else row.ci_low,
+            None if math.isnan(row.ci_high) else row.ci_high,
             row.n_questions,
+            row.ci_method,
         )
     # per-query: 2 questions x 3 weights x 3 metrics (recall@1, mrr, and the primary recall@5)
     assert len(result.queries) == 18

@@ -38,6 +38,7 @@ from ragtrail.llm.cache import MemoryLLMCache
 from ragtrail.llm.client import LLMClient
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.records import QAItem
+from ragtrail.stats.intervals import wilson_interval
 from ragtrail.text import content_words
 
 CHUNKS = (
@@ -190,8 +191,13 @@ def test_vanilla_top_k_and_its_retrieval_metrics_by_hand() -> None:
     macro = {row["metric"]: row for row in metrics.macro}
     assert macro["P@1"]["value"] == 0.5 and macro["P@1"]["n"] == 2
     assert macro["ndcg@10"]["value"] == pytest.approx((1 + 1 / math.log2(3)) / 2)
-    assert macro["P@1"]["ci_low"] == 0.0 and macro["P@1"]["ci_high"] == 1.0
-    assert macro["recall@10"]["ci_low"] == macro["recall@10"]["ci_high"] == 1.0
+    # 0/1 outcomes get the Wilson interval of 1 in 2 and 2 in 2; P@10 is 0.1 twice: no spread
+    assert macro["P@1"]["ci_method"] == "wilson"
+    assert (macro["P@1"]["ci_low"], macro["P@1"]["ci_high"]) == pytest.approx(wilson_interval(1, 2))
+    assert (macro["recall@10"]["ci_low"], macro["recall@10"]["ci_high"]) == pytest.approx(
+        wilson_interval(2, 2)
+    )
+    assert macro["P@10"]["ci_low"] is None and "no spread" in macro["P@10"]["undefined"]["ci_low"]
 
 
 def test_gtr_cites_one_retrieved_passage_per_sentence() -> None:

@@ -31,6 +31,7 @@ from ragtrail.evaluate.sufficiency.selective import (
     threshold_for_coverage,
 )
 from ragtrail.jsonsafe import dumps
+from ragtrail.stats.intervals import NO_BOOTSTRAP
 
 # Seven rows, given out of order; sorted: 0.9 0.9 | 0.7 | 0.5 0.5 0.5 | 0.2
 CONF = [0.5, 0.9, 0.2, 0.7, 0.5, 0.9, 0.5]
@@ -238,38 +239,43 @@ def test_comparison_areas_gain_and_target_threshold_by_hand() -> None:
     assert set(out["intervals"]) == {WITH_SUFFICIENCY, CONFIDENCE_ONLY, "auc_gain"}
 
 
-def test_bootstrap_resamples_questions_is_seeded_and_stays_within_reach() -> None:
-    def run(seed: int):  # type: ignore[no-untyped-def]
-        return compare_selective(
-            COMPARE_ROWS, RawFeature("b"), RawFeature("a"), bootstrap=300, seed=seed
+def _copies(n: int) -> list[SelectiveRow]:
+    """COMPARE_ROWS' four questions ``n`` times under new ids, with jittered scores."""
+    return [
+        row(
+            f"{r.row_id}.{c}",
+            f"{r.qid}.{c}",
+            r.hallucinated,
+            r.correct,
+            a=r.features["a"] + 0.001 * c,
+            b=r.features["b"] - 0.001 * c,
         )
+        for c in range(n)
+        for r in COMPARE_ROWS
+    ]
+
+
+def test_bca_resamples_questions_is_seeded_and_holds_the_gain() -> None:
+    rows = _copies(5)  # 20 questions: the smallest number an AUC's interval is given for
+
+    def run(seed: int):  # type: ignore[no-untyped-def]
+        return compare_selective(rows, RawFeature("b"), RawFeature("a"), bootstrap=300, seed=seed)
 
     first, again, other = run(11), run(11), run(12)
     assert first.intervals == again.intervals
     assert first.intervals != other.intervals
-    # the bounds lie among the gains of the possible resamples of the 4 questions (enumerated)
-    by_q = {q: [r for r in COMPARE_ROWS if r.qid == q] for q in ("q1", "q2", "q3", "q4")}
-    reachable = set()
-    for pick in itertools.combinations_with_replacement(by_q, 4):
-        rows = [r for q in pick for r in by_q[q]]
-        reachable.add(round(auc_of("b", rows) - auc_of("a", rows), 9))
     gain = first.intervals["auc_gain"]
-    assert gain.low is not None and gain.high is not None and gain.low <= gain.high
-    for bound in (gain.low, gain.high):
-        assert any(abs(bound - v) < 1e-9 for v in reachable) or min(reachable) < bound < max(
-            reachable
-        )
+    assert gain.method == "bca" and gain.n == 20
+    assert gain.low is not None and gain.high is not None
+    assert gain.low <= first.auc_gain <= gain.high  # type: ignore[operator]
 
 
-def test_bootstrap_needs_two_questions_and_resamples() -> None:
-    one_q = [r for r in COMPARE_ROWS if r.qid == "q1"]
-    comp = compare_selective(one_q, RawFeature("b"), RawFeature("a"), bootstrap=100, seed=0)
+def test_no_auc_interval_below_twenty_questions_or_without_resamples() -> None:
+    comp = compare_selective(COMPARE_ROWS, RawFeature("b"), RawFeature("a"), bootstrap=100, seed=0)
     assert comp.intervals["auc_gain"].low is None
-    assert comp.intervals["auc_gain"].reason == "1 test question(s): nothing to resample"
-    off = compare_selective(COMPARE_ROWS, RawFeature("b"), RawFeature("a"), bootstrap=0, seed=0)
-    assert off.as_dict()["intervals"]["auc_gain"]["undefined"]["low"].startswith(
-        "bootstrap disabled"
-    )
+    assert comp.intervals["auc_gain"].reason == "4 test question(s): an AUC's interval needs 20"
+    off = compare_selective(_copies(5), RawFeature("b"), RawFeature("a"), bootstrap=0, seed=0)
+    assert off.as_dict()["intervals"]["auc_gain"]["undefined"]["low"] == NO_BOOTSTRAP
 
 
 def test_comparison_drops_rows_either_scorer_cannot_score() -> None:
@@ -311,7 +317,9 @@ def test_selective_evaluator_follows_the_contract() -> None:
     a = by_metric["auc_confidence"].value
     gain = by_metric["auc_gain"]
     assert a is not None and b is not None and gain.value == pytest.approx(b - a)
-    assert gain.ci_low is not None and gain.ci_high is not None and gain.n == 8
+    # 8 test questions: too few for an AUC's interval, and the aggregate says so
+    assert gain.ci_low is None and gain.n == 8 and gain.ci_method == "none"
+    assert gain.undefined["ci_low"] == "8 test question(s): an AUC's interval needs 20"
     # with sufficiency the policy separates perfectly: its curve can only gain
     assert b > a
     run = evaluator.run(SelectiveInputs(rows))

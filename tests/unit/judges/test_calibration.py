@@ -13,12 +13,10 @@ from ragtrail.judges.calibration import (
     FAILED,
     ContrastPair,
     accuracy,
-    bootstrap_ci,
     calibrate_categorical,
     calibrate_contrasts,
     cohen_kappa,
     confusion_matrix,
-    wilson_interval,
 )
 from ragtrail.judges.contract import (
     ENTAILMENT_CATEGORIES,
@@ -28,6 +26,7 @@ from ragtrail.judges.contract import (
     JudgeRole,
     VerdictType,
 )
+from ragtrail.stats.intervals import bca_interval, mean_interval, wilson_interval
 from tests.unit.judges._scripted_judges import FAIL, ScriptedJudge
 
 # -- kappa, confusion, accuracy ------------------------------------------------------------------
@@ -125,52 +124,51 @@ def test_wilson_interval_by_hand() -> None:
         wilson_interval(5, 4)
 
 
-def test_bootstrap_is_seeded() -> None:
+def test_bca_is_seeded() -> None:
     data = np.arange(20, dtype=float) ** 1.5  # distinct values: the quantiles move with the seed
 
     def mean(idx: np.ndarray) -> float:
         return float(data[idx].mean())
 
-    first = bootstrap_ci(len(data), mean, n_resamples=300, seed=7)
-    again = bootstrap_ci(len(data), mean, n_resamples=300, seed=7)
-    other = bootstrap_ci(len(data), mean, n_resamples=300, seed=8)
+    estimate = float(data.mean())
+    first = bca_interval(len(data), mean, estimate=estimate, n_resamples=300, seed=7)
+    again = bca_interval(len(data), mean, estimate=estimate, n_resamples=300, seed=7)
+    other = bca_interval(len(data), mean, estimate=estimate, n_resamples=300, seed=8)
     assert first == again
     assert (first.low, first.high) != (other.low, other.high)
     assert first.low <= data.mean() <= first.high
-    assert first.n_undefined == 0 and first.reason == ""
+    assert first.reason == "" and first.method == "bca"
 
 
-def test_bootstrap_coverage_is_near_nominal() -> None:
-    # 100 samples of 60 Bernoulli(0.3) draws: the 95% interval of the mean should cover 0.3 in
-    # roughly 95 of them (percentile bootstrap runs a little short on small n; allow 85).
+def test_bca_coverage_is_near_nominal() -> None:
+    # 100 samples of 30 skewed values (exponential, mean 1): the 95% BCa interval of the mean
+    # should cover 1 in roughly 95 of them; allow 88.
     rng = np.random.default_rng(0)
     covered = 0
     for trial in range(100):
-        data = (rng.random(60) < 0.3).astype(float)
-        ci = bootstrap_ci(60, lambda idx, d=data: float(d[idx].mean()), n_resamples=200, seed=trial)
-        covered += ci.low <= 0.3 <= ci.high
-    assert covered >= 85
+        interval = mean_interval(rng.exponential(1.0, 30), bounds=None, n_resamples=500, seed=trial)
+        covered += interval.low <= 1.0 <= interval.high
+    assert covered >= 88
 
 
-def test_bootstrap_skips_and_counts_undefined_resamples() -> None:
+def test_bca_skips_undefined_resamples_only_when_they_are_rare() -> None:
     # undefined whenever item 0 is drawn: P(no 0 in 4 draws of 4) = (3/4)^4 = 0.32 defined
     def unless_zero(idx: np.ndarray) -> float | None:
         return None if 0 in idx else float(len(idx))
 
-    ci = bootstrap_ci(4, unless_zero, n_resamples=400, seed=1)
-    assert ci.low is None and ci.high is None
-    assert ci.n_undefined > 200 and "undefined on" in ci.reason
+    interval = bca_interval(4, unless_zero, estimate=4.0, n_resamples=400, seed=1)
+    assert interval.low is None and "undefined on" in interval.reason
 
-    # n = 40, undefined when item 0 is missing, which has probability (39/40)^40 = 0.36: most
-    # resamples are defined; those skipped are counted and the interval is given
-    def unless_zero_missing(idx: np.ndarray) -> float | None:
-        return None if 0 not in idx else 1.0
+    # undefined when item 0 is drawn 4 times or more (about 2% of resamples of 40): those are
+    # skipped, and the interval comes from the rest
+    data = np.linspace(0.0, 1.0, 40)
 
-    ci = bootstrap_ci(40, unless_zero_missing, n_resamples=400, seed=1)
-    assert ci.low == ci.high == 1.0
-    assert 0 < ci.n_undefined < 200
-    assert bootstrap_ci(0, unless_zero, n_resamples=10, seed=1).reason == "no items to resample"
-    assert "turned off" in bootstrap_ci(3, unless_zero, n_resamples=0, seed=1).reason
+    def mean_unless_crowded(idx: np.ndarray) -> float | None:
+        return None if np.count_nonzero(idx == 0) >= 4 else float(data[idx].mean())
+
+    interval = bca_interval(40, mean_unless_crowded, estimate=0.5, n_resamples=400, seed=1)
+    assert interval.low < 0.5 < interval.high
+    assert "bootstrap needs at least 2" in bca_interval(1, unless_zero, estimate=1.0).reason
 
 
 # -- categorical calibration ---------------------------------------------------------------------
@@ -206,7 +204,9 @@ def test_categorical_calibration_by_hand() -> None:
     assert judge.batches == [11]  # one batched call
     assert cal.n == 11 and cal.n_failed == 1
     assert cal.kappa.value == pytest.approx(21 / 65)
-    assert cal.kappa.ci_low < 21 / 65 < cal.kappa.ci_high
+    # kappa on 11 items: too few for an interval (the old bootstrap gave a meaningless one)
+    assert cal.kappa.ci_low is None and cal.kappa.ci_method == "none"
+    assert "at least 20 items" in cal.kappa.undefined["ci_low"]
     # accuracy 7/11 with its Wilson interval
     assert cal.accuracy.value == pytest.approx(7 / 11)
     assert (cal.accuracy.ci_low, cal.accuracy.ci_high) == pytest.approx(wilson_interval(7, 11))
@@ -227,7 +227,18 @@ def test_categorical_calibration_by_hand() -> None:
     out = json.loads(dumps(cal.as_dict()))
     assert out["kappa"]["value"] == pytest.approx(21 / 65) and out["kappa"]["n"] == 11
     assert out["confusion"][SUPPORTED][FAILED] == 1 and out["positive"] == SUPPORTED
-    assert out["bootstrap"] == {"resamples": 200, "undefined_resamples": 0, "seed": 3}
+    assert out["bootstrap"] == {"resamples": 0, "undefined_resamples": 0, "seed": 3}
+    assert out["accuracy"]["ci_method"] == "wilson" and out["kappa"]["ci_method"] == "none"
+
+
+def test_kappa_interval_from_twenty_items_is_bca() -> None:
+    judge, inputs, refs = _entailment_case()
+    cal, _ = calibrate_categorical(
+        judge, inputs * 2, refs * 2, positive=SUPPORTED, n_resamples=300, seed=3
+    )
+    assert cal.n == 22 and cal.kappa.ci_method == "bca"
+    assert cal.kappa.ci_low < 21 / 65 < cal.kappa.ci_high
+    assert cal.as_dict()["bootstrap"]["resamples"] == 300
 
 
 def test_value_outside_the_categories_becomes_a_failure() -> None:
@@ -248,7 +259,7 @@ def test_undefined_kappa_is_null_with_a_reason() -> None:
     out = json.loads(dumps(cal.as_dict()))
     assert out["kappa"]["value"] is None
     assert "chance agreement is 1" in out["kappa"]["undefined"]["value"]
-    assert "undefined on 50 of 50" in out["kappa"]["undefined"]["ci_low"]
+    assert "at least 20 items" in out["kappa"]["undefined"]["ci_low"]
 
 
 def test_bad_references_are_all_listed() -> None:

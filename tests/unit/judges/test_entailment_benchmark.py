@@ -1,4 +1,4 @@
-"""The entailment benchmark's agreement figures (kappa and bootstrap from judges/calibration.py)."""
+"""The entailment benchmark's agreement figures (kappa from judges/calibration.py, intervals from stats)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def test_agreement_counts_failures_apart() -> None:
     low, high = result.accuracy_ci or (0.0, 0.0)
     assert 0.0 <= low <= 0.75 <= high <= 1.0
     assert _interval(0, lambda idx: 1.0) is None
+    assert _interval(6, lambda idx: 1.0) is None  # kappa on 6 items: too few for an interval
 
 
 def test_threshold_and_split() -> None:

@@ -49,6 +49,8 @@ def synthetic_metrics(
                         "value": value,
                         "ci_low": value - 0.05,
                         "ci_high": value + 0.05,
+                        "ci_method": "bca",
+                        "ci_reason": "",
                         "n_questions": 30,
                     }
                 )
@@ -194,7 +196,8 @@ def test_extra_sections_are_inserted(tmp_path: Path) -> None:
 
 
 def test_undefined_values_render_as_undefined_with_their_reason(tmp_path: Path) -> None:
-    """All-zero recall (gap), a scan without weights 0/1 (dense, lexical), no bootstrap (CI)."""
+    """All-zero recall (gap), a scan without weights 0/1 (dense, lexical); the CI of one 0/1
+    outcome is a Wilson interval and says so."""
     items = [QAItem(qid="q", question="?", label="summary", ground_doc_ids=("Z",))]
     cands = Candidates(
         lexical=(SearchHit(chunk_id="B#0", doc_id="B", score=1.0),),
@@ -207,8 +210,9 @@ def test_undefined_values_render_as_undefined_with_their_reason(tmp_path: Path) 
     best = pd.DataFrame(json.loads(jsonsafe.dumps(result.best_records())))
     html = render(tmp_path, metrics, best=best)
     assert not re.search(r"\bnan\b", html, re.IGNORECASE)
-    for field in ("dense", "lexical", "gap_to_best", "ci_low"):
+    for field in ("dense", "lexical", "gap_to_best"):
         assert f"undefined ({escape(UNDEFINED_REASONS[field])})" in html
+    assert "Wilson" in html
     # the bare frames (NaN, no reasons attached) render the same known reasons
     html = render(tmp_path, result.metrics, best=result.best)
     assert not re.search(r"\bnan\b", html, re.IGNORECASE)

@@ -20,6 +20,7 @@ from ragtrail.pipeline.drift.step import (
 )
 from ragtrail.pipeline.drift.views import drift_history
 from ragtrail.records import QAItem
+from ragtrail.stats.intervals import wilson_interval
 from ragtrail.storage.corpus_store import CorpusStore
 from ragtrail.storage.db import upgrade
 from ragtrail.storage.document_store import DocumentStore
@@ -234,7 +235,9 @@ def test_history_plots_the_pooled_cell_the_check_compared(db: Engine) -> None:
     assert [p.value for p in points] == [pytest.approx(5 / 6), 0.0]
     assert points[0].ci_low is not None and points[0].ci_high is not None
     assert points[0].ci_low <= 5 / 6 <= points[0].ci_high
-    assert (points[1].ci_low, points[1].ci_high) == (0.0, 0.0)
+    # six zeros are 0/1 outcomes: the Wilson interval of 0 in 6, never [0, 0]
+    assert points[1].ci_method == "wilson" and points[1].n == 6
+    assert (points[1].ci_low, points[1].ci_high) == pytest.approx(wilson_interval(0, 6))
 
 
 def test_runs_that_did_not_complete_are_never_checked_or_baselines(db: Engine) -> None:

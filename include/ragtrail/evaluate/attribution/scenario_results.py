@@ -14,12 +14,12 @@ from typing import Literal
 
 from ragtrail.evaluate.attribution.cited_answers import AnswerRecord
 from ragtrail.evaluate.attribution.subqueries import Subqueries
-from ragtrail.evaluate.metrics import bootstrap_ci, evaluate, parse_metric
+from ragtrail.evaluate.metrics import evaluate, parse_metric
 from ragtrail.jsonsafe import JsonObject, mark_undefined
+from ragtrail.stats.intervals import mean_interval
 
 RETRIEVAL_METRICS: tuple[str, ...] = ("P@1", "recall@1", "P@10", "recall@10", "ndcg@10")
 NO_RELEVANT_REASON = "no answerable item with known relevant passages"
-NO_BOOTSTRAP = "no bootstrap interval: bootstrap_samples is 0"
 
 Status = Literal["ok", "failed", "skipped"]
 RankedRun = dict[str, dict[str, float]]
@@ -174,10 +174,12 @@ def retrieval_metrics(
             "value": sum(values) / len(values),
             "n": len(values),
         }
-        if bootstrap_samples > 0:
-            row["ci_low"], row["ci_high"] = bootstrap_ci(values, bootstrap_samples, seed=seed + m)
+        interval = mean_interval(values, n_resamples=bootstrap_samples, seed=seed + m)
+        row["ci_method"] = interval.method.value
+        if interval.defined:
+            row["ci_low"], row["ci_high"] = interval.low, interval.high
         else:
-            mark_undefined(row, "ci_low", NO_BOOTSTRAP)
-            mark_undefined(row, "ci_high", NO_BOOTSTRAP)
+            mark_undefined(row, "ci_low", interval.reason)
+            mark_undefined(row, "ci_high", interval.reason)
         macro.append(row)
     return RetrievalMetrics(per_query, macro, excluded)

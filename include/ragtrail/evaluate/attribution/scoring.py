@@ -56,14 +56,13 @@ from ragtrail.evaluate.contract import (
     facet_key,
     register_evaluator,
 )
-from ragtrail.evaluate.metrics import bootstrap_ci
 from ragtrail.input_files import json_type, jsonl_hint, parse_json, read_lines
 from ragtrail.jsonsafe import JsonObject, check_finite, write_jsonl
 from ragtrail.judges.contract import Judge, JudgeSpec
 from ragtrail.records import INCLUSIVE
+from ragtrail.stats.intervals import mean_interval
 
 UNLABELLED = "unlabelled"
-NO_BOOTSTRAP = "no bootstrap interval: bootstrap_samples is 0"
 
 # ------------------------------------------------------------------------------------ loading
 
@@ -439,22 +438,9 @@ class AnswersEvaluator(BaseEvaluator[AttributionConfig, AnswersInputs]):
                 n=0,
                 reasons={"value": reason, "ci_low": reason, "ci_high": reason},
             )
-        if self.config.bootstrap_samples > 0:
-            seed = self.config.seed + cell  # a distinct, reproducible seed per cell
-            low, high = bootstrap_ci(values, self.config.bootstrap_samples, seed=seed)
-            reasons: dict[str, str] = {}
-        else:
-            low = high = None
-            reasons = {"ci_low": NO_BOOTSTRAP, "ci_high": NO_BOOTSTRAP}
-        return Aggregate.of(
-            metric,
-            group,
-            value=fmean(values),
-            ci_low=low,
-            ci_high=high,
-            n=len(values),
-            reasons=reasons,
-        )
+        seed = self.config.seed + cell  # a distinct, reproducible seed per cell
+        interval = mean_interval(values, n_resamples=self.config.bootstrap_samples, seed=seed)
+        return Aggregate.estimated(metric, group, value=fmean(values), interval=interval)
 
 
 def score_answers(

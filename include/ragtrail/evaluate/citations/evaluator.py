@@ -50,10 +50,10 @@ from ragtrail.evaluate.contract import (
     QueryValue,
     register_evaluator,
 )
-from ragtrail.evaluate.metrics import bootstrap_ci
 from ragtrail.jsonsafe import JsonObject, check_finite
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.records import LABELS, QAItem, QuestionLabel
+from ragtrail.stats.intervals import mean_interval
 
 MODEL = "model"
 RANDOM = "random"
@@ -64,7 +64,8 @@ SCORE_METRICS = ("citation_precision", "citation_recall", "citation_f1", "distin
 ANSWER_METRICS = ("invalid_citation_rate", "answer_words", "cited_any", "abstained")
 UNANSWERABLE_METRICS = ("cited_any", "abstained", "distinct_citations", "answer_words")
 FAILURE_METRIC = "failure_rate"
-NO_BOOTSTRAP = "no bootstrap interval: bootstrap_samples is 0"
+COUNT_METRICS = frozenset({"distinct_citations", "answer_words"})
+"""Metrics that count (unbounded): their intervals are not clipped to [0, 1]."""
 NO_VALUE = "no query of this group has a defined value"
 
 
@@ -194,20 +195,14 @@ class CitationEvaluator(BaseEvaluator[CitationEvalConfig, CitationInputs]):
                 metric, facets, value=None, ci_low=None, ci_high=None, n=0,
                 reasons={"value": NO_VALUE, "ci_low": NO_VALUE, "ci_high": NO_VALUE},
             )  # fmt: skip
-        if self.config.bootstrap_samples > 0:
-            seed = stable_seed(self.config.seed, metric, sorted(facets.items())) % 2**32
-            low, high = bootstrap_ci(values, self.config.bootstrap_samples, seed=seed)
-        else:
-            low = high = float("nan")
-        return Aggregate.of(
-            metric,
-            facets,
-            value=float(np.mean(values)),
-            ci_low=low,
-            ci_high=high,
-            n=len(values),
-            reasons={"ci_low": NO_BOOTSTRAP, "ci_high": NO_BOOTSTRAP},
+        seed = stable_seed(self.config.seed, metric, sorted(facets.items())) % 2**32
+        interval = mean_interval(
+            values,
+            bounds=None if metric in COUNT_METRICS else (0.0, 1.0),
+            n_resamples=self.config.bootstrap_samples,
+            seed=seed,
         )
+        return Aggregate.estimated(metric, facets, value=float(np.mean(values)), interval=interval)
 
 
 def _row(

@@ -12,8 +12,11 @@ does), because one decision is one family of tests. A tested row *drifts* when
   ``worsening = A - B`` when greater is better and ``B - A`` otherwise, in the metric's units), and
 - its Holm-corrected p-value is below ``alpha``.
 
-The decision fires when any row drifts. Improvements never fire, however significant. Pure: no
-database, no I/O; undefined numbers are None with a reason, never NaN.
+The decision fires when any row drifts. Improvements never fire, however significant. Every row
+also says what it could have seen: the minimum detectable effect at its n (80% power, the
+policy's ``alpha``, the observed spread of the differences) and the n a drop of the threshold
+would need, so "no drift" is never read as "no drop". Pure: no database, no I/O; undefined
+numbers are None with a reason, never NaN.
 """
 
 from __future__ import annotations
@@ -138,6 +141,9 @@ def _row(
         direction = "worse" if worse > 0 else "better" if worse < 0 else "unchanged"
     else:
         undefined["direction"] = s.undefined.get("diff", "no difference")
+    detect = s.detectable.at(alpha=policy.alpha, target=threshold)
+    if detect.mde is None:
+        undefined["mde"] = detect.reason
     drifted = False
     if untested is not None:
         undefined["p_holm"] = untested
@@ -162,4 +168,7 @@ def _row(
         tested=untested is None,
         drifted=drifted,
         undefined=undefined,
+        ci_method=s.ci_method,
+        mde=detect.mde,
+        needed_n=detect.needed_n,
     )

@@ -1,18 +1,22 @@
-"""Paired comparison of two runs on the same questions: mean difference, bootstrap CI, p-value.
+"""Paired comparison of two runs on the same questions: mean difference, CI, p-value and MDE.
 
 Two runs evaluated on the same QA-set version give, per question, a value A and a value B of each
 metric. The questions are the unit of resampling, so the statistics work on the per-question
 differences ``d = B - A``:
 
 - mean difference: ``mean(d)`` (equal to ``mean(B) - mean(A)``);
-- confidence interval: percentile bootstrap of ``mean(d)``, resampling questions with replacement
-  (the paired bootstrap; :func:`ragtrail.evaluate.metrics.bootstrap_ci` on ``d``);
+- confidence interval of ``mean(d)`` by :func:`ragtrail.stats.intervals.mean_interval`: the t
+  interval below 20 pairs, the BCa bootstrap resampling questions (pairs) from 20 on, none (with
+  the reason) for one pair or differences that are all equal;
 - p-value: two-sided paired permutation test that flips the sign of each difference (under the null
   hypothesis A and B are exchangeable within a question). Exact over all ``2**m`` sign patterns of
   the ``m`` non-zero differences when that is at most ``n_resamples``, otherwise Monte Carlo with
   ``(hits + 1) / (n_resamples + 1)`` so a p-value is never 0. Same definition as
   ``scipy.stats.permutation_test(..., permutation_type="samples")`` with statistic ``mean(B - A)``;
-- Holm's step-down correction across the facets of one metric (:func:`holm`).
+- Holm's step-down correction across the facets of one metric (:func:`holm`);
+- minimum detectable effect at this n (:func:`ragtrail.stats.power.detectable`: 80% power, the
+  comparison's alpha, the observed spread of ``d``), and with a ``target`` effect the n that
+  would detect it.
 
 Undefined results are ``None`` with a reason (``PairedStats.undefined``), never NaN: no pair at all
 leaves everything undefined; all differences zero give ``p = 1`` (every sign pattern is as extreme).
@@ -27,7 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ragtrail.evaluate.metrics import bootstrap_ci
+from ragtrail.jsonsafe import JsonObject
+from ragtrail.stats.intervals import Interval, mean_interval
+from ragtrail.stats.power import ALPHA, POWER, Detectable, detectable
 
 DEFAULT_RESAMPLES = 9999
 DEFAULT_SEED = 13
@@ -48,18 +54,42 @@ class PairedStats:
     p_value: float | None
     exact: bool
     undefined: dict[str, str] = field(default_factory=dict)
+    ci_method: str = "none"
+    detectable: Detectable = field(default_factory=lambda: _undetectable(0, "not computed"))
+
+    @property
+    def mde(self) -> float | None:
+        """The smallest difference this comparison detects with 80% power (None: unknown)."""
+        return self.detectable.mde
+
+    def detect_fields(self) -> JsonObject:
+        """The CI's method, ``mde`` and ``needed_n`` with the power they refer to (strict JSON)."""
+        d = self.detectable
+        return {
+            "ci_method": self.ci_method,
+            "mde": d.mde,
+            "mde_power": d.power,
+            "needed_n": d.needed_n,
+        }
 
 
-def paired_bootstrap_ci(
+def _undetectable(n: int, reason: str) -> Detectable:
+    return Detectable(n=n, sd=None, mde=None, alpha=ALPHA, power=POWER, reason=reason)
+
+
+def paired_interval(
     a: Sequence[float],
     b: Sequence[float],
     *,
+    bounds: tuple[float, float] | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = 0.95,
     seed: int = DEFAULT_SEED,
-) -> tuple[float, float]:
-    """Percentile bootstrap CI of ``mean(b - a)``, resampling pairs (questions) with replacement."""
-    return bootstrap_ci(_differences(a, b), n_resamples, confidence=confidence, seed=seed)
+) -> Interval:
+    """The interval of ``mean(b - a)`` over pairs (questions), by n (see the module doc)."""
+    return mean_interval(
+        _differences(a, b), bounds=bounds, n_resamples=n_resamples, confidence=confidence, seed=seed
+    )
 
 
 def sign_flip_p_value(
@@ -110,11 +140,13 @@ def compare_paired(
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = 0.95,
     seed: int = DEFAULT_SEED,
+    target: float | None = None,
 ) -> PairedStats:
-    """Means, mean difference (B - A), its bootstrap CI and the sign-flip p-value of paired data."""
+    """Means, mean difference (B - A), its CI, the sign-flip p-value and the MDE of paired data
+    (with ``target``, a difference in the metric's unit, also the n that would detect it)."""
     d = _differences(a, b)
     if d.size == 0:
-        fields = ("mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_value")
+        fields = ("mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_value", "mde")
         return PairedStats(
             n=0,
             mean_a=None,
@@ -125,18 +157,30 @@ def compare_paired(
             p_value=None,
             exact=False,
             undefined=dict.fromkeys(fields, NO_PAIRS),
+            detectable=_undetectable(0, NO_PAIRS),
         )
-    low, high = bootstrap_ci(d, n_resamples, confidence=confidence, seed=seed)
+    interval = mean_interval(
+        d, bounds=None, n_resamples=n_resamples, confidence=confidence, seed=seed
+    )
     p_value, exact = sign_flip_p_value(d, n_resamples=n_resamples, seed=seed)
+    power = detectable(d, alpha=1.0 - confidence, target=target)
+    undefined = (
+        dict.fromkeys(("ci_low", "ci_high"), interval.reason) if not interval.defined else {}
+    )
+    if power.mde is None:
+        undefined["mde"] = power.reason
     return PairedStats(
         n=int(d.size),
         mean_a=math.fsum(a) / d.size,
         mean_b=math.fsum(b) / d.size,
         diff=float(d.mean()),
-        ci_low=low,
-        ci_high=high,
+        ci_low=interval.low,
+        ci_high=interval.high,
         p_value=p_value,
         exact=exact,
+        undefined=undefined,
+        ci_method=interval.method.value,
+        detectable=power,
     )
 
 

@@ -3,8 +3,10 @@
 Both models answer the *same* frozen mixtures with the same seeds
 (:func:`ragtrail.evaluate.citations.evaluator.evaluate_mixtures` with one config), so their per-mixture rows
 pair up by ``(qid, mixture type)`` and every comparison is paired
-(:func:`ragtrail.evaluate.comparison.paired.compare_paired`: mean difference challenger - champion, percentile
-bootstrap CI over mixtures, sign-flip p-value).
+(:func:`ragtrail.evaluate.comparison.paired.compare_paired`: mean difference challenger - champion, its
+CI over mixtures (t below 20 mixtures, BCa from 20), sign-flip p-value, and the minimum
+detectable effect at that n). A challenger kept because n is too small says so: the reason names
+the smallest difference this n detects with 80% power and the n the observed gain would need.
 
 Rules:
 
@@ -124,12 +126,25 @@ class GateCheck:
     passed: bool
     note: str = ""
     undefined: dict[str, str] = field(default_factory=dict)
+    ci_method: str = "none"
+    mde: float | None = None
+    needed_n: int | None = None
 
     def as_dict(self) -> JsonObject:
         out = asdict(self)
         if not out["undefined"]:
             del out["undefined"]
         return out
+
+    @property
+    def power_text(self) -> str:
+        """What this n could detect and, when the observed gain is smaller, the n it needs."""
+        if self.mde is None:
+            return f"smallest detectable difference unknown ({self.undefined.get('mde', '?')})"
+        text = f"n={self.n} detects differences of {self.mde:.4f} or more with 80% power"
+        if self.needed_n is not None and self.needed_n > self.n:
+            text += f"; detecting the observed {self.diff:+.4f} needs n >= {self.needed_n}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -231,10 +246,16 @@ def _failure_text(check: GateCheck, against: str, config: GateConfig) -> str:
     if check.check == PRIMARY:
         if check.n == 0:
             return f"{check.metric}: {check.note}"
+        if check.ci_low is None or check.ci_high is None:
+            interval = f"{check.note} (n={check.n})"
+        else:
+            interval = (
+                f"{config.confidence:.0%} CI [{check.ci_low:+.4f}, {check.ci_high:+.4f}] "
+                f"is not above zero (n={check.n})"
+            )
         return (
-            f"{check.metric} did not improve on {against}: {check.diff:+.4f}, "
-            f"{config.confidence:.0%} CI [{check.ci_low:+.4f}, {check.ci_high:+.4f}] "
-            f"is not above zero (n={check.n})"
+            f"{check.metric} did not improve on {against}: {check.diff:+.4f}, {interval}; "
+            f"{check.power_text}"
         )
     where = {ALL: "all mixture types", QUESTIONS: "held-out questions"}.get(
         check.facet, f"{check.facet} mixtures"
@@ -273,9 +294,18 @@ def _check(
     stats = compare_paired(
         a, b, n_resamples=config.n_resamples, confidence=config.confidence, seed=config.seed
     )
+    # the gain a primary check saw is what a bigger sample would have to confirm
+    gain = stats.diff if guard is None and stats.diff is not None and stats.diff > 0 else None
+    detect = stats.detectable.at(alpha=1.0 - config.confidence, target=gain)
+    undefined = dict(stats.undefined)
     if guard is None:
         passed = stats.ci_low is not None and stats.ci_low > 0.0
-        note = "CI of the improvement above zero" if passed else "CI of the improvement reaches 0"
+        if passed:
+            note = "CI of the improvement above zero"
+        elif stats.ci_low is None:
+            note = f"no CI of the improvement: {undefined.get('ci_low', 'undefined')}"
+        else:
+            note = "CI of the improvement reaches 0"
     else:
         regression = _regression(stats, guard)
         passed = regression <= guard.tolerance + 1e-12
@@ -294,6 +324,10 @@ def _check(
         tolerance=tol,
         passed=passed,
         note=note,
+        undefined=undefined,
+        ci_method=stats.ci_method,
+        mde=detect.mde,
+        needed_n=detect.needed_n,
     )
 
 
@@ -472,6 +506,7 @@ def decide_generator_promotion(
                 stats.ci_high, stats.p_value, stats.n, tolerances[metric],
                 passed=drop <= tolerances[metric] + 1e-12,
                 note=f"decrease {drop:+.4f} vs tolerance {tolerances[metric]:g}",
+                undefined=dict(stats.undefined), ci_method=stats.ci_method, mde=stats.mde,
             )
         )  # fmt: skip
     failed = [c for c in checks if not c.passed]

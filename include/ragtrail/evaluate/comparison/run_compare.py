@@ -74,6 +74,7 @@ class FacetComparison:
             "diff": s.diff,
             "ci_low": s.ci_low,
             "ci_high": s.ci_high,
+            **s.detect_fields(),
             "p_value": s.p_value,
             "p_exact": s.exact,
             "p_holm": self.p_holm,

@@ -8,11 +8,12 @@ passages added, METHODS §10). Per facet ``{"method", "noise"}`` it stores:
 - ``correct``: the share of scored answers that are right, with a Wilson interval;
 - ``faithfulness``, ``silver_faithfulness`` (against the relevant passages only),
   ``helpfulness``, ``conciseness``, ``compression`` and ``evidence_tokens``: means over the rows
-  where the value is defined, with a seeded percentile bootstrap interval;
+  where the value is defined, with the interval :func:`ragtrail.stats.intervals.mean_interval`
+  chooses for their range and n;
 - ``correct_diff_vs_full`` / ``correct_diff_vs_none``: the paired difference in correctness with
   the full passages at the same noise level / with no context (noise does not reach a
   closed-book answer, so it is stored at noise 0 only), over the questions scored in both,
-  with a paired bootstrap interval (the questions are resampled, not the answers).
+  with a paired interval (questions are the unit, not answers).
 
 A cell with nothing to average is stored undefined with the reason, never NaN.
 """
@@ -23,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ragtrail.evaluate.comparison.paired import NO_PAIRS, paired_bootstrap_ci
+from ragtrail.evaluate.comparison.paired import NO_PAIRS, paired_interval
 from ragtrail.evaluate.contract import (
     FACET_DECIMALS,
     Aggregate,
@@ -32,9 +33,8 @@ from ragtrail.evaluate.contract import (
     QueryValue,
     register_evaluator,
 )
-from ragtrail.evaluate.metrics import bootstrap_ci
-from ragtrail.judges.calibration import wilson_interval
 from ragtrail.records import LABELS
+from ragtrail.stats.intervals import mean_interval, proportion_interval
 
 METHODS: tuple[str, ...] = ("extractor", "base", "extractive", "full", "none")
 """What the generator read: trained extractor's evidence, base extractor's evidence, the
@@ -54,6 +54,11 @@ DIFF_METRICS: dict[str, str] = {"correct_diff_vs_full": FULL, "correct_diff_vs_n
 NO_SCORED = "no scored answer in this cell"
 _FIELDS = ("value", "ci_low", "ci_high")
 _UNIT_SCORES = ("faithfulness", "silver_faithfulness", "helpfulness")
+_BOUNDS: dict[str, tuple[float, float]] = {
+    **dict.fromkeys(_UNIT_SCORES, (0.0, 1.0)),
+    "conciseness": (-1.0, 1.0),  # a cosine
+}
+"""The range of each bounded metric (compression and token counts are unbounded)."""
 
 __all__ = [
     "CONTINUOUS_METRICS",
@@ -210,36 +215,25 @@ class EvidenceEvaluator(BaseEvaluator[EvidenceEvalConfig, EvidenceInputs]):
         return out
 
     def _proportion(self, facets: Mapping[str, str | float], hits: int, n: int) -> Aggregate:
-        interval = wilson_interval(hits, n, alpha=1.0 - self.config.confidence)
-        if interval is None:
+        if n == 0:
             return _undefined(CORRECT, facets, NO_SCORED)
-        return Aggregate.of(
-            CORRECT,
-            facets,
-            value=hits / n,
-            ci_low=interval[0],
-            ci_high=interval[1],
-            n=n,
-            reasons={},
-        )
+        interval = proportion_interval(hits, n, self.config.confidence)
+        return Aggregate.estimated(CORRECT, facets, value=hits / n, interval=interval)
 
     def _mean(
         self, metric: str, facets: Mapping[str, str | float], values: list[float]
     ) -> Aggregate:
         if not values:
             return _undefined(metric, facets, f"no {metric} value in this cell")
-        low, high = bootstrap_ci(
-            values, self.config.bootstrap_samples, self.config.confidence, self.config.seed
+        interval = mean_interval(
+            values,
+            bounds=_BOUNDS.get(metric),
+            confidence=self.config.confidence,
+            n_resamples=self.config.bootstrap_samples,
+            seed=self.config.seed,
         )
-        return Aggregate.of(
-            metric,
-            facets,
-            value=math.fsum(values) / len(values),
-            ci_low=low,
-            ci_high=high,
-            n=len(values),
-            reasons={},
-        )
+        value = math.fsum(values) / len(values)
+        return Aggregate.estimated(metric, facets, value=value, interval=interval)
 
     def _paired(
         self, metric: str, cell: Sequence[EvidenceRow], base: Sequence[EvidenceRow]
@@ -254,17 +248,16 @@ class EvidenceEvaluator(BaseEvaluator[EvidenceEvalConfig, EvidenceInputs]):
             return _undefined(metric, facets, NO_PAIRS)
         a = [theirs[q] for q in qids]
         b = [ours[q] for q in qids]
-        low, high = paired_bootstrap_ci(
+        interval = paired_interval(
             a,
             b,
+            bounds=(-1.0, 1.0),
             n_resamples=self.config.bootstrap_samples,
             confidence=self.config.confidence,
             seed=self.config.seed,
         )
         diff = math.fsum(y - x for x, y in zip(a, b, strict=True)) / len(qids)
-        return Aggregate.of(
-            metric, facets, value=diff, ci_low=low, ci_high=high, n=len(qids), reasons={}
-        )
+        return Aggregate.estimated(metric, facets, value=diff, interval=interval)
 
 
 def _query_values(row: EvidenceRow) -> list[QueryValue]:

@@ -24,12 +24,13 @@ from ragtrail.evaluate.contract import (
     QueryValue,
     register_evaluator,
 )
-from ragtrail.evaluate.metrics import bootstrap_ci, per_query_value
+from ragtrail.evaluate.metrics import per_query_value
 from ragtrail.index.base import HybridIndex, fetch_candidates
 from ragtrail.index.fusion import fuse
 from ragtrail.jsonsafe import JsonObject, mark_undefined
 from ragtrail.progress import ProgressSink, ProgressUpdate, no_progress
 from ragtrail.records import INCLUSIVE, LABELS, Candidates, QAItem
+from ragtrail.stats.intervals import Interval, mean_interval
 
 DEFAULT_METRICS: tuple[str, ...] = ("recall@1", "recall@5", "recall@10", "mrr", "ndcg@10", "P@5")
 PRIMARY_METRIC = "recall@5"
@@ -37,15 +38,13 @@ RANK_DEPTH = 10
 QUERY_TASK = "retrieval queries"
 Level = Literal["auto", "chunk", "document"]
 
-NO_BOOTSTRAP = "no bootstrap interval: bootstrap_samples is 0"
 UNDEFINED_REASONS: Mapping[str, str] = {
     "dense": "the scan has no text weight 0 (dense only)",
     "lexical": "the scan has no text weight 1 (lexical only)",
     "gap_to_best": "every label has a best value of 0, so a relative gap has no denominator",
-    "ci_low": NO_BOOTSTRAP,
-    "ci_high": NO_BOOTSTRAP,
 }
-"""Why a field of the scan's tables can be missing; each field has exactly one cause."""
+"""Why a field of the scan's tables can be missing; each has one cause. A missing interval's
+reason travels in the row's own ``ci_reason`` (it depends on the row's n and values)."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +61,8 @@ class ScanConfig:
 class ScanResult:
     """Long-format metrics, the best-strategy table and per-question rankings."""
 
-    metrics: pd.DataFrame  # label, text_weight, metric, value, ci_low, ci_high, n_questions
-    best: pd.DataFrame  # label, n_questions, dense, lexical, best_recall, best_weight, ci, gap
+    metrics: pd.DataFrame  # label, text_weight, metric, value, ci_*, n_questions
+    best: pd.DataFrame  # label, n_questions, dense, lexical, best_recall, best_weight, ci_*, gap
     per_query: pd.DataFrame  # qid, label, text_weight, first_relevant_rank, + metric columns
     level: str
 
@@ -167,20 +166,16 @@ def _aggregate(
         for w, (weight, at_weight) in enumerate(frame.groupby("text_weight", sort=True)):
             for m, metric in enumerate(metric_ids):
                 values = at_weight[metric].to_numpy(dtype=float)
-                if config.bootstrap_samples > 0:
-                    # A distinct, reproducible seed per cell keeps CIs independent yet stable.
-                    seed = config.seed + 1000 * g + 100 * w + m
-                    low, high = bootstrap_ci(values, config.bootstrap_samples, seed=seed)
-                else:
-                    low = high = float("nan")
+                # A distinct, reproducible seed per cell keeps CIs independent yet stable.
+                seed = config.seed + 1000 * g + 100 * w + m
+                interval = mean_interval(values, n_resamples=config.bootstrap_samples, seed=seed)
                 out.append(
                     {
                         "label": label,
                         "text_weight": float(weight),
                         "metric": metric,
                         "value": float(values.mean()),
-                        "ci_low": float(low),
-                        "ci_high": float(high),
+                        **interval_columns(interval),
                         "n_questions": len(values),
                     }
                 )
@@ -209,6 +204,9 @@ def best_strategy(metrics: pd.DataFrame, metric: str = PRIMARY_METRIC) -> pd.Dat
                 "best_weight": float(best["text_weight"]),
                 "ci_low": _float_or_nan(best["ci_low"]),
                 "ci_high": _float_or_nan(best["ci_high"]),
+                # absent from frames of runs stored before intervals named their method
+                "ci_method": best.get("ci_method"),
+                "ci_reason": best.get("ci_reason") or "",
             }
         )
     best = pd.DataFrame(rows)
@@ -217,6 +215,16 @@ def best_strategy(metrics: pd.DataFrame, metric: str = PRIMARY_METRIC) -> pd.Dat
     top = float(best["best_recall"].max())
     best["gap_to_best"] = (top - best["best_recall"]) / top if top > 0 else float("nan")
     return best
+
+
+def interval_columns(interval: Interval) -> dict[str, float | str]:
+    """An interval as table columns: bounds (NaN when null), method and the null's reason."""
+    return {
+        "ci_low": math.nan if interval.low is None else interval.low,
+        "ci_high": math.nan if interval.high is None else interval.high,
+        "ci_method": interval.method.value,
+        "ci_reason": interval.reason,
+    }
 
 
 def _float_or_nan(value: Any) -> float:
@@ -232,19 +240,25 @@ def _value_at(frame: pd.DataFrame, weight: float) -> float:
 def undefined_as_null(
     frame: pd.DataFrame, reasons: Mapping[str, str] = UNDEFINED_REASONS
 ) -> list[JsonObject]:
-    """Records of ``frame`` with every NaN replaced by None and its reason (jsonsafe convention).
+    """Records of ``frame`` with every NaN replaced by None and its reason (jsonsafe convention);
+    a null interval's reason comes from the row's ``ci_reason`` (a column the record drops).
 
     A NaN in a field without a known cause is a bug upstream, so it raises instead of being
     papered over.
     """
     records = []
     for row in frame.to_dict("records"):
+        causes = {**reasons}
+        if row.get("ci_reason"):
+            causes |= dict.fromkeys(("ci_low", "ci_high"), row["ci_reason"])
         record: JsonObject = {}
         for key, value in row.items():
+            if key == "ci_reason":
+                continue
             if isinstance(value, float) and math.isnan(value):
-                if key not in reasons:
+                if key not in causes:
                     raise ValueError(f"unexpected undefined {key!r} in {row}")
-                mark_undefined(record, key, reasons[key])
+                mark_undefined(record, key, causes[key])
             else:
                 record[key] = value.item() if isinstance(value, np.generic) else value
         records.append(record)
@@ -300,7 +314,8 @@ class RetrievalEvaluator(BaseEvaluator[ScanConfig, RetrievalInputs]):
                 ci_low=row["ci_low"],
                 ci_high=row["ci_high"],
                 n=int(row["n_questions"]),
-                reasons=UNDEFINED_REASONS,
+                reasons=dict.fromkeys(("ci_low", "ci_high"), row["ci_reason"]),
+                ci_method=row["ci_method"],
             )
             for row in scanned.metrics.to_dict("records")
         ]

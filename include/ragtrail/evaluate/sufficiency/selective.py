@@ -9,7 +9,7 @@ its outcome: correct, hallucinated, or neither (an abstention). The policy lives
 * :func:`compare_selective` sets the policy with sufficiency (b) against confidence alone (a: a
   policy on the confidence features, or one raw feature when that policy is undefined) on the
   same held-out rows: both curves and areas, the gain AUC(b) - AUC(a), and 95% percentile
-  bootstrap intervals that resample test questions;
+  BCa bootstrap intervals that resample test questions (none below 20 questions);
 * :func:`evaluate_selective` runs split, both fits and the comparison in one go
   (:class:`SelectiveRun`, the stored artifact);
 * the ``selective`` evaluator wraps it in the evaluator contract (primary metric ``auc_gain``).
@@ -53,6 +53,13 @@ from ragtrail.evaluate.sufficiency.selective_policy import (
     split_by_question,
 )
 from ragtrail.jsonsafe import JsonObject, finite_or_undefined, mark_undefined
+from ragtrail.stats.intervals import (
+    BOOTSTRAP_MIN_N,
+    NO_BOOTSTRAP,
+    Interval,
+    bca_interval,
+    no_interval,
+)
 
 __all__ = [
     "CONFIDENCE_FEATURES",
@@ -63,7 +70,6 @@ __all__ = [
     "WITH_SUFFICIENCY",
     "CurvePoint",
     "CurveSummary",
-    "Interval",
     "PolicyUndefinedError",
     "RawFeature",
     "Scorer",
@@ -108,21 +114,6 @@ class CurveSummary:
             "at_target": self.at_target.as_dict(),
             "curve": [p.as_dict() for p in self.curve],
         }
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A bootstrap interval, or None bounds with the reason."""
-
-    low: float | None
-    high: float | None
-    reason: str | None = None
-
-    def as_dict(self) -> JsonObject:
-        out: JsonObject = {}
-        for name, value in (("low", self.low), ("high", self.high)):
-            finite_or_undefined(out, name, value, self.reason or "not computed")
-        return out
 
 
 @dataclass(frozen=True)
@@ -239,41 +230,41 @@ def _summary(scorer: Scorer, rows: Sequence[SelectiveRow], target: float) -> Cur
 def _bootstrap_intervals(
     rows: Sequence[SelectiveRow], scorers: Mapping[str, Scorer], resamples: int, seed: int
 ) -> dict[str, Interval]:
-    """95% percentile intervals of each AUC and (both scorers given) of the gain; the unit of
-    resampling is the question, all its rows drawn together."""
+    """BCa intervals of each AUC and (both scorers given) of the gain; the unit of resampling
+    is the question, all its rows drawn together; none below :data:`BOOTSTRAP_MIN_N` questions."""
     keys = [*scorers, *(["auc_gain"] if len(scorers) == 2 else [])]
     qids = sorted({r.qid for r in rows})
-    reason = None
     if resamples < 1:
-        reason = "bootstrap disabled (0 resamples)"
-    elif len(qids) < 2:
-        reason = f"{len(qids)} test question(s): nothing to resample"
-    if reason is not None:
-        return {k: Interval(None, None, reason) for k in keys}
+        return {k: no_interval(len(qids), NO_BOOTSTRAP) for k in keys}
+    if len(qids) < BOOTSTRAP_MIN_N:
+        reason = f"{len(qids)} test question(s): an AUC's interval needs {BOOTSTRAP_MIN_N}"
+        return {k: no_interval(len(qids), reason) for k in keys}
     by_qid: dict[str, list[int]] = {q: [] for q in qids}
     for i, r in enumerate(rows):
         by_qid[r.qid].append(i)
     groups = [np.array(by_qid[q]) for q in qids]
     correct = np.array([r.correct for r in rows], dtype=bool)
     scores = {k: np.array([s.score(r) for r in rows]) for k, s in scorers.items()}
-    rng = np.random.default_rng(seed)
-    draws: dict[str, list[float]] = {k: [] for k in keys}
-    for _ in range(resamples):
-        picked = rng.integers(0, len(groups), size=len(groups))
+
+    def auc_of(key: str, picked: np.ndarray) -> float:
         idx = np.concatenate([groups[g] for g in picked])
-        aucs = {
-            k: area_under_curve(selective_curve(v[idx].tolist(), correct[idx].tolist()))
-            for k, v in scores.items()
-        }
-        for k, value in aucs.items():
-            draws[k].append(value)
-        if "auc_gain" in draws:
-            draws["auc_gain"].append(aucs[WITH_SUFFICIENCY] - aucs[CONFIDENCE_ONLY])
-    out = {}
-    for k, values in draws.items():
-        low, high = np.quantile(values, [0.025, 0.975])
-        out[k] = Interval(float(low), float(high))
-    return out
+        if key != "auc_gain":
+            return area_under_curve(
+                selective_curve(scores[key][idx].tolist(), correct[idx].tolist())
+            )
+        return auc_of(WITH_SUFFICIENCY, picked) - auc_of(CONFIDENCE_ONLY, picked)
+
+    everything = np.arange(len(groups))
+    return {
+        k: bca_interval(
+            len(groups),
+            lambda picked, k=k: auc_of(k, picked),
+            estimate=auc_of(k, everything),
+            n_resamples=resamples,
+            seed=seed,
+        )
+        for k in keys
+    }
 
 
 # ------------------------------------------------------------------------------------ one run
@@ -433,17 +424,8 @@ class SelectiveEvaluator(BaseEvaluator[SelectiveEvalConfig, SelectiveInputs]):
         for metric, key in AUC_METRICS.items():
             value = comp.auc_gain if key == "auc_gain" else comp.auc(key)
             value_reason = comp.undefined.get(key, "not computed")
-            interval = comp.intervals.get(key, Interval(None, None, value_reason))
-            ci_reason = interval.reason or value_reason
+            interval = comp.intervals.get(key, no_interval(comp.n_questions, value_reason))
             aggregates.append(
-                Aggregate.of(
-                    metric,
-                    {},
-                    value=value,
-                    ci_low=interval.low,
-                    ci_high=interval.high,
-                    n=comp.n_questions,
-                    reasons={"value": value_reason, "ci_low": ci_reason, "ci_high": ci_reason},
-                )
+                Aggregate.estimated(metric, {}, value=value, interval=interval, reason=value_reason)
             )
         return self.result(queries, aggregates)

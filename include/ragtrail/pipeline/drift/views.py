@@ -8,7 +8,7 @@ from sqlalchemy import Engine
 from ragtrail.evaluate.comparison.drift_decision import worsening
 from ragtrail.evaluate.comparison.run_compare import query_cells
 from ragtrail.evaluate.contract import facet_key
-from ragtrail.evaluate.metrics import bootstrap_ci
+from ragtrail.stats.intervals import mean_interval
 from ragtrail.storage.drift_store import DriftStore
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.drift_summary import (
@@ -63,9 +63,18 @@ def drift_history(engine: Engine, decision: DriftDecision) -> dict[str, list[His
         for run in runs:
             values = list(cells[run.run_id].get(cell, {}).values())
             if values:
-                low, high = bootstrap_ci(values)
-                mean = sum(values) / len(values)
-                points.append(HistoryPoint(run_id=run.run_id, value=mean, ci_low=low, ci_high=high))
+                unit = all(0.0 <= v <= 1.0 for v in values)  # a share or a rate: Wilson for 0/1
+                interval = mean_interval(values, bounds=(0.0, 1.0) if unit else None)
+                points.append(
+                    HistoryPoint(
+                        run_id=run.run_id,
+                        value=sum(values) / len(values),
+                        ci_low=interval.low,
+                        ci_high=interval.high,
+                        ci_method=interval.method.value,
+                        n=len(values),
+                    )
+                )
         out[f"{evaluation}:{metric} [{row.facets_text}]"] = points
     return out
 

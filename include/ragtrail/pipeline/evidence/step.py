@@ -532,7 +532,7 @@ def _judge_fields(gate: dict[str, object]) -> dict[str, object]:
         "judge": str(gate.get("judge") or "unknown"),
         "gates": bool(gate.get("gates")),
         "reason": str(gate.get("reason") or ""),
-        **{k: gate.get(k) for k in ("metric", "value", "ci_low", "ci_high", "n")},
+        **{k: gate.get(k) for k in ("metric", "value", "ci_low", "ci_high", "n", "ci_method")},
     }
 
 

@@ -89,14 +89,15 @@ def test_a_cell_with_nothing_scored_is_undefined_with_a_reason() -> None:
     assert base.undefined["value"] == "no scored answer in this cell"
 
 
-def test_measures_are_means_over_defined_values_with_a_bootstrap_interval() -> None:
+def test_measures_are_means_over_defined_values_with_an_interval_valid_at_their_n() -> None:
     result = evaluate()
     faith = agg(result, "faithfulness", "extractor")
-    assert (faith.value, faith.n) == (pytest.approx(0.7), 3)
-    assert 0.5 <= faith.ci_low <= 0.7 <= faith.ci_high <= 0.9  # type: ignore[operator]
-    # a single value: the bootstrap interval is that value
+    assert (faith.value, faith.n, faith.ci_method) == (pytest.approx(0.7), 3, "t")
+    assert 0.0 <= faith.ci_low < 0.7 < faith.ci_high <= 1.0  # type: ignore[operator]
+    # a single value: no interval (not the zero-width [0.6, 0.6] a resampling would give)
     helpful = agg(result, "helpfulness", "extractor")
-    assert (helpful.value, helpful.ci_low, helpful.ci_high, helpful.n) == (0.6, 0.6, 0.6, 1)
+    assert (helpful.value, helpful.ci_low, helpful.ci_high, helpful.n) == (0.6, None, None, 1)
+    assert "one value" in helpful.undefined["ci_low"] and helpful.ci_method == "none"
     assert agg(result, "compression", "extractor").value == 7.5
     assert agg(result, "evidence_tokens", "extractor").value == 15.0
     assert agg(result, "silver_faithfulness", "extractor", 1.0).value == pytest.approx(0.6)
@@ -111,8 +112,9 @@ def test_paired_difference_with_the_full_passages_by_hand() -> None:
     # differences 0, 1, 0 -> mean 1/3 over n = 3
     diff = agg(result, "correct_diff_vs_full", "extractor")
     assert (diff.value, diff.n) == (pytest.approx(1 / 3), 3)
-    # resample means lie in {0, 1/3, 2/3, 1}; P(all 0) = 8/27 > 2.5%, P(all 1) = 1/27 > 2.5%
-    assert (diff.ci_low, diff.ci_high) == (0.0, 1.0)
+    # t interval: 1/3 +- 4.303 * 0.577 / sqrt(3) = [-1.10, 1.77], clipped to the range [-1, 1]
+    # of a difference of two 0/1 outcomes: three pairs cannot tell anything apart
+    assert (diff.ci_low, diff.ci_high, diff.ci_method) == (-1.0, 1.0, "t")
     # none against full: none 0, 0, 1 vs full 1, 0, 1 -> -1/3
     assert agg(result, "correct_diff_vs_full", "none").value == pytest.approx(-1 / 3)
 
@@ -122,8 +124,8 @@ def test_paired_difference_with_no_context_by_hand() -> None:
     # extractor 1, 1, 1, 0 vs none 0, 0, 1, 0 -> differences 1, 1, 0, 0 -> 0.5 over n = 4
     diff = agg(result, "correct_diff_vs_none", "extractor")
     assert (diff.value, diff.n) == (0.5, 4)
-    assert diff.ci_low is not None and diff.ci_high is not None
-    assert 0.0 <= diff.ci_low <= 0.5 <= diff.ci_high <= 1.0
+    # t interval: 0.5 +- 3.182 * 0.577 / 2 = [-0.419, 1.419] -> clipped to [-0.419, 1]
+    assert diff.ci_low == pytest.approx(0.5 - 3.182446 * 0.5773503 / 2) and diff.ci_high == 1.0
     # full 1, 0, 1 vs none 0, 0, 1 over q1..q3 -> 1/3
     assert agg(result, "correct_diff_vs_none", "full").value == pytest.approx(1 / 3)
 
