@@ -317,6 +317,18 @@ DEFAULT_ANSWER_SETTINGS = ("retrieved", "gold", "none")
 """The settings the nightly answers in unless ``sufficiency.settings`` adds ``evidence``."""
 
 
+def target_mde_field() -> Any:
+    """``target_mde`` of an LLM step (see :mod:`ragtrail.pipeline.sample_size`)."""
+    return Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="size the sample to detect a change this large in the step's primary "
+        "metric (80% power, from the run history's spread); max_items (when not 0), the "
+        "budgets and the set's size cap it; null = max_items decides",
+    )
+
+
 class SufficiencySettings(BaseModel):
     """Sufficient context and Correct / Abstain / Hallucinate (METHODS §9).
 
@@ -331,6 +343,7 @@ class SufficiencySettings(BaseModel):
         "golden", description="which QA sets of a night are rated: golden sets only, or all"
     )
     max_items: int = Field(8, ge=0, description="questions per QA set; 0 = all")
+    target_mde: float | None = target_mde_field()
     retrieval_k: int = Field(3, ge=1, le=50, description="retrieved chunks per question")
     raters: tuple[str, ...] = SUFFICIENCY_RATERS
     settings: tuple[str, ...] = Field(
@@ -428,6 +441,7 @@ class CitationSettings(BaseModel):
         "(overlapping windows can carry the answer)",
     )
     max_items: int = Field(4, ge=0, description="questions per QA set; 0 = all")
+    target_mde: float | None = target_mde_field()
     scenario_items: int = Field(1, ge=0, description="questions per set for scenarios; 0 = all")
     scenarios: tuple[str, ...] = SCENARIOS
     scenario_k: int = Field(3, ge=1, le=20, description="passages per RTG answer")
@@ -690,6 +704,7 @@ class EvidenceSettings(BaseModel):
         "golden", description="which QA sets of a night are evaluated: golden sets only, or all"
     )
     max_items: int = Field(4, ge=0, description="questions per QA set; 0 = all")
+    target_mde: float | None = target_mde_field()
     retrieval_k: int = Field(3, ge=1, le=50, description="retrieved chunks per question")
     noise_ratios: tuple[float, ...] = Field(
         NOISE_RATIOS, description="irrelevant chunks added per retrieved chunk (0 = none)"

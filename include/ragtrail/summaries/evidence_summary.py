@@ -17,6 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from ragtrail.summaries.base import Figure, Record, WithUndefined, is_none
+from ragtrail.summaries.qa_sets import SampleSizing
 from ragtrail.summaries.sufficiency_summary import AggregateRow
 
 
@@ -87,6 +88,7 @@ class EvidenceSummary(WithUndefined):
     qa_set: str
     qa_set_version: str
     qa_set_name: str | None
+    sample_size: SampleSizing | None = Field(None, exclude_if=is_none)
     seed: int
     extractor: str
     extractor_source: str

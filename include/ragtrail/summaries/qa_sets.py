@@ -3,10 +3,10 @@ evaluation steps) and a golden set's registration."""
 
 from __future__ import annotations
 
-from pydantic import field_serializer, field_validator
+from pydantic import Field, field_serializer, field_validator
 
 from ragtrail.records import QASetRef, SetKind
-from ragtrail.summaries.base import Record, WithUndefined
+from ragtrail.summaries.base import Record, WithUndefined, is_none
 from ragtrail.summaries.quality_summary import ValidationResult
 
 
@@ -53,6 +53,28 @@ class GoldenRegistration(Record):
     quality_uri: str
 
 
+class SampleSizing(Record):
+    """How a step chose its n from ``target_mde`` (:mod:`ragtrail.pipeline.sample_size`): the n
+    needed, the spread assumed and its source, what bound n, and the MDE left at n."""
+
+    n: int
+    target_mde: float
+    needed_n: int
+    sd: float
+    sd_source: str
+    bound_by: str
+    mde: float | None
+
+    @property
+    def text(self) -> str:
+        """One line for the report and the CLI."""
+        mde = "unknown" if self.mde is None else f"{self.mde:.3f}"
+        head = f"n={self.n} for a target MDE of {self.target_mde:g} (needs n={self.needed_n})"
+        if self.bound_by != "target":
+            head += f"; {self.bound_by.replace('_', ' ')} bounded n: the MDE at n is {mde}"
+        return f"{head}; spread {self.sd:.3f} from {self.sd_source}"
+
+
 class SetRunRecord(WithUndefined):
     """What every answer-side summary of a set's run starts with: the run, the set's name in the
     night (None for a lone run), the corpus snapshot and the QA set it evaluated."""
@@ -64,3 +86,4 @@ class SetRunRecord(WithUndefined):
     qa_set: str
     qa_set_version: str
     qa_set_name: str | None
+    sample_size: SampleSizing | None = Field(None, exclude_if=is_none)

@@ -48,6 +48,7 @@ from ragtrail.pipeline.run_io import (
     put_parquet,
     sample_items,
 )
+from ragtrail.pipeline.sample_size import sized_items
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
@@ -138,7 +139,17 @@ def _evaluate(
     answerer = rt.llm_models().get(ModelRole.ANSWERER.value, client.backend.model_id)
     record = opened.record(rt, answerer=answerer)
 
-    sample = sample_items(items, max_items, seed)
+    n, sizing = sized_items(
+        rt,
+        corpus,
+        evaluation="citations",
+        metric="citation_f1",
+        where={"system": "model"},
+        target_mde=cs.target_mde,
+        max_items=max_items,
+        available=len(items),
+    )
+    sample = sample_items(items, n, seed)
     mix = evaluate_mixtures(
         sample,
         corpus_from_runtime(rt, corpus, text_weight=text_weight),
@@ -171,6 +182,7 @@ def _evaluate(
         text_weight_source=weight_source,
         mixture=mixture_view(mix),
         scenarios=scenarios,
+        sample_size=sizing,
         undefined={} if scenarios else {"scenarios": "no scenario requested"},
     )
     uri = rt.artifacts.put_bytes(citations_key(run_id), summary.dumps(indent=1).encode())

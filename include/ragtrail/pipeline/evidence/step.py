@@ -82,6 +82,7 @@ from ragtrail.pipeline.run_io import (
     put_parquet,
     sample_items,
 )
+from ragtrail.pipeline.sample_size import sized_items
 from ragtrail.pipeline.serving import serving_spec
 from ragtrail.records import ModelKind, ModelSpec, QAItem, QuestionLabel
 from ragtrail.runtime import Runtime
@@ -183,7 +184,17 @@ def _evaluate(
     es = rt.settings.evidence
     corpus, run_id = opened.corpus, opened.run_id
     clock = StageClock(rt)
-    sample = sample_items(opened.items, max_items, seed)
+    n, sizing = sized_items(
+        rt,
+        corpus,
+        evaluation="evidence",
+        metric="correct",
+        where={"method": "extractor"},
+        target_mde=es.target_mde,
+        max_items=max_items,
+        available=len(opened.items),
+    )
+    sample = sample_items(opened.items, n, seed)
     text_weight, weight_source = best_text_weight(rt, run_id)
     extractor_spec, extractor_what = serving_spec(
         rt, rt.settings.registry.extractor_model_name, ModelRole.EXTRACTOR
@@ -278,6 +289,7 @@ def _evaluate(
         run_id=run_id,
         set_name=set_name,
         **opened.params,
+        sample_size=sizing,
         seed=seed,
         extractor=extractor_spec,
         extractor_source=extractor_what,

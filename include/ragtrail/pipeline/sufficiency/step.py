@@ -79,6 +79,7 @@ from ragtrail.pipeline.run_io import (
     put_parquet,
     sample_items,
 )
+from ragtrail.pipeline.sample_size import sized_items
 from ragtrail.pipeline.serving import serving_spec
 from ragtrail.pipeline.sufficiency.raters import calibrate_sufficiency_raters, sufficiency_raters
 from ragtrail.pipeline.sufficiency.views import (
@@ -244,7 +245,17 @@ def _evaluate(
     """The body of :func:`evaluate_sufficiency`, on the opened and held run."""
     ss = rt.settings.sufficiency
     corpus, run_id = opened.corpus, opened.run_id
-    sample = sample_items(opened.items, max_items, seed)
+    n, sizing = sized_items(
+        rt,
+        corpus,
+        evaluation="cah",
+        metric="hallucination_rate",
+        where={},
+        target_mde=ss.target_mde,
+        max_items=max_items,
+        available=len(opened.items),
+    )
+    sample = sample_items(opened.items, n, seed)
     text_weight, weight_source = best_text_weight(rt, run_id)
     runs = RunStore(rt.engine)
     answerer, judge_model = (
@@ -376,6 +387,7 @@ def _evaluate(
         run_id=run_id,
         set_name=set_name,
         **opened.params,
+        sample_size=sizing,
         seed=seed,
         answerer=answerer,
         judge_model=judge_model,
