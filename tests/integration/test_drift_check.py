@@ -90,6 +90,9 @@ def test_a_degraded_corpus_fires_and_a_restored_one_does_not(
     assert {r["metric"] for r in evidence["rows"]} == {"recall@5"}
     inclusive = [r for r in drifted if r["facets"]["label"] == "inclusive"]
     assert inclusive and all(r["diff"] < -0.05 and r["p_holm"] < 0.05 for r in inclusive)
+    # every tested cell says what it could have detected, and the n a drop of 0.05 needs
+    tested = [r for r in evidence["rows"] if r["tested"] and r.get("mde") is not None]
+    assert tested and all(r["needed_n"] >= 2 and r["ci_method"] in {"t", "bca"} for r in tested)
     drift = evidence["corpus_drift"]
     assert drift["removed"] == len(removed) and drift["added"] == drift["updated"] == 0
     assert drift["removed_share"] == pytest.approx(len(removed) / drift["n_baseline"])
@@ -101,6 +104,7 @@ def test_a_degraded_corpus_fires_and_a_restored_one_does_not(
     gate = _cli(home, "drift", "check", "--corpus", CORPUS, "--run", "night-2", "--fail-on-drift")
     assert gate.exit_code == 1
     assert "DRIFT" in gate.output and "removed" in gate.output
+    assert "MDE" in gate.stdout
 
     shutil.copytree(sample_corpus, source, dirs_exist_ok=True)
     _night(rt, source, "night-3")
@@ -108,6 +112,9 @@ def test_a_degraded_corpus_fires_and_a_restored_one_does_not(
     (decision,) = _strict(restored.stdout)
     assert decision["baseline_run_id"] == "night-1" and decision["fired"] is False
     assert all(r["diff"] == 0.0 for r in decision["evidence"]["rows"] if r["n"])
+    # no drift, and the check says why that proves little here: nothing varied, MDE unknown
+    human = _cli(home, "drift", "check", "--corpus", CORPUS, "--run", "night-3")
+    assert "smallest detectable drop unknown" in human.stderr
 
     # Pinning night 2 makes it the baseline: night 3 is then an improvement, still no drift.
     pinned = _cli(home, "runs", "pin", "night-2", "--note", "degraded on purpose", "--json")

@@ -14,12 +14,13 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from ragtrail.cli import app
-from ragtrail.evaluate.retrieval.evaluator import NO_BOOTSTRAP, UNDEFINED_REASONS
+from ragtrail.evaluate.retrieval.evaluator import UNDEFINED_REASONS
 from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.ingest import ingest
 from ragtrail.pipeline.publish import publish_retrieval_report
 from ragtrail.pipeline.retrieval import evaluate_retrieval
 from ragtrail.pipeline.run_io import complete_run, load_run_summary
+from ragtrail.stats.intervals import NO_BOOTSTRAP
 from ragtrail.storage.runs_store import RunStore
 
 CORPUS = "hb"
@@ -92,7 +93,10 @@ def test_two_runs_on_the_same_qa_set_compare_as_identical(rt, home, tmp_path):
     # every metric x facet cell of the scan is compared: 6 metrics x weights x (labels + inclusive)
     assert len(rows) == 6 * n_weights * len(labels)
     for row in rows:
-        assert row["diff"] == 0.0 and row["ci_low"] == 0.0 and row["ci_high"] == 0.0
+        # identical runs: every difference is 0, so no interval and no MDE (never [0, 0])
+        assert row["diff"] == 0.0 and row["ci_low"] is None and row["ci_high"] is None
+        assert row["ci_method"] == "none" and row["mde"] is None and row["mde_power"] == 0.8
+        assert "no spread" in row["undefined"]["ci_low"] and "spread" in row["undefined"]["mde"]
         assert row["p_value"] == 1.0 and row["p_holm"] == 1.0
         assert row["mean_a"] == row["mean_b"] and row["n"] > 0
     inclusive = [r for r in rows if r["facets"]["label"] == "inclusive"]
@@ -101,6 +105,7 @@ def test_two_runs_on_the_same_qa_set_compare_as_identical(rt, home, tmp_path):
     human = _cli(home, "runs", "compare", "night-1", "night-2", "--resamples", "200")
     assert human.exit_code == 0, human.output
     assert "retrieval: recall@5" in human.stdout and "p_holm" in human.stdout
+    assert "MDE" in human.stdout and "80% power" in human.stderr
 
 
 def test_compare_refuses_different_qa_sets_and_missing_per_query_results(rt, home, tmp_path):
@@ -132,23 +137,28 @@ def test_undefined_values_leave_as_null_with_reasons(make_runtime, tmp_path, sam
         assert row.ci_low is None and row.ci_high is None
         assert row.undefined["dense"] == UNDEFINED_REASONS["dense"]
         assert row.undefined["lexical"] == UNDEFINED_REASONS["lexical"]
-        assert row.undefined["ci_low"] == NO_BOOTSTRAP
+        # without resampling, intervals that need none (Wilson, t) stay; the rest say why
+        assert row.ci_method in {"wilson", "t", "none"}
+        assert (row.ci_low is None) == (row.ci_method == "none")
 
     raw = rt.artifacts.get_bytes("runs/no-ends/metrics.json").decode()
     summary = _strict(raw)
-    assert all(
-        m["ci_low"] is None and m["undefined"]["ci_high"] == NO_BOOTSTRAP
-        for m in summary["metrics"]
-    )
+    assert all(m["ci_method"] != "bca" for m in summary["metrics"])
+    nulls = [m for m in summary["metrics"] if m["ci_low"] is None]
+    assert nulls and all(m["undefined"]["ci_high"] for m in nulls)
+    assert any(m["undefined"]["ci_high"] == NO_BOOTSTRAP for m in nulls)  # n >= 20, not 0/1
     assert summary == load_run_summary(rt, "no-ends").to_json()
 
     with rt.engine.connect() as conn:
         rows = conn.execute(
-            text("SELECT ci_low, ci_high, undefined FROM metrics_history WHERE run_id = 'no-ends'")
+            text(
+                "SELECT ci_low, ci_method, undefined FROM metrics_history WHERE run_id = 'no-ends'"
+            )
         ).all()
-    assert rows and all(low is None and high is None for low, high, _ in rows)
-    assert all(
-        (json.loads(u) if isinstance(u, str) else u)["ci_low"] == NO_BOOTSTRAP for *_, u in rows
+    assert rows and all(method in {"wilson", "t", "none"} for _, method, _ in rows)
+    assert any(
+        low is None and (json.loads(u) if isinstance(u, str) else u)["ci_low"] == NO_BOOTSTRAP
+        for low, _, u in rows
     )
 
     report = publish_retrieval_report(rt, "no-ends")

@@ -133,7 +133,7 @@ def _print_decision(decision: DriftDecision) -> None:
     Console().print(table)
     for row in evidence.rows:
         if not row.drifted:
-            console.print(f"  {row.name}: {row.detect_text}", highlight=False)
+            console.print(f"  {row.name}: {row.detect_text}", highlight=False, soft_wrap=True)
 
 
 def _corpus_drift_line(evidence: DriftEvidence) -> str:

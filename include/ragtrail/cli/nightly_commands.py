@@ -126,6 +126,9 @@ def _drift_line(drift: DriftCheck) -> str:
             "DRIFT in " + ", ".join(f"{r.evaluation}:{r.metric}" for r in d.drifted)
             if d.fired
             else "no drift"
+            if d.largest_mde is None
+            else f"no drift (the least sensitive cell could not have detected a drop smaller "
+            f"than {d.largest_mde:.3f})"
         )
         parts.append(f"{name} {verdict} vs {d.baseline_run} ({d.baseline_kind})")
     return "drift: " + ("; ".join(parts) or "no run checked")

@@ -155,6 +155,7 @@ def runs_compare(
         "(two-sided, alpha 0.05, from the spread of the paired differences); a difference "
         "smaller than it can hide in a comparison that finds nothing.",
         highlight=False,
+        soft_wrap=True,
     )
 
 

@@ -3,7 +3,7 @@ recall per query, the attributed-answer scenarios, and a per-query drill-down.
 
 Input is the citation summary a set's run stores (``runs/<run id>/citations.json``, written by
 :mod:`ragtrail.pipeline.citations.step`; strict JSON, so the sections can be rebuilt from the artifact
-alone). Every figure shows its 95% bootstrap interval and n; undefined figures show "–" with the
+alone). Every figure shows its 95% interval (its method named: Wilson, t or BCa) and n; undefined figures show "–" with the
 reason in the note, never "nan".
 """
 
@@ -18,6 +18,7 @@ from matplotlib.figure import Figure as Plot
 from ragtrail.evaluate.citations.evaluator import ANSWERABLE as ALL_ANSWERABLE
 from ragtrail.records import LABELS
 from ragtrail.report.html import ReportSection, figure_text, render_section
+from ragtrail.report.sample_size import sample_size_sections
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.citation_summary import (
     CitationSummary,
@@ -89,7 +90,7 @@ def mixture_table_section(mixture: MixtureView, answerer: str) -> ReportSection:
         f"Answering model {answerer}; mixture {mixture.spec} (relevant min-max / irrelevant / "
         f"seemingly relevant), seed {mixture.seed}. Random: 1-3 passages cited uniformly at "
         f"random on the same mixtures, {mixture.baseline_repeats} draws each. Macro averages "
-        "over questions with 95% bootstrap intervals; n = questions with a defined F1. "
+        "over questions with 95% intervals (Wilson, t or BCa by kind and n); n = questions with a defined F1. "
         f"{mixture.failed} answer(s) failed after retries and are left out (listed "
         "in the drill-down). Precision is undefined for an answer that cites nothing (shown –)."
     )
@@ -286,7 +287,7 @@ def citation_sections(
     summary: CitationSummary, out_dir: Path, suffix: str = ""
 ) -> list[ReportSection]:
     """Every citation section of one set (``suffix`` keeps plot files of several sets apart)."""
-    sections: list[ReportSection] = []
+    sections: list[ReportSection] = sample_size_sections("Citations", summary.sample_size)
     mixture = summary.mixture
     sections.append(mixture_table_section(mixture, summary.answerer))
     f1_file = f"citation_f1{suffix}.png"
@@ -295,7 +296,7 @@ def citation_sections(
         _plot_section(
             "Citations: F1, model vs random",
             f1_file,
-            "Over all answerable questions; bars are 95% bootstrap intervals.",
+            "Over all answerable questions; bars are 95% intervals (methods in the table).",
         )
     )
     pr_file = f"citation_precision_recall{suffix}.png"

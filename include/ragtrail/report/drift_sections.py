@@ -14,6 +14,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from ragtrail.report.html import ReportSection, render_section
+from ragtrail.stats.intervals import method_label
 from ragtrail.summaries.drift_summary import (
     DriftDecision,
     DriftEvidence,
@@ -30,6 +31,7 @@ EVIDENCE_COLUMNS = [
     "p",
     "Holm p",
     "threshold",
+    "detectable drop (MDE)",
     "direction",
     "drift",
 ]
@@ -81,6 +83,8 @@ def evidence_rows(evidence: DriftEvidence) -> list[list[str]]:
     out = []
     for r in rows:
         ci = "" if r.ci_low is None else f" [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
+        if r.ci_low is not None and r.ci_method:
+            ci += f" {method_label(r.ci_method)}"
         out.append(
             [
                 f"{r.evaluation}:{r.metric}" + ("" if r.greater_is_better else " (↓)"),
@@ -91,6 +95,7 @@ def evidence_rows(evidence: DriftEvidence) -> list[list[str]]:
                 _num(r.p_value, ".4f"),
                 _num(r.p_holm, ".4f") if r.tested else "untested",
                 f"{r.threshold:.3f}",
+                "" if r.drifted else r.detect_text,
                 r.direction or "–",
                 "yes" if r.drifted else "",
             ]
@@ -138,7 +143,9 @@ def drift_sections(view: DriftView, out: Path, suffix: str = "") -> list[ReportS
         f"{verdict(decision)} {changes_text(evidence)} Drift = the primary metric worse by more "
         f"than its threshold with Holm p < {evidence.policy.alpha} (Holm across every "
         "tested cell of the decision; cells with fewer paired questions than "
-        f"{evidence.policy.min_n} are untested). ↓: lower is better. "
+        f"{evidence.policy.min_n} are untested). A cell that did not drift says the smallest "
+        "drop it could have detected (80% power at its n, from the spread of its paired "
+        "differences): a smaller drop may be there unseen. ↓: lower is better. "
         f"Decision {decision.decision_id}."
     )
     table = render_section(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ragtrail.report.html import ReportSection, figure_text, render_section
+from ragtrail.report.sample_size import sample_size_sections
 from ragtrail.summaries.evidence_summary import EvidenceSummary, JudgeUsed
 from ragtrail.summaries.sufficiency_summary import AggregateRow
 
@@ -120,7 +121,7 @@ def methods_section(summary: EvidenceSummary) -> ReportSection:
         "(silver: the relevant chunk alone does); helpfulness = sigmoid of the gain in log "
         "p(gold answer) under the scorer LM; conciseness = cosine with the full-length answer; "
         "correct = a correct answer, or an abstention on an unanswerable question. Differences "
-        "are paired over questions (bootstrap intervals). – marks a figure that is not defined "
+        "are paired over questions (t intervals below 20 pairs, BCa from 20). – marks a figure that is not defined "
         "for the method, with its reason."
     )
     return _table(
@@ -182,4 +183,9 @@ def evidence_sections(
     """Every evidence section of one set (``out_dir`` and ``suffix`` match the other sections'
     signature; these sections draw no plot)."""
     del out_dir, suffix
-    return [models_section(summary), methods_section(summary), robustness_section(summary)]
+    return [
+        *sample_size_sections("Evidence", summary.sample_size),
+        models_section(summary),
+        methods_section(summary),
+        robustness_section(summary),
+    ]

@@ -372,7 +372,7 @@ def plot_metric_vs_weight(metrics: pd.DataFrame, path: Path, metric: str = PRIMA
         ax.text(0.5, 0.5, f"no {metric} rows", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("text_weight (0 = dense only, 1 = lexical only)")
     ax.set_ylabel(metric_title(metric))
-    ax.set_title(f"{metric_title(metric)} vs text weight (band: 95% bootstrap CI)")
+    ax.set_title(f"{metric_title(metric)} vs text weight (band: 95% CI)")
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(0.0, 1.02)
     ax.grid(True, alpha=0.3)

@@ -16,6 +16,7 @@ from typing import Any
 from matplotlib.figure import Figure as Plot
 
 from ragtrail.report.html import ReportSection, figure_text, render_section
+from ragtrail.report.sample_size import sample_size_sections
 from ragtrail.summaries.base import Figure
 from ragtrail.summaries.sufficiency_summary import (
     Agreement,
@@ -69,7 +70,7 @@ def raters_section(summary: SufficiencySummary) -> ReportSection:
             ]
         )
     note = (
-        "Agreement (Cohen's kappa, 95% bootstrap interval) with golden references: answerable "
+        "Agreement (Cohen's kappa, 95% BCa interval from 20 items) with golden references: answerable "
         "questions with their ground chunk are sufficient; unanswerable questions, and answerable "
         "ones given unrelated chunks, are not. ★ stratifies the C/A/H table: "
         f"{primary.reason}. A rater that has not met its bar only advises."
@@ -199,7 +200,7 @@ def selective_sections(
         "hallucination, "
         f"fitted on the answers to {selective.n_train} questions and evaluated on those to "
         f"{selective.n_test} other questions (seeded split; abstentions and unscored answers "
-        f"are not rated, {selective.excluded} held-out answers lacked a feature). The difference's interval is a bootstrap over held-out "
+        f"are not rated, {selective.excluded} held-out answers lacked a feature). The difference's interval is a BCa bootstrap (from 20 questions) over held-out "
         "questions."
     )
     if threshold is not None:
@@ -242,6 +243,7 @@ def sufficiency_sections(
 ) -> list[ReportSection]:
     """Every sufficiency section of one set (``suffix`` keeps plot files of sets apart)."""
     return [
+        *sample_size_sections("Sufficiency", summary.sample_size),
         raters_section(summary),
         cah_section(summary),
         *selective_sections(summary, out_dir, suffix),

@@ -221,10 +221,12 @@ class DriftHeadline(Record):
     fired: bool
     n_tested: int
     drifted: list[DriftedCell]
+    largest_mde: float | None = Field(None, exclude_if=is_none)
 
     @classmethod
     def of(cls, decision: DriftDecision) -> DriftHeadline:
         evidence = decision.evidence
+        mdes = [row.mde for row in evidence.rows if row.tested and row.mde is not None]
         return cls(
             decision_id=decision.decision_id,
             run_id=decision.run_id,
@@ -235,6 +237,7 @@ class DriftHeadline(Record):
             fired=decision.fired,
             n_tested=evidence.n_tested,
             drifted=[DriftedCell.of(row) for row in evidence.rows if row.drifted],
+            largest_mde=max(mdes) if mdes else None,
         )
 
 

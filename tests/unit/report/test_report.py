@@ -235,7 +235,8 @@ def test_sets_report_has_one_part_per_set_with_its_change(tmp_path: Path) -> Non
         "seed": 13,
         "rows": [
             {"label": "fact_single", "text_weight": 0.5, "mean_a": 0.7, "mean_b": 0.83,
-             "diff": 0.13, "ci_low": 0.02, "ci_high": 0.25, "p_holm": 0.0312, "n": 30},
+             "diff": 0.13, "ci_low": 0.02, "ci_high": 0.25, "p_holm": 0.0312, "n": 30,
+             "ci_method": "bca", "mde": 0.0871},
             {"label": "reasoning", "text_weight": None, "mean_a": None, "mean_b": None,
              "diff": None, "ci_low": None, "ci_high": None, "p_holm": None, "n": 0,
              "undefined": dict.fromkeys(
@@ -272,7 +273,9 @@ def test_sets_report_has_one_part_per_set_with_its_change(tmp_path: Path) -> Non
     )
     assert row is not None
     cells = re.findall(r"<td>(.*?)</td>", row.group(1))
-    assert cells == ["0.50", "0.700", "0.830", "0.130", "[0.020, 0.250]", "0.0312", "30"]
+    assert cells == [
+        "0.50", "0.700", "0.830", "0.130", "[0.020, 0.250] BCa", "0.087", "0.0312", "30"
+    ]  # fmt: skip
     assert "undefined (this run has no best weight for the label)" in html
     assert "ragtrail runs compare n1.generated n2.generated" in html
     assert "Test-set funnel — generated" in html and "<p>funnel</p>" in html
