@@ -72,6 +72,7 @@ class Agreement(Figure):
             ci_low=calibration.get("ci_low"),
             ci_high=calibration.get("ci_high"),
             n=calibration.get("n"),
+            ci_method=calibration.get("ci_method"),
             judge=calibration.get("judge"),
             status=calibration.get("status"),
             reason=calibration.get("reason"),

@@ -235,6 +235,7 @@ def _figures(record: CalibrationRecord) -> JsonObject:
         "value": record.value,
         "ci_low": record.ci_low,
         "ci_high": record.ci_high,
+        "ci_method": record.ci_method,
         "n": record.n,
         "undefined": dict(record.undefined),
     }
