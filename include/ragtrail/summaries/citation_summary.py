@@ -10,10 +10,8 @@ plain strings here: their vocabularies live with the evaluators.
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from ragtrail.jsonsafe import JsonObject
-from ragtrail.summaries.base import Estimate, Figure, Record, WithUndefined, is_none
+from ragtrail.summaries.base import Estimate, Figure, Record
 from ragtrail.summaries.judge_summary import JudgeGate
 from ragtrail.summaries.qa_sets import SetRunRecord
 
@@ -147,27 +145,13 @@ class ScenarioAggregate(Estimate):
     metric: str
 
 
-class ScenarioRetrievalRow(WithUndefined):
+class ScenarioRetrievalRow(Estimate):
     """One retrieval metric of the passages a scenario gave the model (macro mean, its interval
     and the interval's method; a null interval says why)."""
 
     scenario: str
     metric: str
     value: float
-    n: int
-    ci_low: float | None
-    ci_high: float | None
-    ci_method: str | None = Field(None, exclude_if=is_none)
-
-    @property
-    def figure(self) -> Figure:
-        return Figure(
-            value=self.value,
-            ci_low=self.ci_low,
-            ci_high=self.ci_high,
-            n=self.n,
-            ci_method=self.ci_method,
-        )
 
 
 class ScenarioCounts(Record):
