@@ -114,6 +114,16 @@ def size_sample(
     )
 
 
+def bounded_by_budget(
+    sizing: SampleSizing | None, n: int, alpha: float = 0.05
+) -> SampleSizing | None:
+    """``sizing`` after a budget cut its n to ``n`` (unchanged when it did not)."""
+    if sizing is None or n >= sizing.n:
+        return sizing
+    mde = sizing.sd * standardised_mde(n, alpha=alpha) if n >= 2 else None
+    return sizing.model_copy(update={"n": n, "bound_by": "budget", "mde": mde})
+
+
 def sized_items(
     rt: Runtime,
     corpus: str,
@@ -151,4 +161,10 @@ def _per_question(
     return {qid: sum(vs) / len(vs) for qid, vs in cells.items()}
 
 
-__all__: Sequence[str] = ["DEFAULT_SD", "history_spread", "size_sample", "sized_items"]
+__all__: Sequence[str] = [
+    "DEFAULT_SD",
+    "bounded_by_budget",
+    "history_spread",
+    "size_sample",
+    "sized_items",
+]

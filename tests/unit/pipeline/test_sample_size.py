@@ -10,7 +10,12 @@ from sqlalchemy import Engine
 from statsmodels.stats.power import TTestPower
 
 from ragtrail.evaluation_records import QueryValue
-from ragtrail.pipeline.sample_size import DEFAULT_SD, history_spread, size_sample
+from ragtrail.pipeline.sample_size import (
+    DEFAULT_SD,
+    bounded_by_budget,
+    history_spread,
+    size_sample,
+)
 from ragtrail.storage.db import upgrade
 from ragtrail.storage.runs_store import RunStore
 
@@ -40,6 +45,15 @@ def test_a_cap_bounds_n_and_the_mde_at_n_says_what_is_left(caps: dict, n: int, b
 
 
 STEPS = [0.1, -0.1, 0.0, 0.2, 0.1, 0.0]
+
+
+def test_a_budget_cut_rebinds_the_sizing_and_its_mde() -> None:
+    sizing = size_sample(0.1, 0.25, "test", available=1000)
+    assert bounded_by_budget(sizing, 60) is sizing  # no cut
+    cut = bounded_by_budget(sizing, 10)
+    assert cut is not None and (cut.n, cut.bound_by, cut.needed_n) == (10, "budget", 52)
+    assert cut.mde == pytest.approx(0.25 * TTestPower().solve_power(nobs=10, alpha=0.05, power=0.8))
+    assert bounded_by_budget(None, 3) is None
 
 
 @pytest.fixture
