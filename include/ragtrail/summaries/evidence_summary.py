@@ -17,6 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from ragtrail.summaries.base import Figure, Record, WithUndefined
+from ragtrail.summaries.budget_summary import StepBudgetNote
 from ragtrail.summaries.sufficiency_summary import AggregateRow
 
 
@@ -104,6 +105,7 @@ class EvidenceSummary(WithUndefined):
     failures: dict[str, int] = Field(default_factory=dict)
     seconds: dict[str, float] = Field(default_factory=dict)
     model_calls: dict[str, int] = Field(default_factory=dict)
+    budget: StepBudgetNote | None = Field(None, exclude_if=lambda v: v is None)
 
     def aggregate(self, metric: str, method: str, noise: float = 0.0) -> AggregateRow | None:
         """The aggregate of ``metric`` for ``method`` at ``noise`` (None when not computed)."""

@@ -3,10 +3,11 @@ evaluation steps) and a golden set's registration."""
 
 from __future__ import annotations
 
-from pydantic import field_serializer, field_validator
+from pydantic import Field, field_serializer, field_validator
 
 from ragtrail.records import QASetRef, SetKind
 from ragtrail.summaries.base import Record, WithUndefined
+from ragtrail.summaries.budget_summary import StepBudgetNote
 from ragtrail.summaries.quality_summary import ValidationResult
 
 
@@ -64,3 +65,4 @@ class SetRunRecord(WithUndefined):
     qa_set: str
     qa_set_version: str
     qa_set_name: str | None
+    budget: StepBudgetNote | None = Field(None, exclude_if=lambda v: v is None)

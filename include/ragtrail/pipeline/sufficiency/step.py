@@ -66,6 +66,7 @@ from ragtrail.evaluate.sufficiency.short_answers import (
 from ragtrail.failures import FailureCount
 from ragtrail.judges.contract import Judge, JudgeInput, Verdict
 from ragtrail.judges.sufficiency_raters import SUFFICIENT
+from ragtrail.pipeline.budgets import Allowance, budgeted_set_step
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.judges import golden_items, ground_context
 from ragtrail.pipeline.passage_sources import scenario_corpus
@@ -219,15 +220,26 @@ def evaluate_sufficiency(
         set_name=set_name,
         snapshot_id=snapshot_id,
     )
-    with held_run(rt, run_id, opened.night):
+    with (
+        held_run(rt, run_id, opened.night),
+        budgeted_set_step(
+            rt,
+            "sufficiency",
+            opened,
+            max_items=ss.max_items if max_items is None else max_items,
+            seed=seed,
+            settings={**ss.model_dump(mode="json"), "selective": selective},
+        ) as allowance,
+    ):
         return _evaluate(
             rt,
             opened,
             judges,
             set_name=set_name,
-            max_items=ss.max_items if max_items is None else max_items,
+            max_items=allowance.items,
             seed=seed,
             selective=selective,
+            allowance=allowance,
         )
 
 
@@ -240,6 +252,7 @@ def _evaluate(
     max_items: int,
     seed: int,
     selective: bool,
+    allowance: Allowance | None = None,
 ) -> SufficiencyRun:
     """The body of :func:`evaluate_sufficiency`, on the opened and held run."""
     ss = rt.settings.sufficiency
@@ -372,7 +385,10 @@ def _evaluate(
         (item.qid, setting): {name: vs[i].value for name, vs in verdicts.items()}
         for i, (item, setting, _) in enumerate(rated)
     }
+    if allowance is not None:
+        allowance.done(len(sample))
     summary = SufficiencySummary(
+        budget=allowance.note_now(rt) if allowance is not None else None,
         run_id=run_id,
         set_name=set_name,
         **opened.params,
