@@ -293,7 +293,7 @@ class LLMClient:
             cached = self.cache.get_many(keys)
             miss_idx = [i for i, k in enumerate(keys) if k not in cached]
             tally.advance(len(keys) - len(miss_idx), cached=True)
-            fresh = self._call_backend([requests[i] for i in miss_idx], tally)
+            fresh = self._call_backend([requests[i] for i in miss_idx], tally, stage)
             fresh_by_pos = dict(zip(miss_idx, fresh, strict=True))
 
             new_entries: list[CacheEntry] = []
@@ -327,15 +327,13 @@ class LLMClient:
             failures_now = sum(
                 1 for s in active if s.outcome is not None and s.outcome.status == "failed"
             )
+            # calls and tokens were recorded as each backend call returned (_call_backend)
             self.usage.record(
                 stage,
                 backend_name,
                 model_id,
-                calls=len(miss_idx) - len(unsent),
                 cache_hits=len(keys) - len(miss_idx),
                 failures=max(0, failures_now - len(unsent)),
-                prompt_tokens=sum(r.prompt_tokens for r in fresh),
-                completion_tokens=sum(r.completion_tokens for r in fresh),
             )
             if unsent:
                 raise BudgetExhausted(str(unsent[0]).removeprefix(_BUDGET_ERROR))
@@ -382,7 +380,7 @@ class LLMClient:
         )
 
     def _call_backend(
-        self, requests: list[GenerationRequest], tally: _Tally
+        self, requests: list[GenerationRequest], tally: _Tally, stage: str
     ) -> list[GenerationResult]:
         """The backend's results, :attr:`report_every` requests per call (progress is told after
         each), with a crashing or misbehaving backend turned into errors for that call's requests."""
@@ -394,7 +392,17 @@ class LLMClient:
                 rest = len(requests) - start
                 results += [GenerationResult.failure(_BUDGET_ERROR + why)] * rest
                 break
-            results += self._generate(part)
+            got = self._generate(part)
+            results += got
+            # recorded at once, so that the budget gate sees every call made so far
+            self.usage.record(
+                stage,
+                self.backend.name,
+                self.backend.model_id,
+                calls=len(part),
+                prompt_tokens=sum(r.prompt_tokens for r in got),
+                completion_tokens=sum(r.completion_tokens for r in got),
+            )
             tally.advance(len(part))
         return results
 
