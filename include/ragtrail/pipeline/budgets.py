@@ -687,18 +687,10 @@ def night_budget_notes(rt: Runtime, night: str) -> list[StepBudgetNote]:
     return [_note(u) for u in BudgetStore(rt.engine).night_rows(night)]
 
 
-def budget_stop(
-    step: str, scope: str, exc: BudgetExhausted, allowance: Allowance | None
-) -> JsonObject:
-    """A task's result for an instance a budget stopped: partial, with the reason."""
-    note = allowance.note.to_json() if allowance and allowance.note else None
-    return {
-        "partial": True,
-        "budget_reason": exc.reason,
-        "budget": note,
-        "step": step,
-        "scope": scope,
-    }
+def budget_stop(exc: BudgetExhausted) -> JsonObject:
+    """A task's result for an instance a budget stopped: partial, the reason and its note."""
+    note = exc.note.to_json() if isinstance(exc.note, StepBudgetNote) else None
+    return {"partial": True, "budget_reason": exc.reason, "budget": note}
 
 
 @contextmanager

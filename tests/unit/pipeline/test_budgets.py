@@ -259,9 +259,11 @@ def test_the_night_budget_holds_across_runtimes_and_stops_a_step_mid_way(
         second.use_llm_backends({"scripted": backend})
         client = second.llm_for_spec("scripted")
         client.report_every = 1
-        with pytest.raises(BudgetExhausted) as stopped:
-            with budgeted_step(second, "sufficiency", corpus="hb", scope="night-2.a", planned=0):
-                client.run(PROMPT, [Item(text=f"t{i}") for i in range(10)], stage="s")
+        with (
+            pytest.raises(BudgetExhausted) as stopped,
+            budgeted_step(second, "sufficiency", corpus="hb", scope="night-2.a", planned=0),
+        ):
+            client.run(PROMPT, [Item(text=f"t{i}") for i in range(10)], stage="s")
         assert len(backend.calls) == 4  # 8 + 4 = the night's 12
         assert "night calls budget used up" in stopped.value.reason
         rows = {r.step: r for r in BudgetStore(second.engine).night_rows("night-2")}
