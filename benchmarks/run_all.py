@@ -19,6 +19,7 @@ BENCHMARKS = [
     "bench_citations",
     "bench_sufficiency",
     "bench_nightly",
+    "bench_budgets",
 ]
 
 
