@@ -521,6 +521,53 @@ class Allowance:
     start_counts: UsageCounters = field(default_factory=UsageCounters)
     start_snapshot: Mapping[UsageKey, UsageCounters] = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic)
+    night: str = ""
+    corpus: str = ""
+    aside: UsageCounters = field(default_factory=UsageCounters)
+    aside_seconds: float = 0.0
+    aside_cost: float | None = 0.0
+
+    @contextmanager
+    def calibrating(self, rt: Runtime, what: str) -> Iterator[None]:
+        """Account a one-off judge calibration made inside the step (cached once done) to the
+        ``calibration`` step, not to this one: its calls would skew this step's per-item
+        estimate for the nights after, which find it calibrated. It still counts against the
+        night's budget (its own ledger row)."""
+        before, snap, t0, started = (
+            rt.llm_usage.totals(),
+            rt.llm_usage.snapshot(),
+            time.monotonic(),
+            utcnow(),
+        )
+        try:
+            yield
+        finally:
+            used = _delta(rt.llm_usage.totals(), before)
+            seconds = time.monotonic() - t0
+            cost = _cost_since(rt, snap)
+            self.aside = _sum(self.aside, used)
+            self.aside_seconds += seconds
+            self.aside_cost = (
+                None if cost is None or self.aside_cost is None else self.aside_cost + cost
+            )
+            BudgetStore(rt.engine).record(
+                StepUsage(
+                    night=self.night,
+                    corpus=self.corpus,
+                    step="calibration",
+                    scope=f"{self.scope}/{self.step}-{what}",
+                    status=COMPLETE,
+                    started_at=started,
+                    finished_at=utcnow(),
+                    calls=used.calls,
+                    cache_hits=used.cache_hits,
+                    failures=used.failures,
+                    prompt_tokens=used.prompt_tokens,
+                    completion_tokens=used.completion_tokens,
+                    cost_usd=cost,
+                    seconds=seconds,
+                )
+            )
 
     @property
     def partial(self) -> bool:
@@ -531,7 +578,7 @@ class Allowance:
 
     def note_now(self, rt: Runtime) -> StepBudgetNote:
         """The instance's note so far (for a summary written before the step ends)."""
-        used = _delta(rt.llm_usage.totals(), self.start_counts)
+        used = _delta(_delta(rt.llm_usage.totals(), self.start_counts), self.aside)
         return StepBudgetNote(
             step=self.step,
             scope=self.scope,
@@ -543,8 +590,8 @@ class Allowance:
             calls=used.calls,
             cache_hits=used.cache_hits,
             tokens=used.prompt_tokens + used.completion_tokens,
-            cost_usd=_cost_since(rt, self.start_snapshot),
-            seconds=round(time.monotonic() - self.t0, 3),
+            cost_usd=_less(_cost_since(rt, self.start_snapshot), self.aside_cost),
+            seconds=round(time.monotonic() - self.t0 - self.aside_seconds, 3),
         )
 
 
@@ -588,9 +635,10 @@ def budgeted_step(
         start_snapshot,
         t0,
     )
+    allowance.night, allowance.corpus = night, corpus
 
     def row(status: str) -> StepUsage:
-        used = _delta(rt.llm_usage.totals(), start_counts)
+        used = _delta(_delta(rt.llm_usage.totals(), start_counts), allowance.aside)
         return StepUsage(
             night=night,
             corpus=corpus,
@@ -607,21 +655,22 @@ def budgeted_step(
             failures=used.failures,
             prompt_tokens=used.prompt_tokens,
             completion_tokens=used.completion_tokens,
-            cost_usd=_cost_since(rt, start_snapshot),
-            seconds=time.monotonic() - t0,
+            cost_usd=_less(_cost_since(rt, start_snapshot), allowance.aside_cost),
+            seconds=time.monotonic() - t0 - allowance.aside_seconds,
             fingerprint=fingerprint,
             reason=allowance.reason,
         )
 
     def check() -> str | None:
-        used = _delta(rt.llm_usage.totals(), start_counts)
+        # what the calibrations inside spent is in the ledger already (their own rows)
+        used = _delta(_delta(rt.llm_usage.totals(), start_counts), allowance.aside)
         now_left = remaining_budgets(
             rt,
             step,
             night,
             exclude=key,
             live=used,
-            live_cost=_cost_since(rt, start_snapshot),
+            live_cost=_less(_cost_since(rt, start_snapshot), allowance.aside_cost),
             step_started=t0,
         )
         return exhausted_reason(now_left)
@@ -674,6 +723,14 @@ def _delta(now: UsageCounters, start: UsageCounters) -> UsageCounters:
         prompt_tokens=now.prompt_tokens - start.prompt_tokens,
         completion_tokens=now.completion_tokens - start.completion_tokens,
     )
+
+
+def _sum(a: UsageCounters, b: UsageCounters) -> UsageCounters:
+    return _delta(a, _delta(UsageCounters(), b))
+
+
+def _less(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a - b, 6)
 
 
 def _cost_since(rt: Runtime, start: Mapping[UsageKey, UsageCounters]) -> float | None:

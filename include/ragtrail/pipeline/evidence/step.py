@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -249,7 +250,8 @@ def _evaluate(
         FailureCount.of("answers", (a.error or "failed" if a.failed else None for a in answers)),
     )
     golden, _ = golden_items(rt, corpus)
-    correctness = calibrate_correctness_if_missing(rt, corpus, golden)
+    with allowance.calibrating(rt, "correctness") if allowance else nullcontext():
+        correctness = calibrate_correctness_if_missing(rt, corpus, golden)
     records = classify(
         [
             AnswerCase(

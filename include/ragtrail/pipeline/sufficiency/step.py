@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -279,7 +280,8 @@ def _evaluate(
 
     # 1. raters, each calibrated on the corpus's golden references first (cached per version)
     golden, _ = golden_items(rt, corpus)
-    calibrations = calibrate_sufficiency_raters(rt, corpus, golden, judges)
+    with _aside(rt, allowance, "raters"):
+        calibrations = calibrate_sufficiency_raters(rt, corpus, golden, judges)
     primary = choose_primary(judges, calibrations)
     rated = [
         (item, setting, passages)
@@ -316,7 +318,8 @@ def _evaluate(
         FailureCount.of("answers", (a.error or "failed" if a.failed else None for a in answers)),
     )
     clock.lap("answers")
-    correctness = calibrate_correctness_if_missing(rt, corpus, golden)
+    with _aside(rt, allowance, "correctness"):
+        correctness = calibrate_correctness_if_missing(rt, corpus, golden)
     cases = [
         CAHCase(
             qid=item.qid,
@@ -412,6 +415,11 @@ def _evaluate(
     uri = rt.artifacts.put_bytes(sufficiency_key(run_id), summary.dumps(indent=1).encode())
     put_parquet(rt, sufficiency_queries_key(run_id), queries_frame(summary))
     return SufficiencyRun(**dict(compact(summary)), sufficiency_uri=uri)
+
+
+def _aside(rt: Runtime, allowance: Allowance | None, what: str) -> AbstractContextManager[None]:
+    """A judge calibration inside the step, accounted to the calibration step (budgets)."""
+    return allowance.calibrating(rt, what) if allowance is not None else nullcontext()
 
 
 def _verdict_failures(what: str, verdicts: Sequence[Verdict]) -> FailureCount:
