@@ -286,3 +286,49 @@ def test_airflow_tasks_join_the_newest_night_of_the_window(tmp_path: Path) -> No
     finally:
         first.close()
         second.close()
+
+
+def test_a_calibration_inside_a_step_is_accounted_to_the_calibration_step(
+    tmp_path: Path,
+) -> None:
+    rt = _runtime(tmp_path)
+    try:
+        rt.budget_night = "night-4"
+        with budgeted_step(rt, "sufficiency", corpus="hb", scope="night-4.a", planned=3) as a:
+            rt.llm_usage.record("s", "transformers", "m", calls=5)
+            with a.calibrating(rt, "raters"):
+                rt.llm_usage.record("cal", "transformers", "m", calls=20, prompt_tokens=7)
+            a.done(3)
+            assert a.note_now(rt).calls == 5
+        rows = {(r.step, r.scope): r for r in BudgetStore(rt.engine).night_rows("night-4")}
+        assert rows[("sufficiency", "night-4.a")].calls == 5
+        aside = rows[("calibration", "night-4.a/sufficiency-raters")]
+        assert (aside.calls, aside.prompt_tokens, aside.items_done) == (20, 7, 0)
+        assert BudgetStore(rt.engine).spent("night-4").calls == 25  # the night pays for both
+    finally:
+        rt.close()
+
+
+def test_the_report_section_lists_every_instance_and_says_which_were_partial() -> None:
+    from ragtrail.report.budget_sections import budget_sections
+    from ragtrail.summaries.budget_summary import StepBudgetNote
+
+    note = StepBudgetNote(
+        step="citations",
+        scope="n.sample",
+        items_planned=4,
+        items_run=2,
+        items_done=2,
+        partial=True,
+        reason="night minutes budget -> n=2 of 4",
+        calls=9,
+        cache_hits=1,
+        tokens=900,
+        cost_usd=None,
+        seconds=12.5,
+    )
+    assert budget_sections([], "n") == []
+    (section,) = budget_sections([note], "n")
+    assert "PARTIAL: night minutes budget -&gt; n=2 of 4" in section.html
+    assert "unknown (no price)" in section.html
+    assert "1 step instance(s) bounded by a budget" in section.html
