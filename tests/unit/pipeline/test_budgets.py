@@ -332,3 +332,47 @@ def test_the_report_section_lists_every_instance_and_says_which_were_partial() -
     assert "PARTIAL: night minutes budget -&gt; n=2 of 4" in section.html
     assert "unknown (no price)" in section.html
     assert "1 step instance(s) bounded by a budget" in section.html
+
+
+def test_the_dry_run_takes_each_instance_off_what_the_night_leaves(tmp_path: Path) -> None:
+    from ragtrail.pipeline.dry_run import _apply_budgets
+
+    rt = _runtime(
+        tmp_path, budgets={"night": {"max_calls": 50}, "steps": {"evidence": {"max_calls": 8}}}
+    )
+    try:
+        first = estimate(items=4, calls_per_item=10.0)  # 40 calls: fits
+        second = estimate(step="sufficiency", items=4, calls_per_item=5.0)  # 10 left: n=2
+        third = estimate(step="evidence", items=4, calls_per_item=4.0, cached_share=0.5)
+        planned = _apply_budgets(rt, [(first, None), (second, None), (third, "note")])
+        assert [p.n for p in planned] == [4, 2, 0]
+        assert planned[0].reason is None
+        assert planned[1].reason and planned[1].reason.startswith("night calls budget")
+        # the night has 0 calls left; the step's own 8 would have afforded 4
+        assert planned[2].reason and planned[2].reason.startswith("night calls budget")
+        assert planned[2].to_json()["note"] == "note"
+    finally:
+        rt.close()
+
+
+def test_generation_quota_is_cut_to_what_the_budgets_afford(tmp_path: Path) -> None:
+    from ragtrail.pipeline.tasks import _budgeted_per_label
+
+    rt = _runtime(tmp_path, budgets={"steps": {"generation": {"max_calls": 100}}})
+    try:
+        rt.budget_night = "night-5"
+        # no history: the default 12 calls per accepted item; 100 calls afford 8 items = 2 per label
+        per_label, why = _budgeted_per_label(rt, "hb", "gen-1", None, 3, None)
+        assert per_label == 2 and why and "step generation calls budget" in why
+        row = next(
+            r for r in BudgetStore(rt.engine).night_rows("night-5") if r.scope == "gen-1/plan"
+        )
+        assert (row.status, row.items_planned, row.items_run) == ("partial", 12, 8)
+        unbounded = _runtime(tmp_path / "other")
+        try:
+            unbounded.budget_night = "night-6"
+            assert _budgeted_per_label(unbounded, "hb", "gen-2", None, 3, None) == (3, None)
+        finally:
+            unbounded.close()
+    finally:
+        rt.close()
