@@ -135,10 +135,6 @@ def run_nightly(
         rt.budget_night = previous_night
         BudgetStore(rt.engine).close_night(run_id)
     result.budgets = night_budget_notes(rt, run_id)
-    for note in result.partial_steps:
-        log(
-            f"      PARTIAL {note.step} {note.scope}: n={note.items_done} of {note.items_planned}: {note.reason}"
-        )
     return result
 
 
