@@ -13,7 +13,11 @@ sample corpus, the bundled SmolLM2 for every role):
 3. night 3 with seed 15 and ``budgets.night.max_minutes`` at about half of night 2's wall time:
    it must finish within the budget plus a small margin, the bounded steps marked partial.
 
-    .venv/bin/python -m benchmarks.bench_budgets [--write]
+    .venv/bin/python -m benchmarks.bench_budgets [--quick] [--write]
+
+``--quick`` (for a loaded machine): no test-set generation (``--no-generate``: the golden sample
+set only, so the judges' calibration for generation does not run either) and smaller samples
+(:data:`QUICK_ENV`); the budgeted steps are then citations, sufficiency and evidence.
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ TARGET_RATIO = 0.30
 MARGIN_MIN = 0.5
 """Minutes a budgeted night may run past its budget (the last backend call, the report)."""
 STEPS = ("calibration", "generation", "citations", "sufficiency", "evidence")
+QUICK_ENV = {
+    "RAGTRAIL_CITATIONS__MAX_ITEMS": "2",
+    "RAGTRAIL_CITATIONS__SCENARIO_ITEMS": "1",
+    "RAGTRAIL_SUFFICIENCY__MAX_ITEMS": "4",
+    "RAGTRAIL_EVIDENCE__MAX_ITEMS": "2",
+}
 
 
 def _cli(env: dict[str, str], *args: str) -> tuple[dict[str, Any], float]:
@@ -80,7 +90,8 @@ def _within(est: float, real: float) -> bool:
     return (est == real == 0) or (real > 0 and abs(est - real) / real <= TARGET_RATIO)
 
 
-def run() -> str:
+def run(quick: bool = False) -> str:
+    flags = ("--no-generate",) if quick else ()
     with tempfile.TemporaryDirectory(prefix="ragtrail-bench-budgets-") as tmp:
         home = Path(tmp) / "home"
         env = {
@@ -89,18 +100,19 @@ def run() -> str:
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
+            **(QUICK_ENV if quick else {}),
         }
-        _first, first_s = _cli(env)
+        _first, first_s = _cli(env, *flags)
         env2 = {**env, "RAGTRAIL_SEED": "14"}
-        dry, dry_s = _cli(env2, "--dry-run")
-        second, second_s = _cli(env2)
+        dry, dry_s = _cli(env2, "--dry-run", *flags)
+        second, second_s = _cli(env2, *flags)
         budget_min = round(second_s / 60.0 / 2.0, 1)
         env3 = {
             **env,
             "RAGTRAIL_SEED": "15",
             "RAGTRAIL_BUDGETS__NIGHT__MAX_MINUTES": str(budget_min),
         }
-        third, third_s = _cli(env3)
+        third, third_s = _cli(env3, *flags)
 
     est, real = _estimated_by_step(dry), _real_by_step(second)
     rows = [
@@ -148,8 +160,16 @@ def run() -> str:
     return (
         "## Budgets — `nightly --dry-run` vs the real night, and a night under a time budget\n\n"
         f"Machine: {machine_line()}. **The machine was shared with another engineer's work "
-        "during this run (load from their tests), so wall times are noisier than usual.** Default "
-        "settings (SmolLM2-135M-Instruct on CPU for every role, SQLite); one fresh home; night 1 "
+        "during this run (load from their tests), so wall times are noisier than usual.** "
+        + (
+            "Quick configuration (`--quick`: `--no-generate`, the golden sample set only; "
+            + ", ".join(f"`{k}={v}`" for k, v in QUICK_ENV.items())
+            + "), chosen because the shared machine ran the default night 3-4 times slower than "
+            "usual. "
+            if quick
+            else "Default settings. "
+        )
+        + "SmolLM2-135M-Instruct on CPU for every role, SQLite; one fresh home; night 1 "
         f"cold with seed 13 ({first_s / 60:.1f} min) fills the history; the dry run (seed 14, "
         f"{dry_s:.0f} s, no model called) then night 2 (seed 14: other questions and mixtures, "
         "same corpus, so generation and calibration reuse their results).\n\n"
@@ -170,8 +190,9 @@ def run() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    parser.add_argument("--quick", action="store_true", help="no generation, smaller samples")
     args = parser.parse_args()
-    md = run()
+    md = run(quick=args.quick)
     print(md)
     if args.write:
         write_section("budgets", md)
