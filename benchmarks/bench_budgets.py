@@ -172,7 +172,10 @@ def run(quick: bool = False) -> str:
         + "SmolLM2-135M-Instruct on CPU for every role, SQLite; one fresh home; night 1 "
         f"cold with seed 13 ({first_s / 60:.1f} min) fills the history; the dry run (seed 14, "
         f"{dry_s:.0f} s, no model called) then night 2 (seed 14: other questions and mixtures, "
-        "same corpus, so generation and calibration reuse their results).\n\n"
+        "same corpus, so generation reuses its version and the generation judges their "
+        "calibrations). The `calibration` row also holds the judge calibrations made inside the "
+        "sufficiency and evidence steps (raters, correctness judge); the dry run does not estimate "
+        "those (see README, Budgets).\n\n"
         + "\n".join(rows)
         + f"\n\nTarget (issue 25): the estimate within {TARGET_RATIO:.0%} of the real model calls "
         f"and minutes — model calls: {'met' if calls_ok else 'NOT met'}; LLM-step minutes: "
