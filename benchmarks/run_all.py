@@ -20,6 +20,7 @@ BENCHMARKS = [
     "bench_citations",
     "bench_sufficiency",
     "bench_nightly",
+    "bench_budgets",
 ]
 
 

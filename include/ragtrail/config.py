@@ -184,7 +184,9 @@ class GenerationSettings(BaseModel):
     dedup_jaccard: float = Field(0.7, gt=0.0, le=1.0)
     balance_tolerance: float = Field(0.15, ge=0.0, le=1.0)
     price_per_1k_tokens: dict[str, tuple[float, float]] = Field(
-        default_factory=dict, description="model id -> (prompt, completion) USD per 1k tokens"
+        default_factory=dict,
+        description="model id -> (prompt, completion) USD per 1k tokens (older place of the "
+        "top-level prices table, which applies to every role and wins)",
     )
     max_failed_share: float = max_failed_share("candidates (a model error or an unparseable reply)")
 
@@ -785,6 +787,86 @@ class EvidenceTrainingSettings(BaseModel):
     )
 
 
+class BudgetLimits(BaseModel):
+    """Ceilings of one scope (a night, or one step over all its QA sets); None = no ceiling.
+
+    ``max_calls`` counts requests sent to a model (cache hits are free), ``max_tokens`` prompt
+    plus completion tokens, ``max_cost_usd`` uses the ``prices`` table (local models cost 0),
+    ``max_minutes`` wall-clock minutes (a night's from its start, a step's from its start)."""
+
+    max_calls: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=0)
+    max_cost_usd: float | None = Field(None, ge=0.0)
+    max_minutes: float | None = Field(None, ge=0.0)
+
+    def is_set(self) -> bool:
+        """Whether any ceiling is set."""
+        return any(v is not None for v in self.model_dump().values())
+
+
+BUDGETED_STEPS = ("calibration", "generation", "citations", "sufficiency", "evidence")
+"""The night's LLM steps a budget applies to (``budgets.<step>``)."""
+
+
+class StepBudgets(BaseModel):
+    """One :class:`BudgetLimits` per LLM step (all its QA sets together)."""
+
+    calibration: BudgetLimits = BudgetLimits()
+    generation: BudgetLimits = BudgetLimits()
+    citations: BudgetLimits = BudgetLimits()
+    sufficiency: BudgetLimits = BudgetLimits()
+    evidence: BudgetLimits = BudgetLimits()
+
+
+class BudgetSettings(BaseModel):
+    """Cost and time budgets of the nightly (README "Budgets").
+
+    Before an LLM step runs, its cost per item is estimated from the run history (the
+    ``step_usage`` rows of earlier nights) and the number of items it runs on is cut to what the
+    remaining budgets afford; a step that still reaches a ceiling stops, is marked partial with
+    the reason, and the night goes on. ``reserve_minutes`` of the night's time are kept for the
+    steps after the LLM steps (retrieval, drift, report). The ``default_*`` values estimate a
+    step that has no history yet."""
+
+    night: BudgetLimits = BudgetLimits()
+    steps: StepBudgets = StepBudgets()
+    reserve_minutes: float = Field(
+        1.0, ge=0.0, description="minutes of a night's time budget kept for the non-LLM steps"
+    )
+    default_calls_per_item: dict[str, float] = Field(
+        default_factory=lambda: {
+            "calibration": 1.0,
+            "generation": 12.0,
+            "citations": 8.0,
+            "sufficiency": 12.0,
+            "evidence": 14.0,
+        },
+        description="model calls per item of a step without history",
+    )
+    default_seconds_per_item: dict[str, float] = Field(
+        default_factory=lambda: {
+            "calibration": 3.0,
+            "generation": 30.0,
+            "citations": 25.0,
+            "sufficiency": 30.0,
+            "evidence": 40.0,
+        },
+        description="wall seconds per item of a step without history (2 CPU cores, SmolLM2)",
+    )
+    default_tokens_per_call: int = Field(
+        600, ge=0, description="prompt + completion tokens per model call without history"
+    )
+    history_nights: int = Field(
+        5, ge=1, description="earlier runs of a step whose usage the estimate averages"
+    )
+    night_window_hours: float = Field(
+        24.0,
+        gt=0.0,
+        description="under Airflow, one night's budget covers the steps run within this many "
+        "hours of its first budgeted step (ragtrail nightly: its own run id)",
+    )
+
+
 class Settings(BaseSettings):
     """Settings for one ragtrail installation. Build with :func:`load_settings`."""
 
@@ -849,6 +931,12 @@ class Settings(BaseSettings):
     citation_training: CitationTrainingSettings = CitationTrainingSettings()
     evidence: EvidenceSettings = EvidenceSettings()
     evidence_training: EvidenceTrainingSettings = EvidenceTrainingSettings()
+    prices: dict[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description="model id -> (prompt, completion) USD per 1k tokens, for every role; local "
+        "models cost 0 unless listed; generation.price_per_1k_tokens is still read (this wins)",
+    )
+    budgets: BudgetSettings = BudgetSettings()
     nli_model: str | None = Field(
         None,
         description="NLI model for entailment judges: 'hf:<HF id, local path or s3:// URI>'; "
@@ -860,6 +948,11 @@ class Settings(BaseSettings):
     @classmethod
     def _valid_nli_model(cls, v: str | None) -> str | None:
         return None if v is None else check_nli_spec(v)
+
+    def model_prices(self) -> dict[str, tuple[float, float]]:
+        """The price table of every role: ``generation.price_per_1k_tokens`` (older setting)
+        overridden by the top-level ``prices``."""
+        return {**self.generation.price_per_1k_tokens, **self.prices}
 
     def model_for(self, role: ModelRole | str) -> str:
         """The LLM spec of ``role``: its ``models.<role>`` setting, else ``generation.llm``."""

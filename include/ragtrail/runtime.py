@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ragtrail.embed.embedder import CachedEmbedder, Embedder
     from ragtrail.index.base import HybridIndex
     from ragtrail.llm import LLMBackend, LLMClient, SqlLLMCache, UsageMeter
+    from ragtrail.llm.budget import BudgetGate
     from ragtrail.llm.scoring import LogProbScorer
     from ragtrail.models.registry import ModelRegistry
     from ragtrail.storage.artifacts import ArtifactStore
@@ -51,6 +52,9 @@ class Runtime:
         """Whether this process runs whole evaluation runs (the CLI, ``ragtrail nightly``), so
         that its death ends them at once; an Airflow worker runs one task and sets False."""
         self._held: dict[str, tuple[str | None, float]] = {}
+        self.budget_night: str | None = None
+        """The night whose budgets the LLM steps count against (``ragtrail nightly`` sets its
+        run id; None: an Airflow task finds its night in the ledger, ``pipeline/budgets.py``)."""
 
     def report(self, update: ProgressUpdate) -> None:
         """Hand ``update`` to the current :attr:`progress` sink (clients built earlier too), and
@@ -133,7 +137,14 @@ class Runtime:
         """The usage meter every role's client records into (one per runtime)."""
         from ragtrail.llm import UsageMeter
 
-        return UsageMeter(prices=self.settings.generation.price_per_1k_tokens)
+        return UsageMeter(prices=self.settings.model_prices())
+
+    @cached_property
+    def budget_gate(self) -> BudgetGate:
+        """The budget checks every client of this runtime asks before a model call."""
+        from ragtrail.llm.budget import BudgetGate
+
+        return BudgetGate()
 
     def llm(self, role: ModelRole) -> LLMClient:
         """The client of ``role``'s model (``settings.model_for(role)``).
@@ -196,6 +207,7 @@ class Runtime:
             usage=self.llm_usage,
             progress=self.report,
             report_every=BATCHES_PER_CALL * self.settings.generation.llm_batch_size,
+            gate=self.budget_gate,
         )
 
     def _load_llm_backend(self, spec: str) -> LLMBackend:

@@ -45,12 +45,25 @@ def nightly(
     ] = None,
     generate: Annotated[bool, typer.Option(help="Generate a test set with the LLM.")] = True,
     allow_mass_removal: AllowMassRemovalFlag = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print each LLM step's estimate (calls, cached share, tokens, cost, minutes, "
+            "the n the budgets leave) from the run history and the cache; call no model, "
+            "write nothing.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Ingest -> GX -> golden sets -> test-set generation -> retrieval evaluation of every set
     -> reports."""
     from ragtrail.paths import sample_corpus_dir
     from ragtrail.pipeline.nightly import run_nightly
+
+    if dry_run:
+        _dry_run(corpus, qa_set, generate and qa_set is None, as_json)
+        return
 
     with runtime_with_progress(as_json) as (rt, progress):
         result = run_nightly(
@@ -84,6 +97,12 @@ def nightly(
             console.print(_sufficiency_line(summary.sufficiency), highlight=False)
     if result.drift is not None:
         console.print(_drift_line(result.drift), highlight=False)
+    for note in result.partial_steps:
+        console.print(
+            f"PARTIAL {note.step} {note.scope}: n={note.items_done} of {note.items_planned} "
+            f"({note.reason})",
+            highlight=False,
+        )
     console.print(f"report:    {report_path}")
     console.print(f"data docs: {report_path.parent / 'data_docs' / 'index.html'}")
     console.print(f"corpus checks: {result.corpus_quality.data_docs_path}")
@@ -132,3 +151,62 @@ def _drift_line(drift: DriftCheck) -> str:
         )
         parts.append(f"{name} {verdict} vs {d.baseline_run} ({d.baseline_kind})")
     return "drift: " + ("; ".join(parts) or "no run checked")
+
+
+def _dry_run(corpus: str, qa_set: Path | None, generate: bool, as_json: bool) -> None:
+    """``ragtrail nightly --dry-run``: the per-step estimate table (stderr) or JSON (stdout)."""
+    from rich.table import Table
+
+    from ragtrail.cli.common import runtime
+    from ragtrail.pipeline.dry_run import estimate_night
+
+    with runtime() as rt:
+        night = estimate_night(
+            rt, corpus=corpus, qa_set=str(qa_set) if qa_set else None, generate=generate
+        )
+    if as_json:
+        emit(night.to_json())
+        return
+    table = Table(
+        "step",
+        "instance",
+        "n asked",
+        "n",
+        "model calls",
+        "cached",
+        "tokens",
+        "cost USD",
+        "minutes",
+        "from",
+        title=f"nightly dry run: {corpus} (no model called)",
+    )
+    for step in night.steps:
+        row = step.to_json()
+        table.add_row(
+            str(row["step"]),
+            str(row["scope"]),
+            str(row["planned_items"]),
+            f"{row['n']}" + (" (budget)" if step.reason else ""),
+            f"{row['calls']:.0f}",
+            f"{row['cached_share']:.0%}",
+            f"{row['tokens']}",
+            "unknown" if row["cost_usd"] is None else f"{row['cost_usd']:.4f}",
+            f"{row['minutes']:.2f}",
+            str(step.note or row["source"]),
+        )
+    console.print(table)
+    for step in night.steps:
+        if step.reason:
+            console.print(f"bounded: {step.estimate.step} {step.estimate.scope}: {step.reason}")
+    other = (
+        f"{night.other_minutes:.2f} min ({night.other_source})"
+        if night.other_minutes is not None
+        else f"unknown ({night.other_source})"
+    )
+    console.print(f"other steps (ingest, retrieval, report): {other}", highlight=False)
+    total = f"{night.minutes:.2f}" if night.minutes is not None else "unknown"
+    console.print(
+        f"night: {night.calls:.0f} model calls, {night.llm_minutes:.2f} min of LLM steps, "
+        f"{total} min in all; assumed: {'; '.join(night.assumptions)}",
+        highlight=False,
+    )

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult, LLMBackend, Message
+from ragtrail.llm.budget import BudgetExhausted, BudgetGate
 from ragtrail.llm.cache import CacheEntry, LLMCache, NullLLMCache, cache_key, cache_key_material
 from ragtrail.llm.cache import is_cacheable as _is_cacheable
 from ragtrail.llm.prompts import Prompt
@@ -62,6 +63,14 @@ _REFUSAL_RE = re.compile(
     r"'?m not able to|must decline|do not feel comfortable)",
     re.IGNORECASE,
 )
+
+
+_BUDGET_ERROR = "not sent, budget reached: "
+
+
+def _unsent(result: GenerationResult) -> bool:
+    """Whether ``result`` stands for a request the budget gate kept from the model."""
+    return bool(result.error) and str(result.error).startswith(_BUDGET_ERROR)
 
 
 def looks_like_refusal(text: str) -> bool:
@@ -194,6 +203,9 @@ class LLMClient:
         progress: told ``model calls <stage>`` counts (requests answered, of those planned, and
             the cache hits among them) as they complete; retries add to the total.
         report_every: requests per backend call, so progress moves in steps of this size.
+        gate: budget checks asked before each backend call (:mod:`ragtrail.llm.budget`); when
+            one says stop, the unsent requests fail with its reason, what came back is cached,
+            and :meth:`run` raises :class:`~ragtrail.llm.budget.BudgetExhausted`.
     """
 
     def __init__(
@@ -206,6 +218,7 @@ class LLMClient:
         chunk_size: int = 256,
         progress: ProgressSink | None = None,
         report_every: int = 16,
+        gate: BudgetGate | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -216,6 +229,7 @@ class LLMClient:
         self.chunk_size = max(1, chunk_size)
         self.progress = progress
         self.report_every = max(1, report_every)
+        self.gate = gate
 
     def run(
         self,
@@ -279,7 +293,7 @@ class LLMClient:
             cached = self.cache.get_many(keys)
             miss_idx = [i for i, k in enumerate(keys) if k not in cached]
             tally.advance(len(keys) - len(miss_idx), cached=True)
-            fresh = self._call_backend([requests[i] for i in miss_idx], tally)
+            fresh = self._call_backend([requests[i] for i in miss_idx], tally, stage)
             fresh_by_pos = dict(zip(miss_idx, fresh, strict=True))
 
             new_entries: list[CacheEntry] = []
@@ -309,19 +323,20 @@ class LLMClient:
             if new_entries:
                 self.cache.put_many(new_entries)
 
+            unsent = [r.error for r in fresh if _unsent(r)]
             failures_now = sum(
                 1 for s in active if s.outcome is not None and s.outcome.status == "failed"
             )
+            # calls and tokens were recorded as each backend call returned (_call_backend)
             self.usage.record(
                 stage,
                 backend_name,
                 model_id,
-                calls=len(miss_idx),
                 cache_hits=len(keys) - len(miss_idx),
-                failures=failures_now,
-                prompt_tokens=sum(r.prompt_tokens for r in fresh),
-                completion_tokens=sum(r.completion_tokens for r in fresh),
+                failures=max(0, failures_now - len(unsent)),
             )
+            if unsent:
+                raise BudgetExhausted(str(unsent[0]).removeprefix(_BUDGET_ERROR))
 
     def _request(
         self, state: _State, attempt: int, params: GenerationParams, avoid: tuple[str, ...]
@@ -365,14 +380,29 @@ class LLMClient:
         )
 
     def _call_backend(
-        self, requests: list[GenerationRequest], tally: _Tally
+        self, requests: list[GenerationRequest], tally: _Tally, stage: str
     ) -> list[GenerationResult]:
         """The backend's results, :attr:`report_every` requests per call (progress is told after
         each), with a crashing or misbehaving backend turned into errors for that call's requests."""
         results: list[GenerationResult] = []
         for start in range(0, len(requests), self.report_every):
             part = requests[start : start + self.report_every]
-            results += self._generate(part)
+            why = self.gate.reason() if self.gate is not None else None
+            if why:
+                rest = len(requests) - start
+                results += [GenerationResult.failure(_BUDGET_ERROR + why)] * rest
+                break
+            got = self._generate(part)
+            results += got
+            # recorded at once, so that the budget gate sees every call made so far
+            self.usage.record(
+                stage,
+                self.backend.name,
+                self.backend.model_id,
+                calls=len(part),
+                prompt_tokens=sum(r.prompt_tokens for r in got),
+                completion_tokens=sum(r.completion_tokens for r in got),
+            )
             tally.advance(len(part))
         return results
 

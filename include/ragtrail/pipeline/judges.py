@@ -421,6 +421,17 @@ def accepted_items(rt: Runtime, corpus: str) -> list[Any]:
     return store.version_items(latest["version"]) if latest else []
 
 
+def uncalibrated_judges(rt: Runtime) -> list[str]:
+    """The generation judges with no calibration for their version yet (what
+    :func:`calibrate_missing` would calibrate), by name; no model is called."""
+    store = JudgeStore(rt.engine)
+    return [
+        j.spec.name
+        for j in generation_judges(rt)
+        if store.latest(j.spec.name, j.spec.version) is None
+    ]
+
+
 def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
     """Calibrate each generation judge that has no calibration for its version yet.
 

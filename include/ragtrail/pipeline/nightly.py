@@ -14,6 +14,7 @@ from typing import Any
 
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
+from ragtrail.pipeline.budgets import night_budget_notes
 from ragtrail.pipeline.golden import golden_name_for, register_golden_set
 from ragtrail.pipeline.ingest import IngestSummary
 from ragtrail.pipeline.night import (
@@ -28,7 +29,9 @@ from ragtrail.pipeline.night import (
 )
 from ragtrail.report.judge_notes import label_source_note
 from ragtrail.runtime import Runtime
+from ragtrail.storage.budget_store import BudgetStore
 from ragtrail.storage.db import utcnow
+from ragtrail.summaries.budget_summary import StepBudgetNote
 from ragtrail.summaries.drift_summary import DriftCheck
 from ragtrail.summaries.generation_summary import GenerationOutcome
 from ragtrail.summaries.night_summary import NightPublication, NightReport, SetResult
@@ -56,6 +59,12 @@ class NightlyResult:
     golden: list[GoldenRegistration] = field(default_factory=list)
     drift: DriftCheck | None = None
     retraining: GateOutcome | None = None
+    budgets: list[StepBudgetNote] = field(default_factory=list)
+
+    @property
+    def partial_steps(self) -> list[StepBudgetNote]:
+        """The budgeted step instances a budget bounded."""
+        return [n for n in self.budgets if n.partial]
 
     def to_json(self) -> JsonObject:
         """The ``ragtrail nightly --json`` document (strict JSON)."""
@@ -69,6 +78,11 @@ class NightlyResult:
             "golden": [g.to_json() for g in self.golden],
             "drift": self.drift.to_json() if self.drift else None,
             "retraining": self.retraining.to_json() if self.retraining else None,
+            "budgets": {
+                "night": self.run_id,
+                "partial": bool(self.partial_steps),
+                "steps": [n.to_json() for n in self.budgets],
+            },
         }
 
 
@@ -93,11 +107,51 @@ def run_nightly(
     plus the generated version; with ``generate=False``, or when generation accepts nothing, it
     covers ``qa_set`` instead (when given; the sample set when the corpus has no golden set).
 
+    Budgets (``settings.budgets``) count against the night ``run_id``: a step they bound runs
+    on fewer items or stops, is marked partial (``NightlyResult.budgets``) and the night goes on.
+
     A step whose model calls mostly failed stops the night as it stops the DAGs
     (:func:`~ragtrail.pipeline.night.run_flow`): the other sets' instances of that step still
     run, then :class:`~ragtrail.failures.EvaluationFailedError` names every failed set.
     """
     run_id = run_id or f"nightly-{utcnow():%Y%m%dT%H%M%S}"
+    # Every budgeted step of this process counts against this night (its time from now on).
+    BudgetStore(rt.engine).open_night(run_id, corpus)
+    previous_night, rt.budget_night = rt.budget_night, run_id
+    try:
+        result = _run_night(
+            rt,
+            run_id,
+            source=source,
+            corpus=corpus,
+            qa_set=qa_set,
+            golden=golden,
+            progress=progress,
+            log=log,
+            generate=generate,
+            allow_mass_removal=allow_mass_removal,
+        )
+    finally:
+        rt.budget_night = previous_night
+        BudgetStore(rt.engine).close_night(run_id)
+    result.budgets = night_budget_notes(rt, run_id)
+    return result
+
+
+def _run_night(
+    rt: Runtime,
+    run_id: str,
+    *,
+    source: str,
+    corpus: str,
+    qa_set: str | Path | None,
+    golden: Sequence[str | Path],
+    progress: Progress | None,
+    log: Callable[[str], None],
+    generate: bool,
+    allow_mass_removal: bool,
+) -> NightlyResult:
+    """The body of :func:`run_nightly` for the night ``run_id``."""
     params = {"corpus": corpus, "qa_set": str(qa_set) if qa_set else None}
 
     def run(flow: Flow, step: str, event: JsonObject | None, **extra: Any) -> FlowRun:

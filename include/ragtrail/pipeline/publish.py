@@ -30,6 +30,7 @@ from ragtrail.artifact_keys import (
     sufficiency_queries_key,
     testset_quality_key,
 )
+from ragtrail.pipeline.budgets import night_budget_notes, night_of
 from ragtrail.pipeline.citations.views import compact as compact_citations
 from ragtrail.pipeline.citations.views import load_citations
 from ragtrail.pipeline.drift.views import load_drift
@@ -73,6 +74,7 @@ from ragtrail.summaries.sufficiency_summary import SufficiencySummary
 
 if TYPE_CHECKING:  # GX loads slowly: imported where a report is built
     from ragtrail.quality.runner import QualityResult, QualityRunner
+    from ragtrail.report.html import ReportSection
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +108,13 @@ def publish_sets(
     *,
     shared_quality: Sequence[ValidationResult] = (),
     compare: bool = True,
+    extra_sections: Sequence[ReportSection] = (),
 ) -> PublishedReport:
     """Validate, render and upload the report of ``sets`` under ``run_id``; finish their runs.
 
     ``shared_quality`` are validations shown once (the corpus checks). With ``compare`` each set
-    gets its change since the previous run on its QA-set version.
+    gets its change since the previous run on its QA-set version. ``extra_sections`` (the
+    night's budgets) go with the first set.
     """
     from ragtrail.quality.runner import QualityRunner, enforce
     from ragtrail.report.citation_sections import citation_sections
@@ -139,6 +143,8 @@ def publish_sets(
         results.append(result)
         quality += [*entry.extra_quality, _validation(result)]
         sections = list(testset_sections(entry.generation, out) if entry.generation else ())
+        if not views:
+            sections += extra_sections
         if entry.citations:
             cited = _validate_citations(rt, runner, entry.citations, entry.name)
             results += cited
@@ -435,7 +441,16 @@ def publish_night(
             )
         )
     corpus_quality = _stored_validations(rt, corpus_quality_key(corpus, snapshot_id))
-    report = publish_sets(rt, run_id, entries, shared_quality=corpus_quality)
+    from ragtrail.report.budget_sections import budget_sections
+
+    night = night_of(rt, corpus)
+    report = publish_sets(
+        rt,
+        run_id,
+        entries,
+        shared_quality=corpus_quality,
+        extra_sections=budget_sections(night_budget_notes(rt, night), night),
+    )
     primary = primary_set(sets)
     metrics_uri = rt.artifacts.put_file(
         run_summary_key(run_id), report_dir(rt, run_id) / "metrics.json"

@@ -35,6 +35,7 @@ import pandas as pd
 from ragtrail.artifact_keys import run_summary_key
 from ragtrail.failures import FailureCount, check_failures, one_line
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.llm.budget import BudgetExhausted
 from ragtrail.paths import sample_qa_set
 from ragtrail.records import INCLUSIVE, QAItem, QASetRef, QuestionLabel, SetKind
 from ragtrail.runtime import Runtime
@@ -110,10 +111,13 @@ def night_of_set(run_id: str, set_name: str | None) -> str | None:
 def held_run(rt: Runtime, run_id: str, night: str | None = None) -> Iterator[None]:
     """While a step writes to ``run_id``: heartbeats on progress (for its night's runs too), and
     when the step raises, the run ends ``failed`` with the error as its reason (then the error
-    goes on). A killed process leaves it running, for :func:`settle_runs` to abandon."""
+    goes on). A killed process leaves it running, for :func:`settle_runs` to abandon. A step a
+    budget stopped (:class:`~ragtrail.llm.budget.BudgetExhausted`) does not fail the run."""
     rt.hold_run(run_id, night)
     try:
         yield
+    except BudgetExhausted:
+        raise  # a budget stopped the step: the run keeps what earlier steps stored
     except Exception as exc:
         # whole: the run store hides credentials in it, then bounds it
         reason = one_line(str(exc), limit=None) or type(exc).__name__

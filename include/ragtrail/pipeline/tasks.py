@@ -9,13 +9,16 @@ both run them from there, so the two can no longer drift apart.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
 
 from ragtrail import jsonsafe
 from ragtrail.artifact_keys import testset_quality_key
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.llm.budget import BudgetExhausted
 from ragtrail.pipeline import ingest as _ingest
+from ragtrail.pipeline.budgets import budget_stop, budgeted_step, generation_fingerprint
 from ragtrail.pipeline.corpus_checks import check_corpus_quality
 from ragtrail.pipeline.events import (
     CITATION_MODEL,
@@ -131,9 +134,21 @@ def calibrate_judges(rt: Runtime, *, corpus: str) -> XCom:
     The plan that follows reads the stored calibrations: a judge gates only when its own meets
     the bar. Model calls are cached, so the step is cheap once a version is calibrated.
     """
-    from ragtrail.pipeline.judges import calibrate_missing
+    from ragtrail.pipeline.judges import calibrate_missing, uncalibrated_judges
 
-    judges = calibrate_missing(rt, corpus)
+    missing = uncalibrated_judges(rt)
+    try:
+        with budgeted_step(
+            rt, "calibration", corpus=corpus, scope="calibration", planned=len(missing)
+        ) as allowance:
+            if missing and allowance.items <= 0:
+                raise BudgetExhausted(allowance.reason or "no budget left")
+            judges = calibrate_missing(rt, corpus)
+            allowance.done(sum(1 for j in judges.values() if j.get("status") == "calibrated"))
+    except BudgetExhausted as exc:
+        # the judges left uncalibrated only advise; the next night calibrates them (cached)
+        log.warning("judge calibration stopped: %s", exc.reason)
+        return {"corpus": corpus, "judges": {}, **budget_stop(exc)}
     for name, outcome in judges.items():
         log.info("judge %s: %s", name, outcome)
     return {"corpus": corpus, "judges": judges}
@@ -166,6 +181,19 @@ def plan_generation(
         if reuse is not None:
             log.info("corpus unchanged: reusing test-set version %s", reuse)
             return {"corpus": corpus, "run_id": run_id, "shards": [], "retired": 0, "reuse": reuse}
+    per_label, bounded = _budgeted_per_label(rt, corpus, run_id, snapshot_id, per_label, seed)
+    if per_label == 0:
+        reuse = _version_on_snapshot(rt, corpus, None)
+        log.warning("generation skipped: %s; reusing %s", bounded, reuse)
+        return {
+            "corpus": corpus,
+            "run_id": run_id,
+            "shards": [],
+            "retired": 0,
+            "reuse": reuse,
+            "partial": True,
+            "budget_reason": bounded,
+        }
     request = GenerationRequest(
         corpus=corpus,
         run_id=run_id,
@@ -182,7 +210,34 @@ def plan_generation(
         "shards": plan.shards,
         "retired": plan.retired,
         "reuse": None,
+        "partial": bounded is not None,
+        "budget_reason": bounded,
     }
+
+
+def _budgeted_per_label(
+    rt: Runtime,
+    corpus: str,
+    run_id: str,
+    snapshot_id: str | None,
+    per_label: int | None,
+    seed: int | None,
+) -> tuple[int, str | None]:
+    """The items per label the budgets afford (the settings' quota at most), and why fewer."""
+    from ragtrail.records import LABELS
+
+    asked = per_label or rt.settings.generation.per_label
+    with budgeted_step(
+        rt,
+        "generation",
+        corpus=corpus,
+        scope=f"{run_id}/plan",
+        planned=asked * len(LABELS),
+        fingerprint=generation_fingerprint(rt, corpus, snapshot_id, seed),
+        gate=False,
+    ) as allowance:
+        pass
+    return min(asked, allowance.items // len(LABELS)), allowance.reason
 
 
 def _version_on_snapshot(rt: Runtime, corpus: str, snapshot_id: str | None) -> str | None:
@@ -198,7 +253,13 @@ def generate_shard(rt: Runtime, *, corpus: str, run_id: str, chunk_ids: list[str
     """Candidates for one shard of contexts (LLM-heavy; every call cached by content)."""
     from ragtrail.pipeline.generate import generate_shard as run_shard
 
-    result = run_shard(rt, corpus, run_id, chunk_ids)
+    scope = f"{run_id}/shard-{hashlib.sha256(','.join(chunk_ids).encode()).hexdigest()[:12]}"
+    try:
+        with budgeted_step(rt, "generation", corpus=corpus, scope=scope, planned=0):
+            result = run_shard(rt, corpus, run_id, chunk_ids)
+    except BudgetExhausted as exc:  # the shard's candidates are not kept; finalize goes on
+        log.warning("generation shard of %d contexts stopped: %s", len(chunk_ids), exc.reason)
+        return budget_stop(exc)
     log.info("shard of %d contexts: %s", len(chunk_ids), result)
     return result
 
@@ -216,7 +277,19 @@ def finalize_generation(rt: Runtime, *, corpus: str, run_id: str, reuse: str | N
         summary = load_generation_summary(rt, corpus, reuse)
         regenerated = False
     else:
-        summary = run_finalize(rt, corpus, run_id)
+        # Finalize's top-up rounds cannot stop half-way (a version is all or nothing): they are
+        # bounded by the plan's budgeted quota and recorded here, not stopped.
+        with budgeted_step(
+            rt,
+            "generation",
+            corpus=corpus,
+            scope=f"{run_id}/finalize",
+            planned=0,
+            gate=False,
+        ) as allowance:
+            summary = run_finalize(rt, corpus, run_id)
+            allowance.items_planned = allowance.items = sum(summary.targets.values())
+            allowance.done(sum(summary.accepted.values()))
         regenerated = True
         if summary.version:
             out = rt.settings.home / "reports" / "testsets" / corpus / summary.version
@@ -298,14 +371,18 @@ def evaluate_set_citations(
         return {"name": planned.name, "skipped": "citations.enabled is false"}
     from ragtrail.pipeline.citations.step import evaluate_citations
 
-    result = evaluate_citations(
-        rt,
-        corpus,
-        run_id=planned.run_id,
-        qa_set=planned.qa_set,
-        set_name=planned.name,
-        snapshot_id=snapshot_id,
-    )
+    try:
+        result = evaluate_citations(
+            rt,
+            corpus,
+            run_id=planned.run_id,
+            qa_set=planned.qa_set,
+            set_name=planned.name,
+            snapshot_id=snapshot_id,
+        )
+    except BudgetExhausted as exc:  # the set keeps its other results; the night goes on
+        log.warning("citations of %s stopped: %s", planned.name, exc.reason)
+        return {"name": planned.name, **budget_stop(exc)}
     return {"name": planned.name, **result.to_json()}
 
 
@@ -338,14 +415,18 @@ def evaluate_set_sufficiency(
         return {"name": name, "skipped": why}
     from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
 
-    result = evaluate_sufficiency(
-        rt,
-        corpus,
-        run_id=planned.run_id,
-        qa_set=planned.qa_set,
-        set_name=name,
-        snapshot_id=snapshot_id,
-    )
+    try:
+        result = evaluate_sufficiency(
+            rt,
+            corpus,
+            run_id=planned.run_id,
+            qa_set=planned.qa_set,
+            set_name=name,
+            snapshot_id=snapshot_id,
+        )
+    except BudgetExhausted as exc:  # the set keeps its other results; the night goes on
+        log.warning("sufficiency of %s stopped: %s", name, exc.reason)
+        return {"name": name, **budget_stop(exc)}
     return {"name": name, **result.to_json()}
 
 
@@ -378,14 +459,18 @@ def evaluate_set_evidence(
         return {"name": name, "skipped": why}
     from ragtrail.pipeline.evidence.step import evaluate_evidence
 
-    result = evaluate_evidence(
-        rt,
-        corpus,
-        run_id=planned.run_id,
-        qa_set=planned.qa_set,
-        set_name=name,
-        snapshot_id=snapshot_id,
-    )
+    try:
+        result = evaluate_evidence(
+            rt,
+            corpus,
+            run_id=planned.run_id,
+            qa_set=planned.qa_set,
+            set_name=name,
+            snapshot_id=snapshot_id,
+        )
+    except BudgetExhausted as exc:  # the set keeps its other results; the night goes on
+        log.warning("evidence of %s stopped: %s", name, exc.reason)
+        return {"name": name, **budget_stop(exc)}
     return {"name": name, **result.to_json()}
 
 

@@ -185,7 +185,7 @@ metrics_history = Table(
     Column("models", JSON, nullable=False),  # backends and models that produced the value
     Column("judges", JSON, nullable=False),  # judge name -> version (empty when none)
     Column("undefined", JSON, nullable=False),  # field -> reason for every NULL number
-    Column("ci_method", String(16), nullable=True),  # 0009: wilson | t | bca | none
+    Column("ci_method", String(16), nullable=True),  # 0010: wilson | t | bca | none
     UniqueConstraint(
         "run_id", "evaluation", "metric", "facet_key", name="uq_metrics_history_point"
     ),
@@ -238,6 +238,34 @@ llm_usage = Table(
     Column("completion_tokens", Integer, nullable=False),
     Column("cost_usd", Float, nullable=True),
     UniqueConstraint("run_id", "stage", "backend", "model_id", name="uq_llm_usage_key"),
+)
+
+# 0009: what each LLM step of a night spent, one row per step instance (a QA set's run, a
+# generation shard), so that budgets hold across Airflow tasks and estimates read the history.
+step_usage = Table(
+    "step_usage",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("night", String(128), nullable=False, index=True),
+    Column("corpus", String(128), nullable=False),
+    Column("step", String(32), nullable=False, index=True),
+    Column("scope", String(256), nullable=False),
+    Column("fingerprint", String(64), nullable=True),
+    Column("status", String(16), nullable=False),  # running | complete | partial
+    Column("reason", Text, nullable=True),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("items_planned", Integer, nullable=False),
+    Column("items_run", Integer, nullable=False),
+    Column("items_done", Integer, nullable=False),
+    Column("calls", Integer, nullable=False),
+    Column("cache_hits", Integer, nullable=False),
+    Column("failures", Integer, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=True),
+    Column("seconds", Float, nullable=False),
+    UniqueConstraint("night", "step", "scope", name="uq_step_usage_key"),
 )
 
 # -- generated test sets (testset/) -------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from ragtrail.summaries.base import Figure, Record, WithUndefined, is_none
+from ragtrail.summaries.budget_summary import StepBudgetNote
 from ragtrail.summaries.qa_sets import SampleSizing
 from ragtrail.summaries.sufficiency_summary import AggregateRow
 
@@ -107,6 +108,7 @@ class EvidenceSummary(WithUndefined):
     failures: dict[str, int] = Field(default_factory=dict)
     seconds: dict[str, float] = Field(default_factory=dict)
     model_calls: dict[str, int] = Field(default_factory=dict)
+    budget: StepBudgetNote | None = Field(None, exclude_if=is_none)
 
     def aggregate(self, metric: str, method: str, noise: float = 0.0) -> AggregateRow | None:
         """The aggregate of ``metric`` for ``method`` at ``noise`` (None when not computed)."""

@@ -7,6 +7,7 @@ from pydantic import Field, field_serializer, field_validator
 
 from ragtrail.records import QASetRef, SetKind
 from ragtrail.summaries.base import Record, WithUndefined, is_none
+from ragtrail.summaries.budget_summary import StepBudgetNote
 from ragtrail.summaries.quality_summary import ValidationResult
 
 
@@ -87,3 +88,4 @@ class SetRunRecord(WithUndefined):
     qa_set_version: str
     qa_set_name: str | None
     sample_size: SampleSizing | None = Field(None, exclude_if=is_none)
+    budget: StepBudgetNote | None = Field(None, exclude_if=is_none)

@@ -36,6 +36,7 @@ from ragtrail.evaluate.citations.mixture_answers import DEFAULT_ANSWER_PARAMS
 from ragtrail.failures import FailureCount
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import GenerationParams
+from ragtrail.pipeline.budgets import Allowance, budgeted_set_step
 from ragtrail.pipeline.citations.views import citation_queries_frame, compact, mixture_view
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
 from ragtrail.pipeline.passage_sources import corpus_from_runtime, scenario_corpus
@@ -104,16 +105,41 @@ def evaluate_citations(
         set_name=set_name,
         snapshot_id=snapshot_id,
     )
-    with held_run(rt, run_id, opened.night):
+    n_scenarios = cs.scenario_items if scenario_items is None else scenario_items
+    with (
+        held_run(rt, run_id, opened.night),
+        budgeted_set_step(
+            rt,
+            "citations",
+            opened,
+            max_items=cs.max_items if max_items is None else max_items,
+            seed=seed,
+            settings={
+                **cs.model_dump(mode="json"),
+                "mixture": config.mixture_spec,
+                "scenarios": list(scenario_names),
+                "scenario_items": n_scenarios,
+            },
+        ) as allowance,
+    ):
         return _evaluate(
             rt,
             opened,
             config,
             scenario_names,
             set_name=set_name,
-            max_items=cs.max_items if max_items is None else max_items,
-            scenario_items=cs.scenario_items if scenario_items is None else scenario_items,
+            max_items=allowance.items,
+            # the scenarios' sample shrinks with the budget's n like the mixtures' does
+            scenario_items=_bounded(n_scenarios, allowance),
+            allowance=allowance,
         )
+
+
+def _bounded(n: int, allowance: Allowance) -> int:
+    """``n`` (0 = all) cut to the budget's n when a budget bounded the step."""
+    if not allowance.partial:
+        return n
+    return allowance.items if n <= 0 else min(n, allowance.items)
 
 
 def _evaluate(
@@ -125,6 +151,7 @@ def _evaluate(
     set_name: str | None,
     max_items: int,
     scenario_items: int,
+    allowance: Allowance | None = None,
 ) -> CitationRun:
     """The body of :func:`evaluate_citations`, on the opened and held run."""
     cs = rt.settings.citations
@@ -173,7 +200,10 @@ def _evaluate(
         scenarios = _scenarios(
             rt, corpus, run_id, scen_sample, scenario_names, text_weight, answer_params, record
         )
+    if allowance is not None:
+        allowance.done(len(sample))
     summary = CitationSummary(
+        budget=allowance.note_now(rt) if allowance is not None else None,
         run_id=run_id,
         set_name=set_name,
         **params,

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +69,7 @@ from ragtrail.evaluate.sufficiency.short_answers import (
 )
 from ragtrail.failures import FailureCount
 from ragtrail.judges.contract import Judge
+from ragtrail.pipeline.budgets import Allowance, budgeted_set_step
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.evidence.views import compact, queries_frame
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions, golden_items, ground_context
@@ -161,14 +163,26 @@ def evaluate_evidence(
         snapshot_id=snapshot_id,
     )
     ratios = sorted(set(es.noise_ratios if noise_ratios is None else noise_ratios) | {0.0})
-    with held_run(rt, run_id, opened.night):
+    seed = rt.settings.seed if seed is None else seed
+    with (
+        held_run(rt, run_id, opened.night),
+        budgeted_set_step(
+            rt,
+            "evidence",
+            opened,
+            max_items=es.max_items if max_items is None else max_items,
+            seed=seed,
+            settings={**es.model_dump(mode="json"), "noise_ratios": ratios},
+        ) as allowance,
+    ):
         return _evaluate(
             rt,
             opened,
             set_name=set_name,
-            max_items=es.max_items if max_items is None else max_items,
+            max_items=allowance.items,
             ratios=ratios,
-            seed=rt.settings.seed if seed is None else seed,
+            seed=seed,
+            allowance=allowance,
         )
 
 
@@ -180,6 +194,7 @@ def _evaluate(
     max_items: int,
     ratios: Sequence[float],
     seed: int,
+    allowance: Allowance | None = None,
 ) -> EvidenceRun:
     es = rt.settings.evidence
     corpus, run_id = opened.corpus, opened.run_id
@@ -246,7 +261,8 @@ def _evaluate(
         FailureCount.of("answers", (a.error or "failed" if a.failed else None for a in answers)),
     )
     golden, _ = golden_items(rt, corpus)
-    correctness = calibrate_correctness_if_missing(rt, corpus, golden)
+    with allowance.calibrating(rt, "correctness") if allowance else nullcontext():
+        correctness = calibrate_correctness_if_missing(rt, corpus, golden)
     records = classify(
         [
             AnswerCase(
@@ -285,7 +301,10 @@ def _evaluate(
         scorer=rt.scorer.model_id,
     )
     RunStore(rt.engine).record_evaluation(run_id, result, **record, judges=gates)
+    if allowance is not None:
+        allowance.done(len(sample))
     summary = EvidenceSummary(
+        budget=allowance.note_now(rt) if allowance is not None else None,
         run_id=run_id,
         set_name=set_name,
         **opened.params,

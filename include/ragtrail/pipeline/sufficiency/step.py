@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ from ragtrail.evaluate.sufficiency.short_answers import (
 from ragtrail.failures import FailureCount
 from ragtrail.judges.contract import Judge, JudgeInput, Verdict
 from ragtrail.judges.sufficiency_raters import SUFFICIENT
+from ragtrail.pipeline.budgets import Allowance, budgeted_set_step
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.judges import golden_items, ground_context
 from ragtrail.pipeline.passage_sources import scenario_corpus
@@ -220,15 +222,26 @@ def evaluate_sufficiency(
         set_name=set_name,
         snapshot_id=snapshot_id,
     )
-    with held_run(rt, run_id, opened.night):
+    with (
+        held_run(rt, run_id, opened.night),
+        budgeted_set_step(
+            rt,
+            "sufficiency",
+            opened,
+            max_items=ss.max_items if max_items is None else max_items,
+            seed=seed,
+            settings={**ss.model_dump(mode="json"), "selective": selective},
+        ) as allowance,
+    ):
         return _evaluate(
             rt,
             opened,
             judges,
             set_name=set_name,
-            max_items=ss.max_items if max_items is None else max_items,
+            max_items=allowance.items,
             seed=seed,
             selective=selective,
+            allowance=allowance,
         )
 
 
@@ -241,6 +254,7 @@ def _evaluate(
     max_items: int,
     seed: int,
     selective: bool,
+    allowance: Allowance | None = None,
 ) -> SufficiencyRun:
     """The body of :func:`evaluate_sufficiency`, on the opened and held run."""
     ss = rt.settings.sufficiency
@@ -277,7 +291,8 @@ def _evaluate(
 
     # 1. raters, each calibrated on the corpus's golden references first (cached per version)
     golden, _ = golden_items(rt, corpus)
-    calibrations = calibrate_sufficiency_raters(rt, corpus, golden, judges)
+    with _aside(rt, allowance, "raters"):
+        calibrations = calibrate_sufficiency_raters(rt, corpus, golden, judges)
     primary = choose_primary(judges, calibrations)
     rated = [
         (item, setting, passages)
@@ -314,7 +329,8 @@ def _evaluate(
         FailureCount.of("answers", (a.error or "failed" if a.failed else None for a in answers)),
     )
     clock.lap("answers")
-    correctness = calibrate_correctness_if_missing(rt, corpus, golden)
+    with _aside(rt, allowance, "correctness"):
+        correctness = calibrate_correctness_if_missing(rt, corpus, golden)
     cases = [
         CAHCase(
             qid=item.qid,
@@ -383,7 +399,10 @@ def _evaluate(
         (item.qid, setting): {name: vs[i].value for name, vs in verdicts.items()}
         for i, (item, setting, _) in enumerate(rated)
     }
+    if allowance is not None:
+        allowance.done(len(sample))
     summary = SufficiencySummary(
+        budget=allowance.note_now(rt) if allowance is not None else None,
         run_id=run_id,
         set_name=set_name,
         **opened.params,
@@ -408,6 +427,11 @@ def _evaluate(
     uri = rt.artifacts.put_bytes(sufficiency_key(run_id), summary.dumps(indent=1).encode())
     put_parquet(rt, sufficiency_queries_key(run_id), queries_frame(summary))
     return SufficiencyRun(**dict(compact(summary)), sufficiency_uri=uri)
+
+
+def _aside(rt: Runtime, allowance: Allowance | None, what: str) -> AbstractContextManager[None]:
+    """A judge calibration inside the step, accounted to the calibration step (budgets)."""
+    return allowance.calibrating(rt, what) if allowance is not None else nullcontext()
 
 
 def _verdict_failures(what: str, verdicts: Sequence[Verdict]) -> FailureCount:
