@@ -20,6 +20,7 @@ from ragtrail.pipeline.citations.views import load_citations
 from ragtrail.pipeline.dry_run import estimate_night
 from ragtrail.pipeline.golden import register_golden_set
 from ragtrail.pipeline.night import INGEST, run_flow
+from ragtrail.pipeline.sample_size import DEFAULT_SD, mde_at
 from ragtrail.pipeline.tasks import evaluate_set_citations
 from ragtrail.records import QASetRef, SetKind
 from ragtrail.storage.budget_store import COMPLETE, BudgetStore, StepUsage
@@ -131,6 +132,9 @@ def test_dry_run_estimates_from_history_and_calls_no_model(make_rt, monkeypatch)
     row = cited[0].to_json()
     assert row["planned_items"] == 4 and row["n"] == 2 and cited[0].reason
     assert row["calls"] == pytest.approx(20.0) and row["minutes"] == pytest.approx(0.1)
+    # what n = 2 could detect, from the default spread (no stored citation values yet)
+    assert row["mde"] == pytest.approx(mde_at(DEFAULT_SD, 2))
+    assert row["mde_spread"] == "the default (no usable history)"
     assert rt.llm_usage.totals().calls == 0
     json.dumps(night.to_json(), allow_nan=False)
 
@@ -145,3 +149,14 @@ def test_dry_run_estimates_from_history_and_calls_no_model(make_rt, monkeypatch)
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert [s["n"] for s in data["steps"] if s["step"] == "citations"] == [2]
+
+    # target_mde sizes the sample the budgets then cap: a change of 0.5 at the default spread
+    # of 0.5 (effect size 1) needs 10 questions; 25 calls at 10 per question afford 2
+    monkeypatch.setenv("RAGTRAIL_CITATIONS__MAX_ITEMS", "0")
+    monkeypatch.setenv("RAGTRAIL_CITATIONS__TARGET_MDE", "0.5")
+    out = CliRunner().invoke(
+        app, ["nightly", "--corpus", CORPUS, "--dry-run", "--no-generate", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    (cited,) = [s for s in json.loads(out.stdout)["steps"] if s["step"] == "citations"]
+    assert (cited["planned_items"], cited["n"]) == (10, 2) and cited["bounded_by_budget"]

@@ -177,6 +177,7 @@ def _dry_run(corpus: str, qa_set: Path | None, generate: bool, as_json: bool) ->
         "tokens",
         "cost USD",
         "minutes",
+        "MDE at n",
         "from",
         title=f"nightly dry run: {corpus} (no model called)",
     )
@@ -192,9 +193,16 @@ def _dry_run(corpus: str, qa_set: Path | None, generate: bool, as_json: bool) ->
             f"{row['tokens']}",
             "unknown" if row["cost_usd"] is None else f"{row['cost_usd']:.4f}",
             f"{row['minutes']:.2f}",
+            "–" if step.mde is None else f"{step.mde:.3f}",
             str(step.note or row["source"]),
         )
     console.print(table)
+    console.print(
+        "MDE at n: the smallest change in the step's primary metric a paired comparison of two "
+        "nights on n questions detects (80% power), from the spread in the run history",
+        highlight=False,
+        soft_wrap=True,
+    )
     for step in night.steps:
         if step.reason:
             console.print(f"bounded: {step.estimate.step} {step.estimate.scope}: {step.reason}")

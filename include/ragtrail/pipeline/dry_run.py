@@ -31,6 +31,7 @@ from ragtrail.pipeline.budgets import (
 )
 from ragtrail.pipeline.evaluation_sets import plan_sets
 from ragtrail.pipeline.run_io import load_items, sample_items
+from ragtrail.pipeline.sample_size import mde_at, sized_items, step_spread
 from ragtrail.records import LABELS, QASetRef, SetKind
 from ragtrail.runtime import Runtime
 from ragtrail.storage.budget_store import BudgetStore
@@ -48,6 +49,12 @@ class PlannedStep:
     n: int
     reason: str | None = None
     note: str | None = None
+    spread: tuple[float, str] | None = None
+
+    @property
+    def mde(self) -> float | None:
+        """What a paired comparison on this n could detect (QA-set steps; None otherwise)."""
+        return None if self.spread is None else mde_at(self.spread[0], self.n)
 
     def to_json(self) -> JsonObject:
         out = {**self.estimate.to_json(), "planned_items": self.estimate.items}
@@ -55,6 +62,8 @@ class PlannedStep:
         out["n"] = self.n
         out["bounded_by_budget"] = self.reason
         out["note"] = self.note
+        out["mde"] = self.mde
+        out["mde_spread"] = None if self.spread is None else self.spread[1]
         return out
 
 
@@ -117,7 +126,7 @@ def estimate_night(
             "no model is called; estimates come from the run history and the cache",
         ],
     )
-    instances: list[tuple[StepEstimate, str | None]] = []
+    instances: list[Instance] = []
     snapshot = rt.store.latest_snapshot(corpus)
     snapshot_id = snapshot.snapshot_id if snapshot else None
     generated: str | None = None
@@ -132,9 +141,11 @@ def estimate_night(
     return night
 
 
-def _generation(
-    rt: Runtime, corpus: str, snapshot_id: str | None
-) -> list[tuple[StepEstimate, str | None]]:
+Instance = tuple[StepEstimate, str | None, tuple[float, str] | None]
+"""A step instance to walk: its estimate, a note, and (QA-set steps) the spread behind its MDE."""
+
+
+def _generation(rt: Runtime, corpus: str, snapshot_id: str | None) -> list[Instance]:
     from ragtrail.pipeline.judges import uncalibrated_judges
 
     missing = uncalibrated_judges(rt)
@@ -144,6 +155,7 @@ def _generation(
                 rt, "calibration", corpus=corpus, scope="calibration", items=len(missing)
             ),
             f"{len(missing)} judges without calibration" if missing else "every judge calibrated",
+            None,
         )
     ]
     version = _current_version(rt, corpus)
@@ -161,6 +173,7 @@ def _generation(
                 fingerprint=generation_fingerprint(rt, corpus, snapshot_id, None),
             ),
             f"corpus unchanged: version {version} is reused" if reused else None,
+            None,
         )
     )
     return out
@@ -182,9 +195,10 @@ def _version_snapshot(rt: Runtime, corpus: str) -> str | None:
 
 def _set_steps(
     rt: Runtime, corpus: str, snapshot_id: str | None, name: str, ref: QASetRef
-) -> list[tuple[StepEstimate, str | None]]:
+) -> list[Instance]:
     """The citations, sufficiency and evidence instances of one QA set (the ones its settings
-    enable), each with the fingerprint the step will compute."""
+    enable), each with the fingerprint the step will compute, its n sized as the step sizes it
+    (``target_mde``) and the history's spread of its primary metric."""
     items, version, _ = load_items(rt, ref)
     seed = rt.settings.seed
     cs, ss, es = rt.settings.citations, rt.settings.sufficiency, rt.settings.evidence
@@ -221,7 +235,11 @@ def _set_steps(
     for step, enabled, max_items, settings in specs:
         if not enabled:
             continue
-        planned = len(sample_items(items, max_items, seed))
+        target = getattr(rt.settings, step).target_mde
+        sized, _ = sized_items(
+            rt, corpus, step, target_mde=target, max_items=max_items, available=len(items)
+        )
+        planned = len(sample_items(items, sized, seed))
         fingerprint = step_fingerprint(
             step,
             corpus=corpus,
@@ -234,19 +252,17 @@ def _set_steps(
         estimate = estimate_step(
             rt, step, corpus=corpus, scope=name, items=planned, fingerprint=fingerprint
         )
-        out.append((estimate, None))
+        out.append((estimate, None, step_spread(rt, corpus, step)))
     return out
 
 
-def _apply_budgets(
-    rt: Runtime, instances: Sequence[tuple[StepEstimate, str | None]]
-) -> list[PlannedStep]:
+def _apply_budgets(rt: Runtime, instances: Sequence[Instance]) -> list[PlannedStep]:
     """Walk the instances in night order, each taking its estimate off what the night's and its
     step's budgets leave."""
     bs = rt.settings.budgets
     used: dict[str, dict[str, float]] = {}
     out = []
-    for estimate, note in instances:
+    for estimate, note, spread in instances:
         left = _left(bs.night, used.get("night", {}), "night", bs.reserve_minutes)
         step_limits: BudgetLimits = (
             getattr(bs.steps, estimate.step) if estimate.step in BUDGETED_STEPS else BudgetLimits()
@@ -261,7 +277,7 @@ def _apply_budgets(
             acc = used.setdefault(scope, {})
             for key in ("calls", "tokens", "cost_usd", "minutes"):
                 acc[key] = acc.get(key, 0.0) + float(totals[key] or 0.0)
-        out.append(PlannedStep(estimate, n, reason, note))
+        out.append(PlannedStep(estimate, n, reason, note, spread))
     return out
 
 

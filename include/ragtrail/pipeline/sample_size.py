@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -43,6 +44,29 @@ HISTORY_RUNS = 20
 """How many of the corpus's newest runs are searched for the metric's values."""
 
 Bound = Literal["target", "max_items", "budget", "available"]
+
+
+@dataclass(frozen=True)
+class WatchedMetric:
+    """The per-question values a step's sample is sized by: an evaluation's primary metric in
+    the facet cells ``where`` selects."""
+
+    evaluation: str
+    metric: str
+    where: Mapping[str, object]
+
+
+STEP_METRICS: Mapping[str, WatchedMetric] = {
+    "citations": WatchedMetric("citations", "citation_f1", {"system": "model"}),
+    "sufficiency": WatchedMetric("cah", "hallucination_rate", {}),
+    "evidence": WatchedMetric("evidence", "correct", {"method": "extractor"}),
+}
+"""Per LLM step, the metric its ``target_mde`` refers to."""
+
+
+def mde_at(sd: float, n: int, alpha: float = 0.05) -> float | None:
+    """The MDE of a paired comparison on ``n`` questions with spread ``sd`` (None below 2)."""
+    return sd * standardised_mde(n, alpha=alpha) if n >= 2 else None
 
 
 def history_spread(
@@ -102,7 +126,7 @@ def size_sample(
     if budget_cap is not None:
         caps.append((budget_cap, "budget"))
     n, bound = min(caps, key=lambda cap: cap[0])
-    mde = sd * standardised_mde(n, alpha=alpha) if n >= 2 else None
+    mde = mde_at(sd, n, alpha)
     return SampleSizing(
         n=n,
         target_mde=target_mde,
@@ -120,17 +144,23 @@ def bounded_by_budget(
     """``sizing`` after a budget cut its n to ``n`` (unchanged when it did not)."""
     if sizing is None or n >= sizing.n:
         return sizing
-    mde = sizing.sd * standardised_mde(n, alpha=alpha) if n >= 2 else None
+    mde = mde_at(sizing.sd, n, alpha)
     return sizing.model_copy(update={"n": n, "bound_by": "budget", "mde": mde})
+
+
+def step_spread(rt: Runtime, corpus: str, step: str) -> tuple[float, str]:
+    """:func:`history_spread` of the metric ``step`` is sized by (:data:`STEP_METRICS`)."""
+    watched = STEP_METRICS[step]
+    return history_spread(
+        RunStore(rt.engine), corpus, watched.evaluation, watched.metric, watched.where
+    )
 
 
 def sized_items(
     rt: Runtime,
     corpus: str,
+    step: str,
     *,
-    evaluation: str,
-    metric: str,
-    where: Mapping[str, object],
     target_mde: float | None,
     max_items: int,
     available: int,
@@ -140,11 +170,11 @@ def sized_items(
     the corpus's history (see the module docstring), with the sizing to record."""
     if target_mde is None:
         return max_items, None
-    sd, source = history_spread(RunStore(rt.engine), corpus, evaluation, metric, where)
+    sd, source = step_spread(rt, corpus, step)
     sizing = size_sample(
         target_mde, sd, source, available=available, max_items=max_items, budget_cap=budget_cap
     )
-    log.info("%s sample: %s", evaluation, sizing.text)
+    log.info("%s sample: %s", step, sizing.text)
     return sizing.n, sizing
 
 
@@ -163,8 +193,11 @@ def _per_question(
 
 __all__: Sequence[str] = [
     "DEFAULT_SD",
+    "STEP_METRICS",
     "bounded_by_budget",
     "history_spread",
+    "mde_at",
     "size_sample",
     "sized_items",
+    "step_spread",
 ]

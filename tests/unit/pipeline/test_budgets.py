@@ -344,13 +344,17 @@ def test_the_dry_run_takes_each_instance_off_what_the_night_leaves(tmp_path: Pat
         first = estimate(items=4, calls_per_item=10.0)  # 40 calls: fits
         second = estimate(step="sufficiency", items=4, calls_per_item=5.0)  # 10 left: n=2
         third = estimate(step="evidence", items=4, calls_per_item=4.0, cached_share=0.5)
-        planned = _apply_budgets(rt, [(first, None), (second, None), (third, "note")])
+        planned = _apply_budgets(
+            rt, [(first, None, None), (second, None, None), (third, "note", (0.5, "x"))]
+        )
         assert [p.n for p in planned] == [4, 2, 0]
         assert planned[0].reason is None
         assert planned[1].reason and planned[1].reason.startswith("night calls budget")
         # the night has 0 calls left; the step's own 8 would have afforded 4
         assert planned[2].reason and planned[2].reason.startswith("night calls budget")
         assert planned[2].to_json()["note"] == "note"
+        assert planned[2].mde is None  # n = 0: nothing to detect with
+        assert planned[1].to_json()["mde"] is None and planned[1].to_json()["mde_spread"] is None
     finally:
         rt.close()
 

@@ -49,7 +49,7 @@ from ragtrail.pipeline.run_io import (
     put_parquet,
     sample_items,
 )
-from ragtrail.pipeline.sample_size import sized_items
+from ragtrail.pipeline.sample_size import bounded_by_budget, sized_items
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
@@ -62,6 +62,7 @@ from ragtrail.summaries.citation_summary import (
     ScenarioSummary,
 )
 from ragtrail.summaries.judge_summary import JudgeGate
+from ragtrail.summaries.qa_sets import SampleSizing
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +107,21 @@ def evaluate_citations(
         snapshot_id=snapshot_id,
     )
     n_scenarios = cs.scenario_items if scenario_items is None else scenario_items
+    n, sizing = sized_items(
+        rt,
+        corpus,
+        "citations",
+        target_mde=cs.target_mde,
+        max_items=cs.max_items if max_items is None else max_items,
+        available=len(opened.items),
+    )
     with (
         held_run(rt, run_id, opened.night),
         budgeted_set_step(
             rt,
             "citations",
             opened,
-            max_items=cs.max_items if max_items is None else max_items,
+            max_items=n,
             seed=seed,
             settings={
                 **cs.model_dump(mode="json"),
@@ -132,6 +141,7 @@ def evaluate_citations(
             # the scenarios' sample shrinks with the budget's n like the mixtures' does
             scenario_items=_bounded(n_scenarios, allowance),
             allowance=allowance,
+            sizing=bounded_by_budget(sizing, allowance.items),
         )
 
 
@@ -152,6 +162,7 @@ def _evaluate(
     max_items: int,
     scenario_items: int,
     allowance: Allowance | None = None,
+    sizing: SampleSizing | None = None,
 ) -> CitationRun:
     """The body of :func:`evaluate_citations`, on the opened and held run."""
     cs = rt.settings.citations
@@ -166,17 +177,7 @@ def _evaluate(
     answerer = rt.llm_models().get(ModelRole.ANSWERER.value, client.backend.model_id)
     record = opened.record(rt, answerer=answerer)
 
-    n, sizing = sized_items(
-        rt,
-        corpus,
-        evaluation="citations",
-        metric="citation_f1",
-        where={"system": "model"},
-        target_mde=cs.target_mde,
-        max_items=max_items,
-        available=len(items),
-    )
-    sample = sample_items(items, n, seed)
+    sample = sample_items(items, max_items, seed)
     mix = evaluate_mixtures(
         sample,
         corpus_from_runtime(rt, corpus, text_weight=text_weight),

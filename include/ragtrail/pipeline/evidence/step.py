@@ -84,7 +84,7 @@ from ragtrail.pipeline.run_io import (
     put_parquet,
     sample_items,
 )
-from ragtrail.pipeline.sample_size import sized_items
+from ragtrail.pipeline.sample_size import bounded_by_budget, sized_items
 from ragtrail.pipeline.serving import serving_spec
 from ragtrail.records import ModelKind, ModelSpec, QAItem, QuestionLabel
 from ragtrail.runtime import Runtime
@@ -95,6 +95,7 @@ from ragtrail.summaries.evidence_summary import (
     EvidenceSummary,
     JudgeUsed,
 )
+from ragtrail.summaries.qa_sets import SampleSizing
 from ragtrail.summaries.sufficiency_summary import AggregateRow
 
 EXTRACTOR, BASE, EXTRACTIVE, FULL, NONE = "extractor", "base", "extractive", "full", "none"
@@ -164,13 +165,21 @@ def evaluate_evidence(
     )
     ratios = sorted(set(es.noise_ratios if noise_ratios is None else noise_ratios) | {0.0})
     seed = rt.settings.seed if seed is None else seed
+    n, sizing = sized_items(
+        rt,
+        corpus,
+        "evidence",
+        target_mde=es.target_mde,
+        max_items=es.max_items if max_items is None else max_items,
+        available=len(opened.items),
+    )
     with (
         held_run(rt, run_id, opened.night),
         budgeted_set_step(
             rt,
             "evidence",
             opened,
-            max_items=es.max_items if max_items is None else max_items,
+            max_items=n,
             seed=seed,
             settings={**es.model_dump(mode="json"), "noise_ratios": ratios},
         ) as allowance,
@@ -183,6 +192,7 @@ def evaluate_evidence(
             ratios=ratios,
             seed=seed,
             allowance=allowance,
+            sizing=bounded_by_budget(sizing, allowance.items),
         )
 
 
@@ -195,21 +205,12 @@ def _evaluate(
     ratios: Sequence[float],
     seed: int,
     allowance: Allowance | None = None,
+    sizing: SampleSizing | None = None,
 ) -> EvidenceRun:
     es = rt.settings.evidence
     corpus, run_id = opened.corpus, opened.run_id
     clock = StageClock(rt)
-    n, sizing = sized_items(
-        rt,
-        corpus,
-        evaluation="evidence",
-        metric="correct",
-        where={"method": "extractor"},
-        target_mde=es.target_mde,
-        max_items=max_items,
-        available=len(opened.items),
-    )
-    sample = sample_items(opened.items, n, seed)
+    sample = sample_items(opened.items, max_items, seed)
     text_weight, weight_source = best_text_weight(rt, run_id)
     extractor_spec, extractor_what = serving_spec(
         rt, rt.settings.registry.extractor_model_name, ModelRole.EXTRACTOR

@@ -81,7 +81,7 @@ from ragtrail.pipeline.run_io import (
     put_parquet,
     sample_items,
 )
-from ragtrail.pipeline.sample_size import sized_items
+from ragtrail.pipeline.sample_size import bounded_by_budget, sized_items
 from ragtrail.pipeline.serving import serving_spec
 from ragtrail.pipeline.sufficiency.raters import calibrate_sufficiency_raters, sufficiency_raters
 from ragtrail.pipeline.sufficiency.views import (
@@ -96,6 +96,7 @@ from ragtrail.pipeline.sufficiency.views import (
 from ragtrail.records import QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
+from ragtrail.summaries.qa_sets import SampleSizing
 from ragtrail.summaries.sufficiency_summary import (
     AggregateRow,
     CurvePointRow,
@@ -222,13 +223,21 @@ def evaluate_sufficiency(
         set_name=set_name,
         snapshot_id=snapshot_id,
     )
+    n, sizing = sized_items(
+        rt,
+        corpus,
+        "sufficiency",
+        target_mde=ss.target_mde,
+        max_items=ss.max_items if max_items is None else max_items,
+        available=len(opened.items),
+    )
     with (
         held_run(rt, run_id, opened.night),
         budgeted_set_step(
             rt,
             "sufficiency",
             opened,
-            max_items=ss.max_items if max_items is None else max_items,
+            max_items=n,
             seed=seed,
             settings={**ss.model_dump(mode="json"), "selective": selective},
         ) as allowance,
@@ -242,6 +251,7 @@ def evaluate_sufficiency(
             seed=seed,
             selective=selective,
             allowance=allowance,
+            sizing=bounded_by_budget(sizing, allowance.items),
         )
 
 
@@ -255,21 +265,12 @@ def _evaluate(
     seed: int,
     selective: bool,
     allowance: Allowance | None = None,
+    sizing: SampleSizing | None = None,
 ) -> SufficiencyRun:
     """The body of :func:`evaluate_sufficiency`, on the opened and held run."""
     ss = rt.settings.sufficiency
     corpus, run_id = opened.corpus, opened.run_id
-    n, sizing = sized_items(
-        rt,
-        corpus,
-        evaluation="cah",
-        metric="hallucination_rate",
-        where={},
-        target_mde=ss.target_mde,
-        max_items=max_items,
-        available=len(opened.items),
-    )
-    sample = sample_items(opened.items, n, seed)
+    sample = sample_items(opened.items, max_items, seed)
     text_weight, weight_source = best_text_weight(rt, run_id)
     runs = RunStore(rt.engine)
     answerer, judge_model = (
