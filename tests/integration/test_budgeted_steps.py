@@ -1,6 +1,6 @@
 """Budgets on the real answer-side steps: a budget cuts a QA set's sample before the step runs,
-a ceiling reached mid-way stops it cleanly (the set's run is not failed, the task reports
-partial with the reason, the night goes on), and ``nightly --dry-run`` estimates from the ledger.
+a ceiling reached mid-way stops it cleanly and keeps the items it finished (replayed from the
+cache, marked partial with the reason; the set's run is not failed, the night goes on), and ``nightly --dry-run`` estimates from the ledger.
 
 On the ingested sample corpus with the scripted answering double (``tests/scripted_llm.py``;
 not a model) and the real embedder and index.
@@ -99,19 +99,28 @@ def test_a_step_budget_cuts_the_sample_and_the_summary_says_so(make_rt) -> None:
     assert (row.status, row.items_done, row.calls) == ("partial", 2, note.calls)
 
 
-def test_a_ceiling_reached_mid_way_stops_the_step_without_failing_the_run(make_rt) -> None:
+def test_a_ceiling_reached_mid_way_keeps_what_was_finished(make_rt) -> None:
     rt = make_rt(steps={"citations": {"max_calls": 5}})
     _history(rt, calls_per_item=1.0)  # the estimate says 1 call per item: all 4 fit ...
     rt.budget_night = "night-2"
     result = evaluate_set_citations(rt, corpus=CORPUS, qa_set_entry=_entry("night-2"))
-    # ... but every item asks 3 mixtures (12 calls): the gate, asked before each backend call
-    # of 4 requests, stops it once 5 are used up (overshooting by less than one call's batch)
-    assert result["partial"] is True and result["name"] == "sample"
-    assert "step citations calls budget used up" in result["budget_reason"]
-    assert result["budget"]["calls"] == 8 and result["budget"]["items_done"] == 0
+    # ... but every item asks 3 mixtures (12 requests): the gate, asked before each backend call
+    # of 4 requests, stops it once 5 are used up (8 sent, less than one call's batch over). The
+    # 8 replies are cached: the first 2 items' 6 mixtures are complete, so the step runs again
+    # on those 2 from the cache alone and publishes them, marked partial with the reason.
+    assert "partial" not in result and result["name"] == "sample"
+    summary = load_citations(rt, "night-2.sample")
+    assert summary is not None and summary.budget is not None
+    note = summary.budget
+    assert (note.items_planned, note.items_run, note.items_done, note.partial) == (4, 2, 2, True)
+    assert note.reason and "step citations calls budget used up" in note.reason
+    assert "kept the 2 of 4 items finished before it" in note.reason
+    assert len({q.qid for q in summary.mixture.queries}) == 2
+    assert rt.llm_usage.totals().calls == 8  # the replays sent nothing
     run = RunStore(rt.engine).get_run("night-2.sample")
     assert run is not None and run.status != "failed"
-    assert load_citations(rt, "night-2.sample") is None  # nothing half-done is published
+    row = BudgetStore(rt.engine).night_rows("night-2")[0]
+    assert (row.status, row.items_run, row.items_done, row.calls) == ("partial", 2, 2, 8)
 
 
 def test_a_budget_that_affords_nothing_runs_nothing(make_rt) -> None:

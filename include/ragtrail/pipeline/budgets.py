@@ -23,11 +23,11 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ragtrail.config import BUDGETED_STEPS, BudgetLimits
 from ragtrail.jsonsafe import JsonObject
@@ -40,6 +40,7 @@ from ragtrail.storage.db import utcnow
 from ragtrail.summaries.budget_summary import StepBudgetNote
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 WARM_SECONDS_SHARE = 0.1
 """Without history of a cached rerun, a fully cached item takes this share of a cold item's
@@ -742,6 +743,39 @@ def _cost_since(rt: Runtime, start: Mapping[UsageKey, UsageCounters]) -> float |
 def night_budget_notes(rt: Runtime, night: str) -> list[StepBudgetNote]:
     """Every budgeted step instance of ``night`` as a note (for the report and the CLI)."""
     return [_note(u) for u in BudgetStore(rt.engine).night_rows(night)]
+
+
+def keep_finished(allowance: Allowance, attempt: Callable[[int], T]) -> T:
+    """``attempt(allowance.items)``; when a budget stops it mid-way, keep what it finished.
+
+    Everything a stopped attempt received from the model is cached, and a smaller sample is a
+    prefix of a larger one, so the largest n whose every call is cached is found by running the
+    attempt again on fewer items (a binary search; the budget stays used up, so an attempt that
+    needs one more model call stops at once). That n is then run once more, cleanly, so what is
+    stored is one consistent result, marked partial with the reason. Nothing finished: the
+    budget's exception goes on."""
+    try:
+        return attempt(allowance.items)
+    except BudgetExhausted as exc:
+        stopped = exc
+    low, high = 0, allowance.items  # attempt(high) stopped; attempt(low) is the best that ran
+    while high - low > 1:
+        mid = (low + high) // 2
+        try:
+            attempt(mid)
+            low = mid
+        except BudgetExhausted:
+            high = mid
+    if low == 0:
+        raise stopped
+    asked = allowance.items
+    allowance.items = low
+    allowance.reason = (
+        f"{stopped.reason}; kept the {low} of {asked} items finished before it (replayed from "
+        "the cache)"
+    )
+    log.warning("%s %s: %s", allowance.step, allowance.scope, allowance.reason)
+    return attempt(low)
 
 
 def budget_stop(exc: BudgetExhausted) -> JsonObject:

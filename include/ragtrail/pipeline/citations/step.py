@@ -36,7 +36,7 @@ from ragtrail.evaluate.citations.mixture_answers import DEFAULT_ANSWER_PARAMS
 from ragtrail.failures import FailureCount
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import GenerationParams
-from ragtrail.pipeline.budgets import Allowance, budgeted_set_step
+from ragtrail.pipeline.budgets import Allowance, budgeted_set_step, keep_finished
 from ragtrail.pipeline.citations.views import citation_queries_frame, compact, mixture_view
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
 from ragtrail.pipeline.passage_sources import corpus_from_runtime, scenario_corpus
@@ -131,25 +131,28 @@ def evaluate_citations(
             },
         ) as allowance,
     ):
-        return _evaluate(
-            rt,
-            opened,
-            config,
-            scenario_names,
-            set_name=set_name,
-            max_items=allowance.items,
-            # the scenarios' sample shrinks with the budget's n like the mixtures' does
-            scenario_items=_bounded(n_scenarios, allowance),
-            allowance=allowance,
-            sizing=bounded_by_budget(sizing, allowance.items),
+        return keep_finished(
+            allowance,
+            lambda k: _evaluate(
+                rt,
+                opened,
+                config,
+                scenario_names,
+                set_name=set_name,
+                max_items=k,
+                # the scenarios' sample shrinks with the budget's n like the mixtures' does
+                scenario_items=_bounded(n_scenarios, k, allowance),
+                allowance=allowance,
+                sizing=bounded_by_budget(sizing, k),
+            ),
         )
 
 
-def _bounded(n: int, allowance: Allowance) -> int:
-    """``n`` (0 = all) cut to the budget's n when a budget bounded the step."""
-    if not allowance.partial:
+def _bounded(n: int, k: int, allowance: Allowance) -> int:
+    """``n`` (0 = all) cut to ``k`` items when a budget bounded the step."""
+    if not allowance.partial and k >= allowance.items:
         return n
-    return allowance.items if n <= 0 else min(n, allowance.items)
+    return k if n <= 0 else min(n, k)
 
 
 def _evaluate(

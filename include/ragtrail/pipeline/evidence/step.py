@@ -69,7 +69,7 @@ from ragtrail.evaluate.sufficiency.short_answers import (
 )
 from ragtrail.failures import FailureCount
 from ragtrail.judges.contract import Judge
-from ragtrail.pipeline.budgets import Allowance, budgeted_set_step
+from ragtrail.pipeline.budgets import Allowance, budgeted_set_step, keep_finished
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.evidence.views import compact, queries_frame
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions, golden_items, ground_context
@@ -184,15 +184,18 @@ def evaluate_evidence(
             settings={**es.model_dump(mode="json"), "noise_ratios": ratios},
         ) as allowance,
     ):
-        return _evaluate(
-            rt,
-            opened,
-            set_name=set_name,
-            max_items=allowance.items,
-            ratios=ratios,
-            seed=seed,
-            allowance=allowance,
-            sizing=bounded_by_budget(sizing, allowance.items),
+        return keep_finished(
+            allowance,
+            lambda k: _evaluate(
+                rt,
+                opened,
+                set_name=set_name,
+                max_items=k,
+                ratios=ratios,
+                seed=seed,
+                allowance=allowance,
+                sizing=bounded_by_budget(sizing, k),
+            ),
         )
 
 

@@ -67,7 +67,7 @@ from ragtrail.evaluate.sufficiency.short_answers import (
 from ragtrail.failures import FailureCount
 from ragtrail.judges.contract import Judge, JudgeInput, Verdict
 from ragtrail.judges.sufficiency_raters import SUFFICIENT
-from ragtrail.pipeline.budgets import Allowance, budgeted_set_step
+from ragtrail.pipeline.budgets import Allowance, budgeted_set_step, keep_finished
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.judges import golden_items, ground_context
 from ragtrail.pipeline.passage_sources import scenario_corpus
@@ -242,16 +242,19 @@ def evaluate_sufficiency(
             settings={**ss.model_dump(mode="json"), "selective": selective},
         ) as allowance,
     ):
-        return _evaluate(
-            rt,
-            opened,
-            judges,
-            set_name=set_name,
-            max_items=allowance.items,
-            seed=seed,
-            selective=selective,
-            allowance=allowance,
-            sizing=bounded_by_budget(sizing, allowance.items),
+        return keep_finished(
+            allowance,
+            lambda k: _evaluate(
+                rt,
+                opened,
+                judges,
+                set_name=set_name,
+                max_items=k,
+                seed=seed,
+                selective=selective,
+                allowance=allowance,
+                sizing=bounded_by_budget(sizing, k),
+            ),
         )
 
 
