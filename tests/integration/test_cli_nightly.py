@@ -107,7 +107,10 @@ def test_nightly_produces_reports_metrics_and_history(env, tmp_path):
     for row in change["rows"]:
         assert row["n"] == per_label[row["label"]]
         assert row["mean_a"] == row["mean_b"] == best[row["label"]]["best_recall"]
-        assert (row["diff"], row["ci_low"], row["ci_high"]) == (0.0, 0.0, 0.0)
+        # no question changed: no spread, so no interval (never [0, 0]) and no MDE, with why
+        assert (row["diff"], row["ci_low"], row["ci_high"]) == (0.0, None, None)
+        assert row["ci_method"] == "none" and "no spread" in row["undefined"]["ci_low"]
+        assert "mde" not in row and "spread" in row["undefined"]["mde"]
         assert row["text_weight"] == best[row["label"]]["best_weight"]
     drift = again["drift"]["sets"]["handbook-sample"]  # night 1 is the first run: the baseline
     assert (drift["baseline_run"], drift["baseline_kind"]) == (evaluated["run_id"], "first")

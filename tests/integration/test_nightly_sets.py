@@ -125,7 +125,9 @@ def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt
                 continue
             assert row.n == per_label[label]
             assert row.mean_a == row.mean_b == best[label].best_recall
-            assert (row.diff, row.ci_low, row.ci_high) == (0.0, 0.0, 0.0)
+            # nothing changed: no spread, so no interval (never a zero-width one) and no MDE
+            assert (row.diff, row.ci_low, row.ci_high, row.mde) == (0.0, None, None, None)
+            assert row.ci_method == "none" and "no spread" in row.undefined["ci_low"]
     # Nothing changed: each set is checked against night 1 (its first run) and nothing drifts.
     assert second.drift is not None
     for name, decision in second.drift.sets.items():
