@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ragtrail import jsonsafe
 from ragtrail.artifact_keys import testset_quality_key
@@ -371,19 +372,29 @@ def evaluate_set_citations(
         return {"name": planned.name, "skipped": "citations.enabled is false"}
     from ragtrail.pipeline.citations.step import evaluate_citations
 
-    try:
-        result = evaluate_citations(
+    return _set_step_result(
+        planned.name,
+        "citations",
+        lambda: evaluate_citations(
             rt,
             corpus,
             run_id=planned.run_id,
             qa_set=planned.qa_set,
             set_name=planned.name,
             snapshot_id=snapshot_id,
-        )
-    except BudgetExhausted as exc:  # the set keeps its other results; the night goes on
-        log.warning("citations of %s stopped: %s", planned.name, exc.reason)
-        return {"name": planned.name, **budget_stop(exc)}
-    return {"name": planned.name, **result.to_json()}
+        ),
+    )
+
+
+def _set_step_result(name: str, what: str, run: Callable[[], Any]) -> XCom:
+    """A QA set's step result; when a budget stopped it with nothing kept, its partial record
+    instead (the set keeps its other results; the night goes on)."""
+    try:
+        result = run()
+    except BudgetExhausted as exc:
+        log.warning("%s of %s stopped: %s", what, name, exc.reason)
+        return {"name": name, **budget_stop(exc)}
+    return {"name": name, **result.to_json()}
 
 
 def announce_citations(
@@ -415,19 +426,18 @@ def evaluate_set_sufficiency(
         return {"name": name, "skipped": why}
     from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
 
-    try:
-        result = evaluate_sufficiency(
+    return _set_step_result(
+        name,
+        "sufficiency",
+        lambda: evaluate_sufficiency(
             rt,
             corpus,
             run_id=planned.run_id,
             qa_set=planned.qa_set,
             set_name=name,
             snapshot_id=snapshot_id,
-        )
-    except BudgetExhausted as exc:  # the set keeps its other results; the night goes on
-        log.warning("sufficiency of %s stopped: %s", name, exc.reason)
-        return {"name": name, **budget_stop(exc)}
-    return {"name": name, **result.to_json()}
+        ),
+    )
 
 
 def announce_sufficiency(
@@ -459,19 +469,18 @@ def evaluate_set_evidence(
         return {"name": name, "skipped": why}
     from ragtrail.pipeline.evidence.step import evaluate_evidence
 
-    try:
-        result = evaluate_evidence(
+    return _set_step_result(
+        name,
+        "evidence",
+        lambda: evaluate_evidence(
             rt,
             corpus,
             run_id=planned.run_id,
             qa_set=planned.qa_set,
             set_name=name,
             snapshot_id=snapshot_id,
-        )
-    except BudgetExhausted as exc:  # the set keeps its other results; the night goes on
-        log.warning("evidence of %s stopped: %s", name, exc.reason)
-        return {"name": name, **budget_stop(exc)}
-    return {"name": name, **result.to_json()}
+        ),
+    )
 
 
 def announce_evidence(
