@@ -16,6 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     BertConfig,
     BertForSequenceClassification,
+    BertModel,
     BertTokenizerFast,
     LlamaConfig,
     LlamaForCausalLM,
@@ -167,4 +168,34 @@ def build_tiny_nli_classifier(
         model.classifier.bias.zero_()
         model.classifier.bias[winner] = margin
     model.save_pretrained(out)
+    return out
+
+
+TOY_WORDS = (
+    "the", "a", "cat", "dog", "bird", "fish", "sleeps", "runs", "in", "on", "garden", "house",
+    "yes", "no", "maybe", "is", "there", "what", "where", "why", "how", "summary", "reason",
+)  # fmt: skip
+
+
+def build_tiny_bert_encoder(out: Path) -> Path:
+    """A 2-layer BERT encoder (no head) with a WordPiece vocabulary of :data:`TOY_WORDS` and
+    letters, saved with its tokenizer to ``out``: a base a cross-encoder judge trains from in
+    seconds (it learns word-level toy rules, nothing more)."""
+    out.mkdir(parents=True, exist_ok=True)
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TOY_WORDS, *letters, "."]
+    vocab += [f"##{c}" for c in letters] + [str(d) for d in range(10)]
+    # the vocabulary as a mapping: transformers 5 ignores ``vocab_file`` here (every word [UNK])
+    tok = BertTokenizerFast(vocab={word: i for i, word in enumerate(dict.fromkeys(vocab))})
+    tok.save_pretrained(out)
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    BertModel(cfg).save_pretrained(out)
     return out

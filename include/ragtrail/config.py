@@ -33,6 +33,7 @@ from ragtrail.config_checks import (
 from ragtrail.failures import DEFAULT_MAX_FAILED_SHARE
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import (
+    DEFAULT_SUFFICIENCY_RATERS,
     DEFAULT_TEXT_WEIGHTS,
     ENTAILMENT_FALLBACKS,
     MIXTURE_TYPES,
@@ -268,8 +269,14 @@ class JudgeSettings(BaseModel):
     entailment_fallback: str = Field(
         EntailmentJudgeName.EMBEDDING.value,
         description="the entailment judge used while nli_model is none (no NLI weights exist "
-        "offline): the approximate embedding-similarity judge, or the LLM judge on "
-        "models.judge; every report names it as such",
+        "offline): the approximate embedding-similarity judge, the LLM judge on models.judge, "
+        "or entailment.trained (the champion of `ragtrail judge train entailment`); every "
+        "report names it as such",
+    )
+    labeller: Literal["labeller", "labeller.trained"] = Field(
+        "labeller",
+        description="the judge that labels generated questions: the LLM labeller on "
+        "models.labeller, or labeller.trained (the champion of `ragtrail judge train labeller`)",
     )
     embedding_entailment_threshold: float | None = Field(
         None,
@@ -347,7 +354,7 @@ class SufficiencySettings(BaseModel):
     max_items: int = Field(8, ge=0, description="questions per QA set; 0 = all")
     target_mde: float | None = target_mde_field()
     retrieval_k: int = Field(3, ge=1, le=50, description="retrieved chunks per question")
-    raters: tuple[str, ...] = SUFFICIENCY_RATERS
+    raters: tuple[str, ...] = DEFAULT_SUFFICIENCY_RATERS
     settings: tuple[str, ...] = Field(
         DEFAULT_ANSWER_SETTINGS,
         description="contexts answered in: retrieved, evidence (the extractor's evidence from "

@@ -242,9 +242,15 @@ class SufficiencyRaterName(StrEnum):
     CHUNKED = "sufficiency.chunked"  # the zero-shot LLM on every window of the context
     CONTAINS_ANSWER = "sufficiency.contains_answer"  # the string baseline
     ENTAILMENT = "sufficiency.entailment"  # an entailment judge's P(gold answer)
+    TRAINED = "sufficiency.trained"  # a cross-encoder trained on the team's labels (issue 26)
 
 
 SUFFICIENCY_RATERS: tuple[str, ...] = tuple(r.value for r in SufficiencyRaterName)
+DEFAULT_SUFFICIENCY_RATERS: tuple[str, ...] = tuple(
+    r for r in SUFFICIENCY_RATERS if r != SufficiencyRaterName.TRAINED
+)
+"""The raters a night runs unless configured: every one but the trained rater, which exists only
+once a team has trained one (``ragtrail judge train sufficiency``)."""
 
 
 class EntailmentJudgeName(StrEnum):
@@ -255,6 +261,7 @@ class EntailmentJudgeName(StrEnum):
     NLI = "entailment.nli"  # an NLI model
     EMBEDDING = "entailment.embedding"  # embedding similarity: approximate, works offline
     LLM = "entailment.llm"  # an LLM asked whether the premise supports the hypothesis
+    TRAINED = "entailment.trained"  # a cross-encoder trained on the team's labels (issue 26)
 
 
 ENTAILMENT_JUDGES: tuple[str, ...] = tuple(
@@ -264,6 +271,7 @@ ENTAILMENT_JUDGES: tuple[str, ...] = tuple(
 ENTAILMENT_FALLBACKS: tuple[str, ...] = (
     EntailmentJudgeName.EMBEDDING.value,
     EntailmentJudgeName.LLM.value,
+    EntailmentJudgeName.TRAINED.value,
 )
 """The judges that may stand in while no NLI model is configured."""
 

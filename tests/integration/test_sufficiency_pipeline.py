@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ragtrail.cli import app
-from ragtrail.config import SUFFICIENCY_RATERS
+from ragtrail.config import DEFAULT_SUFFICIENCY_RATERS, SUFFICIENCY_RATERS
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
 from ragtrail.pipeline.golden import register_golden_set
 from ragtrail.pipeline.night import INGEST, run_flow
@@ -83,7 +83,7 @@ def test_one_set_rated_answered_and_scored_then_a_rerun_makes_no_model_call(rt) 
     assert result.sufficiency_uri.endswith("runs/n1.handbook/sufficiency.json")
 
     # every rater is named, calibrated on golden references, and rated every context
-    assert [r.name for r in summary.raters] == list(SUFFICIENCY_RATERS)
+    assert [r.name for r in summary.raters] == list(DEFAULT_SUFFICIENCY_RATERS)
     for rater in summary.raters:
         assert rater.agreement.status == "calibrated", rater
         assert rater.agreement.mode in ("gate", "advise")

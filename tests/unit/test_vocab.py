@@ -76,6 +76,7 @@ def test_reject_reason_edge_cases() -> None:
 
 def test_closed_vocabularies_are_plain_value_tuples_in_declaration_order() -> None:
     from ragtrail.records import (
+        DEFAULT_SUFFICIENCY_RATERS,
         ENTAILMENT_FALLBACKS,
         ENTAILMENT_JUDGES,
         FUSION_METHODS,
@@ -95,9 +96,16 @@ def test_closed_vocabularies_are_plain_value_tuples_in_declaration_order() -> No
         "sufficiency.chunked",
         "sufficiency.contains_answer",
         "sufficiency.entailment",
+        "sufficiency.trained",
     )
-    assert ENTAILMENT_JUDGES == ("entailment.nli", "entailment.embedding", "entailment.llm")
-    assert ENTAILMENT_FALLBACKS == ("entailment.embedding", "entailment.llm")
+    assert DEFAULT_SUFFICIENCY_RATERS == SUFFICIENCY_RATERS[:-1]  # a trained one is opted into
+    assert ENTAILMENT_JUDGES == (
+        "entailment.nli",
+        "entailment.embedding",
+        "entailment.llm",
+        "entailment.trained",
+    )
+    assert ENTAILMENT_FALLBACKS == ("entailment.embedding", "entailment.llm", "entailment.trained")
     assert EntailmentJudgeName.CONFIGURED == "entailment" and GateMode.GATE == "gate"
     for values in (MIXTURE_TYPES, SCENARIOS, FUSION_METHODS, SUFFICIENCY_RATERS):
         assert all(type(v) is str for v in values)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ragtrail.cli.common import CorpusOpt, JsonFlag, console, emit, runtime
 from ragtrail.cli.render import interval_text
+from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import ENTAILMENT_JUDGES, SUFFICIENCY_RATERS, EntailmentJudgeName
 from ragtrail.runtime import Runtime
 from ragtrail.storage.judge_store import CalibrationRecord
@@ -131,3 +132,152 @@ def judge_list(as_json: JsonFlag = False) -> None:
             spec["name"], spec["version"], backend, spec["model"], mode, decision["reason"]
         )
     Console().print(table)
+
+
+@judge_app.command("train")
+def judge_train(
+    kind: Annotated[
+        str,
+        typer.Argument(help="What the judge decides: entailment, sufficiency or labeller."),
+    ],
+    reference: Annotated[
+        Path,
+        typer.Option(
+            "--reference",
+            help="Entailment: the HAGRID CSV, a JSONL of premise/hypothesis/label rows or a "
+            "filled label queue. Sufficiency: a labelled JSONL (question/context/label), a QA "
+            "set or a filled label queue. Labeller: a QA set (golden-set schema) or a filled "
+            "label queue.",
+        ),
+    ],
+    corpus: CorpusOpt = "handbook",
+    base: Annotated[
+        str,
+        typer.Option(
+            help="The model the cross-encoder starts from: builtin:all-MiniLM-L6-v2 (bundled), "
+            "a local path, an HF id or s3://."
+        ),
+    ] = "builtin:all-MiniLM-L6-v2",
+    epochs: Annotated[int, typer.Option(min=1, max=100)] = 2,
+    learning_rate: Annotated[float, typer.Option(min=1e-7, max=1.0)] = 5e-5,
+    batch_size: Annotated[int, typer.Option(min=1, max=1024)] = 16,
+    max_length: Annotated[int, typer.Option(min=16, max=4096, help="Tokens per pair.")] = 256,
+    held_out: Annotated[
+        float, typer.Option(min=0.05, max=0.95, help="Share of queries held out to measure on.")
+    ] = 0.5,
+    seed: Annotated[
+        int | None, typer.Option(help="Split and training seed (default: setting).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Fine-tune a judge on your labels, measure it on held-out queries, register it.
+
+    The first version becomes the champion the nightly uses where configured
+    (entailment_fallback: entailment.trained, sufficiency raters: sufficiency.trained,
+    judges.labeller: labeller.trained); a later one replaces it only when it agrees with the
+    held-out labels better, paired on the items both never trained on.
+    """
+    from ragtrail.pipeline.judge_training import train_judge
+    from ragtrail.train.judge_training import JudgeTrainingConfig
+
+    with runtime() as rt:
+        config = JudgeTrainingConfig(
+            base_model=base,
+            epochs=epochs,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            max_length=max_length,
+            seed=rt.settings.seed if seed is None else seed,
+            held_out_fraction=held_out,
+        )
+        report = train_judge(rt, kind, reference, corpus=corpus, config=config)
+    if as_json:
+        emit(report)
+        return
+    _print_training(report)
+
+
+def _print_training(report: JsonObject) -> None:
+    """The held-out calibration, the gate decision and whether the new version serves."""
+    registered, training = report["registered"], report["training"]
+    held_out, gate = report["held_out"], report["gate"]
+    split = report["split"]
+    console.print(
+        f"{report['judge']['name']}@{report['judge']['version']}: "
+        f"{registered['model']} v{registered['version']} is now [bold]{registered['alias']}"
+        f"[/bold] — {report['comparison']['reason']}",
+        soft_wrap=True,
+    )
+    console.print(
+        f"  trained on {split['fit']['pairs']} pairs ({split['fit']['queries']} queries) in "
+        f"{training['seconds']:.0f} s ({training['pairs_per_second']:.1f} pairs/s), threshold "
+        f"{training['threshold']}; measured on {split['held_out']['pairs']} held-out pairs "
+        f"({split['held_out']['queries']} queries)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for key in ("kappa", "accuracy", "balanced_accuracy"):
+        figure = held_out[key]
+        value = figure.get("value")
+        if value is not None:
+            ci = interval_text(
+                figure.get("ci_low"), figure.get("ci_high"), figure.get("ci_method"), ".3f"
+            )
+            console.print(f"  {key}: {value:.3f}{ci} n={figure['n']}", highlight=False)
+    mode = "[green]gates[/green]" if gate["gates"] else "[yellow]advises only[/yellow]"
+    console.print(f"  this judge {mode}: {gate['reason']}", soft_wrap=True)
+
+
+@judge_app.command("label-queue")
+def judge_label_queue(
+    kind: Annotated[
+        str, typer.Argument(help="What the labels are for: entailment, sufficiency or labeller.")
+    ],
+    corpus: CorpusOpt = "handbook",
+    n: Annotated[int, typer.Option("--n", min=1, max=100_000, help="Rows to label.")] = 20,
+    pool: Annotated[
+        int | None,
+        typer.Option(min=1, help="Candidates judged to choose from (default: 5 x n)."),
+    ] = None,
+    judge: Annotated[
+        list[str] | None,
+        typer.Option("--judge", help="Another judge to ask (repeatable), e.g. entailment.llm."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Where to write the CSV (default: label-queue-KIND-CORPUS.csv)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Export the items where the judges disagree or are least sure, as a CSV to label.
+
+    Fill the label column and hand the file back: `ragtrail judge train KIND --reference FILE`
+    (rows left blank are skipped and counted).
+    """
+    from ragtrail.judges.label_queue import write_label_queue
+    from ragtrail.pipeline.label_queue import label_queue
+
+    target = out or Path(f"label-queue-{kind}-{corpus}.csv")
+    with runtime() as rt:
+        trained, rows = label_queue(rt, kind, corpus, n=n, pool=pool, judges=judge or ())
+    write_label_queue(target, trained, rows)
+    disagree = sum(r.why.startswith("judges disagree") for r in rows)
+    summary = {
+        "kind": trained.kind,
+        "corpus": corpus,
+        "path": str(target),
+        "rows": len(rows),
+        "judges_disagree": disagree,
+        "judges": sorted({name for r in rows for name in r.verdicts}),
+        "label_forms": list(trained.categories),
+    }
+    if as_json:
+        emit(summary)
+        return
+    console.print(
+        f"wrote {len(rows)} items to label to {target} ({disagree} where the judges disagree; "
+        f"judges: {', '.join(summary['judges'])}). Fill the label column with one of "
+        f"{', '.join(trained.categories)} and run `ragtrail judge train {trained.kind} "
+        f"--reference {target}`.",
+        soft_wrap=True,
+    )

@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from ragtrail.generate.judges import LABELLER, failed_verdict, llm_judge_spec
 from ragtrail.generate.prompts import LABEL, LabelInput
 from ragtrail.generate.steps import params_for
-from ragtrail.judges.contract import JudgeInput, JudgeRole, JudgeSpec, Verdict, VerdictType
+from ragtrail.judges.contract import (
+    Judge,
+    JudgeInput,
+    JudgeRole,
+    JudgeSpec,
+    Verdict,
+    VerdictType,
+)
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.records import LABELS, CandidateStatus, LabelSource, QACandidate
 
@@ -95,7 +102,7 @@ class LlmLabellerJudge:
 
 
 def label_candidates(
-    client: LLMClient,
+    labeller: LLMClient | Judge,
     candidates: Sequence[QACandidate],
     params: GenerationParams | None = None,
     *,
@@ -104,7 +111,8 @@ def label_candidates(
 ) -> JudgeSpec:
     """Label every pending candidate with a question; returns the labeller's identity.
 
-    ``client`` is the labeller's (``Runtime.llm(ModelRole.LABELLER)`` in the pipeline), which
+    ``labeller`` is a labeller judge (a trained one, :mod:`ragtrail.judges.trained`) or the
+    client the LLM labeller asks (``Runtime.llm(ModelRole.LABELLER)`` in the pipeline), which
     may be a different model from the one that wrote the questions. Every labelled candidate
     records the judge (``label_judge``) and where its label comes from (``label_source``).
 
@@ -115,7 +123,11 @@ def label_candidates(
     requested label (``label_source = "requested"``) and a failed call fails nothing.
     Already labelled candidates are left alone (a re-run is a no-op).
     """
-    judge = LlmLabellerJudge(client, params, budgets=budgets)
+    judge = (
+        labeller
+        if isinstance(labeller, Judge)
+        else LlmLabellerJudge(labeller, params, budgets=budgets)
+    )
     todo = [
         c
         for c in candidates

@@ -325,6 +325,56 @@ def calibrate_categorical(
     return calibration, verdicts
 
 
+def balanced_accuracy(
+    reference: Sequence[str],
+    predicted: Sequence[str | None],
+    categories: Sequence[str],
+    *,
+    n_resamples: int = 1000,
+    seed: int = 13,
+) -> Estimate:
+    """The mean recall over the categories the references hold (a failure is wrong), with a
+    BCa interval over items from 20 on: accuracy that a majority category cannot inflate."""
+    _check_pairs(reference, predicted)
+    refs, preds = list(reference), list(predicted)
+
+    def statistic(indices: np.ndarray) -> float | None:
+        recalls = []
+        for category in categories:
+            held = [i for i in indices if refs[i] == category]
+            if held:
+                recalls.append(sum(preds[i] == category for i in held) / len(held))
+        return float(np.mean(recalls)) if recalls else None
+
+    if not refs:
+        reason = "no items"
+        return Estimate(None, None, None, 0, {k: reason for k in ("value", "ci_low", "ci_high")})
+    interval = agreement_interval(len(refs), statistic, n_resamples=n_resamples, seed=seed)
+    return Estimate.of(statistic(np.arange(len(refs))), interval)
+
+
+def class_figures(
+    reference: Sequence[str], predicted: Sequence[str | None], categories: Sequence[str]
+) -> dict[str, dict[str, Estimate]]:
+    """Per category: ``precision`` (of the items judged it, the share that are) and ``recall``
+    (of the items that are, the share judged it), each with its Wilson interval."""
+    _check_pairs(reference, predicted)
+    pairs = list(zip(reference, predicted, strict=True))
+    out = {}
+    for category in categories:
+        judged = [r for r, p in pairs if p == category]
+        held = [p for r, p in pairs if r == category]
+        out[category] = {
+            "precision": proportion(
+                sum(r == category for r in judged), len(judged), what=f"item judged {category}"
+            ),
+            "recall": proportion(
+                sum(p == category for p in held), len(held), what=f"reference item is {category}"
+            ),
+        }
+    return out
+
+
 # -- critique contrasts --------------------------------------------------------------------------
 
 
@@ -481,8 +531,10 @@ __all__ = [
     "ContrastPair",
     "Estimate",
     "accuracy",
+    "balanced_accuracy",
     "calibrate_categorical",
     "calibrate_contrasts",
+    "class_figures",
     "cohen_kappa",
     "confusion_matrix",
     "proportion",

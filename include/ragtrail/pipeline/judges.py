@@ -51,7 +51,8 @@ from ragtrail.judges.contrasts import ContrastSource, build_contrasts
 from ragtrail.judges.gate import GateDecision, bar_for, decide, default_bars
 from ragtrail.judges.recording import Calibration, store_calibration
 from ragtrail.judges.registry import JUDGES, CalibrationRequest, register_judge
-from ragtrail.llm.client import GenerationParams
+from ragtrail.llm.client import GenerationParams, LLMClient
+from ragtrail.pipeline.champion_judges import build_trained
 from ragtrail.records import EntailmentJudgeName, ModelSpec, QAItem, QuestionLabel, sha256_json
 from ragtrail.runtime import Runtime
 from ragtrail.storage.judge_store import CalibrationRecord, JudgeStore
@@ -73,8 +74,25 @@ def judge_params(rt: Runtime) -> GenerationParams:
     return GenerationParams(temperature=rt.settings.generation.temperature, seed=rt.settings.seed)
 
 
-def labeller_judge(rt: Runtime) -> LlmLabellerJudge:
-    return LlmLabellerJudge(rt.llm(ModelRole.LABELLER), judge_params(rt))
+TRAINED_LABELLER = "labeller.trained"
+
+
+def labeller_name(rt: Runtime) -> str:
+    """The configured labeller: ``labeller`` (the LLM) or ``labeller.trained``."""
+    return rt.settings.judges.labeller
+
+
+def labeller_for(rt: Runtime) -> LLMClient | Judge:
+    """What labels generated questions: the trained labeller when configured, else the client
+    the LLM labeller asks (see :func:`~ragtrail.generate.labeller.label_candidates`)."""
+    if labeller_name(rt) == TRAINED_LABELLER:
+        return build_trained(rt, TRAINED_LABELLER)
+    return rt.llm(ModelRole.LABELLER)
+
+
+def labeller_judge(rt: Runtime) -> Judge:
+    """The configured labeller as a judge."""
+    return JUDGES.build(rt, labeller_name(rt), role=JudgeRole.LABELLER)
 
 
 def critique_judge(rt: Runtime, criterion: str) -> LlmCritiqueJudge:
@@ -301,11 +319,17 @@ def _first_error(details: Sequence[JsonObject]) -> str | None:
 
 
 def calibrate_labeller(
-    rt: Runtime, corpus: str, items: Sequence[QAItem], *, per_label: int | None = None
+    rt: Runtime,
+    corpus: str,
+    items: Sequence[QAItem],
+    *,
+    per_label: int | None = None,
+    judge: Judge | None = None,
 ) -> CalibrationRecord:
-    """Cohen's kappa (bootstrap CI), accuracy and confusion of the labeller on golden items."""
+    """Cohen's kappa (bootstrap CI), accuracy and confusion of a labeller (default: the
+    configured one) on golden items."""
     settings = rt.settings
-    judge = labeller_judge(rt)
+    judge = judge or labeller_judge(rt)
     examples, skipped = labeller_examples(
         rt, corpus, items, per_label or settings.judges.labeller_items_per_label, settings.seed
     )
@@ -314,6 +338,17 @@ def calibrate_labeller(
             f"the labeller needs labelled examples with their ground context in {corpus!r}; "
             f"found {len(examples)} ({'; '.join(skipped[:5]) or 'no items'})"
         )
+    if skipped:
+        log.warning("labeller calibration left out %d items: %s", len(skipped), skipped[:5])
+    return calibrate_labeller_on(rt, judge, examples)
+
+
+def calibrate_labeller_on(
+    rt: Runtime, judge: Judge, examples: Sequence[LabelledExample]
+) -> CalibrationRecord:
+    """Calibrate a labeller on ``examples`` (golden items with their context, or a filled label
+    queue) and store the result."""
+    settings = rt.settings
     calibration, verdicts = calibrate_categorical(
         judge,
         [JudgeInput(context=e.context, question=e.question) for e in examples],
@@ -322,8 +357,6 @@ def calibrate_labeller(
         seed=settings.seed,
         item_ids=[e.item_id for e in examples],
     )
-    if skipped:
-        log.warning("labeller calibration left out %d items: %s", len(skipped), skipped[:5])
     details = [
         {"item": e.item_id, "reference": e.label, **v.as_dict()}
         for e, v in zip(examples, verdicts, strict=True)
@@ -365,17 +398,15 @@ def calibrate_entailment(
 ) -> CalibrationRecord:
     """Kappa, accuracy and precision/recall of "supported" on (premise, hypothesis, label) rows.
 
-    The reference is a JSONL of premise/hypothesis/label rows, or the HAGRID CSV (its answer
-    sentences' human ``attributable`` flags against the quotes they cite); ``sample`` draws a
+    The reference is a JSONL of premise/hypothesis/label rows, a filled label queue, or the
+    HAGRID CSV (its answer sentences' human ``attributable`` flags against the quotes they
+    cite); ``sample`` draws a
     seeded subset of that many rows.
     """
-    from ragtrail.judges.references import hagrid_attribution_pairs, load_entailment_reference
+    from ragtrail.judges.reference_files import entailment_examples
 
     judge = entailment_judge(rt, name)
-    if reference_path.suffix.lower() == ".csv":
-        examples = hagrid_attribution_pairs(reference_path)
-    else:
-        examples = load_entailment_reference(reference_path)
+    examples = entailment_examples(reference_path)
     if sample is not None and sample < len(examples):
         examples = random.Random(rt.settings.seed).sample(examples, sample)
     calibration, verdicts = calibrate_categorical(
@@ -479,7 +510,7 @@ def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
 
 
 def _labeller(rt: Runtime, name: str) -> Judge:
-    return labeller_judge(rt)
+    return LlmLabellerJudge(rt.llm(ModelRole.LABELLER), judge_params(rt))
 
 
 def _critique(rt: Runtime, name: str) -> Judge:
@@ -489,8 +520,23 @@ def _critique(rt: Runtime, name: str) -> Judge:
 def _calibrate_labeller(
     rt: Runtime, names: Sequence[str], request: CalibrationRequest
 ) -> list[CalibrationRecord]:
+    from ragtrail.judges.label_queue import is_label_queue, read_label_queue
+    from ragtrail.judges.trained import TRAINED_KINDS
+
+    kind = TRAINED_KINDS["labeller"]
+    if is_label_queue(request.reference, kind):
+        examples = [
+            LabelledExample(p.item_id, p.second, p.first, p.label)
+            for p in read_label_queue(request.reference, kind).pairs
+        ]
+        return [calibrate_labeller_on(rt, JUDGES.build(rt, n), examples) for n in names]
     items, _ = load_qa_set(request.reference)
-    return [calibrate_labeller(rt, request.corpus, items, per_label=request.per_label)]
+    return [
+        calibrate_labeller(
+            rt, request.corpus, items, per_label=request.per_label, judge=JUDGES.build(rt, name)
+        )
+        for name in names
+    ]
 
 
 def _calibrate_critiques(
@@ -510,6 +556,7 @@ def calibrate_on_entailment_pairs(
 
 
 register_judge(LABELLER, JudgeRole.LABELLER, _labeller, calibrate=_calibrate_labeller, listed=True)
+register_judge(TRAINED_LABELLER, JudgeRole.LABELLER, build_trained, calibrate=_calibrate_labeller)
 register_judge(
     critique_judge_name("<criterion>"),
     JudgeRole.CRITIQUE,
@@ -531,5 +578,6 @@ for _name, _build in (
     (EntailmentJudgeName.NLI, _nli_judge),
     (EntailmentJudgeName.EMBEDDING, _embedding_judge),
     (EntailmentJudgeName.LLM, _llm_entailment_judge),
+    (EntailmentJudgeName.TRAINED, build_trained),
 ):
     register_judge(_name, JudgeRole.ENTAILMENT, _build, calibrate=calibrate_on_entailment_pairs)

@@ -41,6 +41,9 @@ MAX_UNDEFINED_SHARE = 0.05
 """A statistic undefined on more than this share of the resamples gets no interval."""
 NO_BOOTSTRAP = "no bootstrap interval: bootstrap_samples is 0"
 """Why an interval that needs the bootstrap is null when resampling is turned off."""
+NO_SPREAD = "every resample gives the same value: no spread to estimate from"
+"""Why a bootstrap interval is null when the statistic is the same on every resample (e.g. a
+judge right on every item): the value is then as certain as the items allow."""
 _MAX_BLOCK = 2**22  # resample indices held at once (32 MiB of int64)
 
 
@@ -264,7 +267,7 @@ def bca_interval(
         )
         return Interval(None, None, IntervalMethod.NONE, n, reason, skipped=undefined)
     if np.ptp(defined) == 0.0:
-        return no_interval(n, "every resample gives the same value: no spread to estimate from")
+        return no_interval(n, NO_SPREAD)
     share_below = (np.sum(defined < estimate) + np.sum(defined <= estimate)) / (2 * defined.size)
     z0 = float(scipy_stats.norm.ppf(share_below))
     if not math.isfinite(z0):
@@ -323,6 +326,7 @@ __all__ = [
     "BOOTSTRAP_MIN_N",
     "CONFIDENCE",
     "NO_BOOTSTRAP",
+    "NO_SPREAD",
     "Interval",
     "IntervalMethod",
     "agreement_interval",

@@ -13,11 +13,12 @@ from ragtrail.config import ModelRole
 from ragtrail.generate.baseline import single_prompt_baseline
 from ragtrail.generate.checks import check_candidates, reject_reason
 from ragtrail.generate.critiques import CRITERIA, apply_thresholds, critique_candidates
-from ragtrail.generate.judges import LABELLER, critique_judge_name
+from ragtrail.generate.judges import critique_judge_name
 from ragtrail.generate.labeller import label_candidates
 from ragtrail.generate.steps import extract_statements, make_candidates, write_questions
 from ragtrail.llm import GenerationParams
 from ragtrail.pipeline.generate.plan import GenerationPlan, step_rng
+from ragtrail.pipeline.judges import labeller_for, labeller_name
 from ragtrail.records import STATEMENT_KINDS, CandidateStatus, Context, QACandidate
 from ragtrail.runtime import Runtime
 from ragtrail.testset.dedup import find_duplicates
@@ -99,7 +100,8 @@ def label_and_critique(rt: Runtime, plan: GenerationPlan, cands: list[QACandidat
     """
     run_checks(rt, cands)
     params = generation_params(rt, plan)
-    label_candidates(rt.llm(ModelRole.LABELLER), pending(cands), params, gates=plan.gates(LABELLER))
+    labeller = labeller_for(rt)
+    label_candidates(labeller, pending(cands), params, gates=plan.gates(labeller_name(rt)))
     matched = []
     for c in pending(cands):
         if c.label_matches:
@@ -143,5 +145,5 @@ def baseline(rt: Runtime, plan: GenerationPlan, contexts: list[Context]) -> list
     sample = step_rng(plan, "baseline").sample(contexts, min(n, len(contexts)))
     params = generation_params(rt, plan)
     items = single_prompt_baseline(rt.llm(ModelRole.GENERATOR), sample, params)
-    label_candidates(rt.llm(ModelRole.LABELLER), pending(items), params)
+    label_candidates(labeller_for(rt), pending(items), params)
     return items

@@ -40,6 +40,7 @@ from ragtrail.judges.sufficiency_references import (
     is_answerable,
     load_sufficiency_reference,
 )
+from ragtrail.pipeline.champion_judges import build_trained
 from ragtrail.pipeline.judges import (
     CalibrationError,
     entailment_judge,
@@ -286,10 +287,21 @@ def calibrate_sufficiency_raters(
 def _calibrate_raters(
     rt: Runtime, names: Sequence[str], request: CalibrationRequest
 ) -> list[CalibrationRecord]:
-    """``ragtrail judge calibrate sufficiency.<rater>``: references from the QA set's items (and
-    ``settings.sufficiency.reference_file``), like the nightly builds them from golden sets."""
-    items, _ = load_qa_set(request.reference)
-    examples = sufficiency_references(rt, request.corpus, items)
+    """``ragtrail judge calibrate sufficiency.<rater>``: a filled label queue's rows, or references
+    from the QA set's items (and ``settings.sufficiency.reference_file``), like the nightly
+    builds them from golden sets."""
+    from ragtrail.judges.label_queue import is_label_queue, read_label_queue
+    from ragtrail.judges.trained import TRAINED_KINDS
+
+    kind = TRAINED_KINDS["sufficiency"]
+    if is_label_queue(request.reference, kind):
+        examples = [
+            SufficiencyExample(p.item_id, p.first, p.second, "", p.label, "file")
+            for p in read_label_queue(request.reference, kind).pairs
+        ]
+    else:
+        items, _ = load_qa_set(request.reference)
+        examples = sufficiency_references(rt, request.corpus, items)
     return [calibrate_sufficiency(rt, sufficiency_rater(rt, name), examples) for name in names]
 
 
@@ -299,5 +311,6 @@ for _name, _build in (
     (SufficiencyRaterName.CHUNKED, _chunked),
     (SufficiencyRaterName.CONTAINS_ANSWER, _contains_answer),
     (SufficiencyRaterName.ENTAILMENT, _entailment),
+    (SufficiencyRaterName.TRAINED, build_trained),
 ):
     register_judge(_name, JudgeRole.SUFFICIENCY, _build, calibrate=_calibrate_raters)
