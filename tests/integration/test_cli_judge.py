@@ -75,3 +75,26 @@ def test_nli_judge_without_a_model_is_a_clear_error(env):
         check=False,
     )
     assert result.returncode == 2 and "no NLI model is configured" in result.stderr
+
+
+def test_train_a_judge_from_a_filled_queue_and_ask_for_a_queue(tmp_path):
+    from tests.integration.test_judge_training_pipeline import filled_queue
+    from tests.tiny_models import build_tiny_bert_encoder
+    from tests.unit.train.test_judge_training import toy_pairs
+
+    env = {**os.environ, "RAGTRAIL_HOME": str(tmp_path / "home")}
+    base = build_tiny_bert_encoder(tmp_path / "tiny-bert")
+    labels = filled_queue(tmp_path / "labels.csv", toy_pairs(60))
+    args = ["judge", "train", "entailment", "--reference", str(labels), "--base", str(base)]
+    args += ["--epochs", "6", "--learning-rate", "0.005", "--max-length", "32", "--batch-size", "8"]
+    report = json.loads(run([*args, "--json"], env).stdout)
+    assert report["registered"]["model"] == "ragtrail-judge-entailment"
+    assert report["registered"]["alias"] == "champion"
+    assert report["gate"]["mode"] == "gate", report["gate"]["reason"]
+    human = run(args, env)  # the same labels again: a second version, told apart from the first
+    assert "ragtrail-judge-entailment v2 is now challenger" in human.stderr
+    assert "kappa:" in human.stderr and "balanced_accuracy:" in human.stderr
+
+    refused = run(["judge", "label-queue", "entailment", "--corpus", "empty"], env, check=False)
+    assert refused.returncode == 2
+    assert "has no generated test set yet" in refused.stderr

@@ -138,3 +138,8 @@ def test_the_label_queue_puts_disagreements_first_and_its_filled_file_trains(
     write_label_queue(path, kind, rows)
     with pytest.raises(ReferenceFormatError, match="no labelled rows"):
         train_judge(rt, "entailment", path, corpus="hb", config=config(base))
+
+
+def test_a_configured_trained_judge_that_was_never_trained_says_how_to_train_one(rt):
+    with pytest.raises(ValueError, match="ragtrail judge train entailment --reference FILE"):
+        entailment_judge(rt)

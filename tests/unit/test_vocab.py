@@ -98,7 +98,7 @@ def test_closed_vocabularies_are_plain_value_tuples_in_declaration_order() -> No
         "sufficiency.entailment",
         "sufficiency.trained",
     )
-    assert DEFAULT_SUFFICIENCY_RATERS == SUFFICIENCY_RATERS[:-1]  # a trained one is opted into
+    assert SUFFICIENCY_RATERS[:-1] == DEFAULT_SUFFICIENCY_RATERS  # a trained one is opted into
     assert ENTAILMENT_JUDGES == (
         "entailment.nli",
         "entailment.embedding",

@@ -158,7 +158,7 @@ def judge_train(
             "a local path, an HF id or s3://."
         ),
     ] = "builtin:all-MiniLM-L6-v2",
-    epochs: Annotated[int, typer.Option(min=1, max=100)] = 2,
+    epochs: Annotated[int, typer.Option(min=1, max=100)] = 3,
     learning_rate: Annotated[float, typer.Option(min=1e-7, max=1.0)] = 5e-5,
     batch_size: Annotated[int, typer.Option(min=1, max=1024)] = 16,
     max_length: Annotated[int, typer.Option(min=16, max=4096, help="Tokens per pair.")] = 256,

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ragtrail import jsonsafe
+from ragtrail.input_files import check_input_file
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.judges.calibration import (
     Estimate,
@@ -99,6 +100,7 @@ def reference_pairs(rt: Runtime, kind: TrainedKind, path: Path, corpus: str) -> 
     entailment: HAGRID CSV, label queue or JSONL; sufficiency: label queue, labelled JSONL, or a
     QA set (its golden sufficiency kinds with their contexts in ``corpus``); labeller: label
     queue or a QA set (its items' labels with their ground contexts in ``corpus``)."""
+    check_input_file(path, "reference file")
     if kind.kind == "entailment":
         return entailment_pairs(path)
     if is_label_queue(path, kind):
@@ -107,7 +109,8 @@ def reference_pairs(rt: Runtime, kind: TrainedKind, path: Path, corpus: str) -> 
         return sufficiency_pairs(path)
     items, _ = load_qa_set(path)
     if kind.kind == "sufficiency":
-        return sufficiency_example_pairs(sufficiency_references(rt, corpus, items))
+        references = sufficiency_references(rt, corpus, items, per_kind=len(items))
+        return sufficiency_example_pairs(references)
     examples, skipped = labeller_examples(rt, corpus, items, per_label=len(items), seed=0)
     if skipped:
         log.warning(

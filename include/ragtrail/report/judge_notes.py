@@ -31,17 +31,20 @@ def _bar(decision: JudgeGate) -> str:
 
 
 def label_source_note(judges: Mapping[str, JudgeGate]) -> str:
-    """One sentence saying where the test set's labels come from, and why."""
-    labeller = judges.get(LABELLER)
+    """One sentence saying where the test set's labels come from, and why (the labeller is the
+    LLM ``labeller`` or a trained one, ``labeller.trained``)."""
+    name, labeller = next(
+        ((n, d) for n, d in judges.items() if n.partition(".")[0] == LABELLER), ("", None)
+    )
     if labeller is None:
         return "No labeller decision was recorded for this run."
     if labeller.mode == GateMode.GATE:
         return (
-            "Labels are the labeller's: its calibration met the bar "
+            f"Labels are the labeller's ({name}): its calibration met the bar "
             f"({_figure(labeller)}, n={labeller.n}, bar {_bar(labeller)})."
         )
     return (
-        "Labels are the requested ones, unverified: the labeller only advised because "
+        f"Labels are the requested ones, unverified: the labeller ({name}) only advised because "
         f"{labeller.reason or 'it has no calibration'}."
     )
 

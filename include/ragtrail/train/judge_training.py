@@ -50,7 +50,7 @@ class JudgeTrainingConfig:
     """How a judge is trained; every field is part of its lineage."""
 
     base_model: str = DEFAULT_BASE
-    epochs: int = 2
+    epochs: int = 3
     batch_size: int = 16
     learning_rate: float = 5e-5
     warmup: float = 0.1

@@ -178,10 +178,11 @@ def irrelevant_context(chunks: Sequence[ChunkRecord], item: QAItem, seed: int) -
 
 
 def sufficiency_references(
-    rt: Runtime, corpus: str, items: Sequence[QAItem]
+    rt: Runtime, corpus: str, items: Sequence[QAItem], *, per_kind: int | None = None
 ) -> list[SufficiencyExample]:
-    """The calibration references: golden kinds from ``items`` (``calibration_per_kind`` of each,
-    seeded) then the rows of ``settings.sufficiency.reference_file`` when set."""
+    """The calibration references: golden kinds from ``items`` (``per_kind`` of each, default
+    ``calibration_per_kind``, seeded) then the rows of ``settings.sufficiency.reference_file``
+    when set."""
     settings = rt.settings
     ground = _LazyContexts(items, lambda item: ground_context(rt, corpus, item))
     chunks = rt.store.get_chunks(corpus)
@@ -193,7 +194,7 @@ def sufficiency_references(
         items,
         ground,
         irrelevant,
-        per_kind=settings.sufficiency.calibration_per_kind,
+        per_kind=settings.sufficiency.calibration_per_kind if per_kind is None else per_kind,
         seed=settings.seed,
     )
     if settings.sufficiency.reference_file is not None:
