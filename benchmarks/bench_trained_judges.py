@@ -139,10 +139,11 @@ def entailment(rt: Any, epochs: int, max_length: int, llm_sample: int) -> list[s
 
 
 def labeller(rt: Any, epochs: int, max_length: int) -> list[str]:
+    from ragtrail.judges.registry import JUDGES
     from ragtrail.judges.trained import TRAINED_KINDS
     from ragtrail.pipeline.champion_judges import trained_judge
     from ragtrail.pipeline.judge_training import reference_pairs, train_judge
-    from ragtrail.pipeline.judges import LABELLER, _labeller
+    from ragtrail.pipeline.judges import LABELLER
     from ragtrail.pipeline.nightly import sample_qa_set
     from ragtrail.train.judge_training import JudgeTrainingConfig, split_pairs
 
@@ -153,7 +154,7 @@ def labeller(rt: Any, epochs: int, max_length: int) -> list[str]:
     report = train_judge(rt, "labeller", qa, corpus="sample", config=config)
     split = split_pairs(reference_pairs(rt, kind, qa, "sample"), config, tune=False)
     trained = trained_judge(rt, kind.judge_name, report["registered"]["version"])
-    llm = _labeller(rt, LABELLER)
+    llm = JUDGES.build(rt, LABELLER)
     t, s = report["training"], report["split"]
     return [
         f"**Labeller, sample golden set** (`{qa.name}`: {len(split.fit) + len(split.held_out)} "
@@ -171,7 +172,9 @@ def labeller(rt: Any, epochs: int, max_length: int) -> list[str]:
     ]
 
 
-def run(epochs: int, max_length: int, llm_sample: int, labeller_epochs: int) -> str:
+def run(
+    epochs: int = 3, max_length: int = 256, llm_sample: int = 120, labeller_epochs: int = 8
+) -> str:
     with tempfile.TemporaryDirectory(prefix="ragtrail-bench-trained-") as tmp:
         rt = _runtime(Path(tmp) / "home")
         try:
@@ -207,7 +210,7 @@ def main() -> None:
     section = run(args.epochs, args.max_length, args.llm_sample, args.labeller_epochs)
     print(section)
     if args.write:
-        write_section("trained-judges", section)
+        write_section("trained_judges", section)
 
 
 if __name__ == "__main__":

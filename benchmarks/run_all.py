@@ -15,6 +15,7 @@ BENCHMARKS = [
     "bench_generator_finetune",
     "bench_check_similarity",
     "bench_entailment",
+    "bench_trained_judges",
     "bench_interval_coverage",
     "bench_hagrid_attribution",
     "bench_citations",

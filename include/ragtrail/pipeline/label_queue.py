@@ -1,7 +1,7 @@
 """``ragtrail judge label-queue KIND``: the items of a corpus a person's label would teach most.
 
-Labels are expensive, so the queue offers the items where the judges of the kind disagree first,
-then those the most certain of them is least sure of. Candidates come from the corpus's latest
+Labels are expensive, so the queue offers the items where the judges of the kind disagree (or one
+failed) first, then those some judge is least sure of. Candidates come from the corpus's latest
 generated test set (run the nightly first):
 
 * labeller: each generated question with the context it was written from;
@@ -19,6 +19,7 @@ model calls go through the cache. The chosen ``n`` rows are written as a label-q
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,9 +31,33 @@ from ragtrail.judges.trained import TrainedKind, trained_kind
 from ragtrail.pipeline.champion_judges import NoTrainedJudgeError, trained_judge
 from ragtrail.pipeline.judges import accepted_items, configured_entailment, labeller_name
 from ragtrail.pipeline.passage_sources import DEFAULT_TEXT_WEIGHT, scenario_corpus
+from ragtrail.pipeline.sufficiency import raters as _raters  # noqa: F401  (registers the raters)
 from ragtrail.records import EntailmentJudgeName
 from ragtrail.runtime import Runtime
 from ragtrail.text import text_key
+
+_BLOCK_START = re.compile(r"^\s*(?:[-*#>|]|\d+[.)])")
+"""A line that starts a block of its own: a list item, heading, quote or table row."""
+_SHORT_LINE = 60
+"""A line shorter than this ends where it ends (a title); longer ones were wrapped."""
+
+
+def _unwrap(text: str) -> str:
+    """``text`` with each paragraph's wrapped lines joined into one."""
+    lines = text.split("\n")
+    out = lines[:1]
+    for line in lines[1:]:
+        previous = out[-1]
+        if (
+            line.strip()
+            and previous.strip()
+            and len(previous) >= _SHORT_LINE
+            and not _BLOCK_START.match(line)
+        ):
+            out[-1] = f"{previous.rstrip()} {line.strip()}"
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 class EmptyQueueError(ValueError):
@@ -83,8 +108,10 @@ def candidates(rt: Runtime, kind: TrainedKind, corpus: str) -> list[Candidate]:
 
 
 def _claim(context: str, answer: str) -> str:
-    """The sentence of ``context`` that holds ``answer`` (else its first sentence)."""
-    sentences = split_sentences(context) or [context]
+    """The sentence of ``context`` that holds ``answer`` (else its first sentence); lines a
+    sentence was wrapped over are joined first (a blank line still ends a paragraph)."""
+    unwrapped = _unwrap(context)
+    sentences = split_sentences(unwrapped) or [unwrapped]
     needle = text_key(answer)
     holding = [s for s in sentences if needle and needle in text_key(s)]
     return (holding or sentences)[0]
@@ -153,20 +180,24 @@ def label_queue(
         verdicts = judge.judge(inputs)
         values[name] = [str(v.value) if v.ok else f"failed: {v.error}" for v in verdicts]
         unsure[name] = uncertainty(judge, inputs, [v.score for v in verdicts])
-    rows = []
+    ranked: list[tuple[bool, float, str, QueueRow]] = []
     for i, cand in enumerate(drawn):
         said = {name: values[name][i] for name in names}
         decided = {v for v in said.values() if not v.startswith("failed")}
-        doubts = [u[i] for u in unsure.values() if u[i] is not None]
-        doubt = max(doubts, default=0.0)
-        why = (
-            "judges disagree: " + ", ".join(f"{k}={v}" for k, v in said.items())
-            if len(decided) > 1 or len(decided) < len(said)
-            else f"judges agree; uncertainty {doubt:.2f}"
-        )
+        failed = len(decided) == 0 or any(v.startswith("failed") for v in said.values())
+        doubt = max((u[i] for u in unsure.values() if u[i] is not None), default=0.0)
+        verdicts = ", ".join(f"{k}={v}" for k, v in said.items())
+        if len(decided) > 1:
+            why = f"judges disagree: {verdicts}"
+        elif failed:
+            why = f"a judge failed: {verdicts}"
+        else:
+            why = f"judges agree; uncertainty {doubt:.2f}"
         first, second = (getattr(cand.judge_input, f) for f in kind.fields)
-        rows.append(QueueRow(cand.item_id, cand.query_id, first, second, why, doubt, said))
-    rows.sort(key=lambda r: (not r.why.startswith("judges disagree"), -r.uncertainty, r.item_id))
+        row = QueueRow(cand.item_id, cand.query_id, first, second, why, doubt, said)
+        ranked.append((len(decided) > 1 or failed, doubt, cand.item_id, row))
+    ranked.sort(key=lambda r: (not r[0], -r[1], r[2]))
+    rows = [r[3] for r in ranked]
     return kind, rows[:n]
 
 
