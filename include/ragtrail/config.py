@@ -32,6 +32,7 @@ from ragtrail.config_checks import (
 )
 from ragtrail.failures import DEFAULT_MAX_FAILED_SHARE
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.languages import check_language_setting
 from ragtrail.records import (
     DEFAULT_SUFFICIENCY_RATERS,
     DEFAULT_TEXT_WEIGHTS,
@@ -113,6 +114,17 @@ class IngestSettings(BaseModel):
         "abandoned by the next ingest of the corpus (sooner when its process, on the same "
         "host, is gone)",
     )
+    language: str = Field(
+        "auto",
+        description="each document's language: auto (detected offline by py3langid; 'und' "
+        "when the text is too short to call) or an ISO 639-1 code that every document of the "
+        "corpus is taken to be in (applies to documents added or changed from then on)",
+    )
+
+    @field_validator("language")
+    @classmethod
+    def _a_language(cls, v: str) -> str:
+        return check_language_setting(v)
 
 
 class RunSettings(BaseModel):

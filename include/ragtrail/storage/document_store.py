@@ -42,6 +42,7 @@ class DocumentRecord:
     size_bytes: int
     n_chunks: int
     doc_metadata: JsonObject
+    language: str
     first_snapshot_id: str
     last_changed_snapshot_id: str
     updated_at: datetime
@@ -93,6 +94,7 @@ class SnapshotDocumentRecord:
     change: str  # added | updated | unchanged | removed
     content_hash: str | None
     version: int | None
+    language: str = "und"
 
     @classmethod
     def from_row(cls, row: RowMapping) -> SnapshotDocumentRecord:

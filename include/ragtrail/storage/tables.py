@@ -84,6 +84,7 @@ documents = Table(
     Column("size_bytes", BigInteger, nullable=False),
     Column("n_chunks", Integer, nullable=False),
     Column("doc_metadata", JSON, nullable=False),
+    Column("language", String(8), nullable=False, server_default="und"),
     Column("first_snapshot_id", String(64), nullable=False),
     Column("last_changed_snapshot_id", String(64), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
@@ -112,6 +113,7 @@ snapshot_documents = Table(
     Column("change", String(16), nullable=False),  # added | updated | unchanged | removed
     Column("content_hash", String(64), nullable=True),
     Column("version", Integer, nullable=True),
+    Column("language", String(8), nullable=False, server_default="und"),
 )
 
 quarantine = Table(

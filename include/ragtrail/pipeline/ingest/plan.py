@@ -49,6 +49,7 @@ class PublishedDocument:
     content_hash: str
     raw_hash: str | None
     first_snapshot_id: str | None
+    language: str = "und"
 
 
 @dataclass(frozen=True)
@@ -104,15 +105,27 @@ def published_documents(store: MetadataStore, corpus: str) -> dict[str, Publishe
         )
         if row.last_changed_snapshot_id in complete or same:
             out[doc_id] = PublishedDocument(
-                doc_id, row.version, row.content_hash, row.raw_hash, row.first_snapshot_id
+                doc_id,
+                row.version,
+                row.content_hash,
+                row.raw_hash,
+                row.first_snapshot_id,
+                row.language,
             )
         elif rec is not None and rec.content_hash is not None:
             out[doc_id] = PublishedDocument(
-                doc_id, rec.version or row.version, rec.content_hash, None, row.first_snapshot_id
+                doc_id,
+                rec.version or row.version,
+                rec.content_hash,
+                None,
+                row.first_snapshot_id,
+                rec.language,
             )
     for doc_id, rec in recorded.items():
         if doc_id not in out and rec.content_hash is not None:
-            out[doc_id] = PublishedDocument(doc_id, rec.version or 1, rec.content_hash, None, None)
+            out[doc_id] = PublishedDocument(
+                doc_id, rec.version or 1, rec.content_hash, None, None, rec.language
+            )
     return out
 
 
@@ -283,6 +296,7 @@ def plan_ingest(
             "change": ChangeKind.UNCHANGED.value,
             "content_hash": published[doc_id].content_hash,
             "version": published[doc_id].version,
+            "language": published[doc_id].language,
         }
         for doc_id in sorted(
             [f["rel_path"] for f in files if f["planned"] == ChangeKind.UNCHANGED.value] + kept

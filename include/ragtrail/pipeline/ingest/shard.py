@@ -18,6 +18,7 @@ from ragtrail.ingest.formats.common import QuarantineError
 from ragtrail.ingest.loaders import parse_document
 from ragtrail.ingest.sources import read_source_file
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.languages import LIBRARY, LanguageGuess, detect_language
 from ragtrail.pipeline.ingest.plan import published_documents
 from ragtrail.records import (
     ChangeKind,
@@ -67,7 +68,14 @@ def _document_row(
     version: int,
     first: str,
     sid: str,
+    language: LanguageGuess,
 ) -> JsonObject:
+    detection = {
+        "code": language.code,
+        "confidence": language.confidence,
+        "method": language.method,
+        "detector": LIBRARY,
+    }
     return {
         "doc_id": doc.doc_id,
         "uri": doc.uri,
@@ -78,7 +86,8 @@ def _document_row(
         "version": version,
         "size_bytes": src.size,
         "n_chunks": len(chunks),
-        "doc_metadata": doc.metadata,
+        "doc_metadata": {**doc.metadata, "language": detection},
+        "language": language.code,
         "first_snapshot_id": first,
         "last_changed_snapshot_id": sid,
         "updated_at": utcnow(),
@@ -152,6 +161,7 @@ def ingest_shard(
                 "change": (ChangeKind.UNCHANGED if kept else ChangeKind.REMOVED).value,
                 "content_hash": base.content_hash if kept else None,
                 "version": base.version if kept else None,
+                "language": base.language,
             }
         )
 
@@ -189,6 +199,7 @@ def ingest_shard(
                     "change": ChangeKind.UNCHANGED.value,
                     "content_hash": base.content_hash,
                     "version": base.version,
+                    "language": base.language,
                 }
             )
         else:
@@ -226,9 +237,10 @@ def ingest_shard(
         row = in_table.get(doc.doc_id)
         if base is None and row is not None:
             log.info("%s was written by a snapshot never published: counted as added", doc.doc_id)
+        language = detect_language(doc.text, configured=rt.settings.ingest.language)
         store.upsert_document(
             corpus,
-            _document_row(doc, src, chunks, version, first, snapshot_id),
+            _document_row(doc, src, chunks, version, first, snapshot_id, language),
             chunk_rows(chunks),
         )
         snapshot_rows.append(
@@ -237,6 +249,7 @@ def ingest_shard(
                 "change": (ChangeKind.ADDED if base is None else ChangeKind.UPDATED).value,
                 "content_hash": doc.content_hash,
                 "version": version,
+                "language": language.code,
             }
         )
     store.record_snapshot_documents(snapshot_id, snapshot_rows)

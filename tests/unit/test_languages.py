@@ -1,0 +1,42 @@
+"""Language identification: offline, deterministic, refusing to guess on too little text."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from ragtrail.config import IngestSettings
+from ragtrail.languages import UNDETERMINED, detect_language, known_languages
+
+TEXTS = {
+    "en": "The apt-get command installs and removes packages on a Debian system, with their "
+    "dependencies resolved for you.",
+    "fr": "La commande apt-get installe et supprime des paquets sur un système Debian, en "
+    "résolvant leurs dépendances pour vous.",
+    "de": "Der Befehl apt-get installiert und entfernt Pakete auf einem Debian-System und löst "
+    "dabei ihre Abhängigkeiten für Sie auf.",
+    "es": "La orden apt-get instala y elimina paquetes en un sistema Debian y resuelve sus "
+    "dependencias por usted.",
+}
+
+
+@pytest.mark.parametrize("code", sorted(TEXTS))
+def test_each_language_is_recognised_confidently(code):
+    guess = detect_language(TEXTS[code])
+    assert (guess.code, guess.method) == (code, "detected") and guess.confidence > 0.5
+    assert detect_language(TEXTS[code]) == guess  # deterministic
+
+
+def test_too_little_text_is_undetermined_and_configuration_forces_a_language():
+    assert detect_language("apt-get -y 2>&1").code == UNDETERMINED
+    assert detect_language("§ 4.2").method == "too short"
+    forced = detect_language(TEXTS["en"], configured="fr")
+    assert (forced.code, forced.confidence, forced.method) == ("fr", 1.0, "configured")
+    assert {"en", "fr", "de", "es", "it", "nl", "pt"} <= known_languages()
+
+
+def test_the_setting_accepts_auto_or_a_known_code():
+    assert IngestSettings(language="FR").language == "fr"
+    assert IngestSettings().language == "auto"
+    with pytest.raises(ValidationError, match="ISO 639-1 code the detector knows"):
+        IngestSettings(language="french")
