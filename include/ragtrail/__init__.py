@@ -29,7 +29,7 @@ function-local import::
                              on and the report and CLI read
     config | paths | evaluation_records
                              settings, shipped paths, evaluation results as data
-    records | text | progress | input_files | config_checks | failures
+    records | text | languages | progress | input_files | config_checks | failures
                              typed records and closed vocabularies, text normalisation, progress
                              events, reading user files safely, checks on what users configure
                              (unknown keys, bad YAML), when a step's model calls mostly failed

@@ -3,8 +3,9 @@
 Detection uses py3langid (a maintained, faster fork of langid.py: a naive Bayes model over byte
 n-grams for more than a hundred languages, :func:`known_languages`, that ships inside the wheel),
 so it works without any download and is deterministic. A text shorter than :data:`MIN_CHARS` letters is too short to call and gets
-:data:`UNDETERMINED`; a long text is judged on its first :data:`SAMPLE_CHARS` characters (enough
-for a confident call, and bounded time on a long manual). Codes are ISO 639-1 (``en``, ``fr``).
+:data:`UNDETERMINED`; a text longer than :data:`SAMPLE_CHARS` characters is judged on slices spread
+over all of it (bounded time on a long manual, and no verdict from its first pages alone). A
+document written in two languages gets the one most of its text is in. Codes are ISO 639-1 (``en``, ``fr``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ UNDETERMINED = "und"
 AUTO = "auto"
 LIBRARY = "py3langid"
 MIN_CHARS = 20
-SAMPLE_CHARS = 20_000
+SAMPLE_CHARS = 200_000
 _LETTERS = re.compile(r"[^\W\d_]", re.UNICODE)
 _CODE = re.compile(r"^[a-z]{2,3}$")
 
@@ -62,11 +63,21 @@ def known_languages() -> frozenset[str]:
     return frozenset(str(code) for code in _identifier().nb_classes)
 
 
+def _sample(text: str, windows: int = 20) -> str:
+    """``text`` itself up to :data:`SAMPLE_CHARS`; beyond, ``windows`` evenly spaced slices of
+    it, so a long document's later chapters count as much as its opening pages."""
+    if len(text) <= SAMPLE_CHARS:
+        return text
+    width = SAMPLE_CHARS // windows
+    step = (len(text) - width) / (windows - 1)
+    return "\n".join(text[round(i * step) : round(i * step) + width] for i in range(windows))
+
+
 def detect_language(text: str, *, configured: str = AUTO) -> LanguageGuess:
     """The language of ``text``: ``configured`` when it names one, else the detector's call."""
     if configured != AUTO:
         return LanguageGuess(check_language_setting(configured), 1.0, "configured")
-    sample = text[:SAMPLE_CHARS]
+    sample = _sample(text)
     if len(_LETTERS.findall(sample)) < MIN_CHARS:
         return LanguageGuess(UNDETERMINED, 0.0, "too short")
     code, probability = _identifier().classify(sample)

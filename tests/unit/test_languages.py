@@ -40,3 +40,11 @@ def test_the_setting_accepts_auto_or_a_known_code():
     assert IngestSettings().language == "auto"
     with pytest.raises(ValidationError, match="ISO 639-1 code the detector knows"):
         IngestSettings(language="french")
+
+
+def test_a_long_document_is_judged_on_all_of_it_not_its_opening_pages():
+    from ragtrail.languages import SAMPLE_CHARS
+
+    text = TEXTS["en"] * 1300 + TEXTS["fr"] * 3000  # an English opening, French for the rest
+    assert len(TEXTS["en"] * 1300) < SAMPLE_CHARS < len(text)
+    assert detect_language(text).code == "fr"

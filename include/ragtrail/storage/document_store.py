@@ -42,10 +42,10 @@ class DocumentRecord:
     size_bytes: int
     n_chunks: int
     doc_metadata: JsonObject
-    language: str
     first_snapshot_id: str
     last_changed_snapshot_id: str
     updated_at: datetime
+    language: str = "und"
 
     @classmethod
     def from_row(cls, row: RowMapping) -> DocumentRecord:

@@ -84,10 +84,10 @@ documents = Table(
     Column("size_bytes", BigInteger, nullable=False),
     Column("n_chunks", Integer, nullable=False),
     Column("doc_metadata", JSON, nullable=False),
-    Column("language", String(8), nullable=False, server_default="und"),
     Column("first_snapshot_id", String(64), nullable=False),
     Column("last_changed_snapshot_id", String(64), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("language", String(8), nullable=False, server_default="und"),
 )
 
 chunks = Table(
