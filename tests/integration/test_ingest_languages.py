@@ -42,6 +42,13 @@ def test_a_mixed_folder_records_each_documents_language(make_runtime, tmp_path):
     languages = {r.doc_id: r.language for r in rt.store.get_snapshot_documents(again)}
     assert languages["es/guide.md"] == "fr" and languages["de/guide.md"] == "de"
 
+    # a removed document's row in the snapshot still says what language it was in
+    (source / "de" / "guide.md").unlink()
+    ingest(rt, str(source), "mixed")
+    third = rt.store.latest_snapshot("mixed").snapshot_id
+    removed = {r.doc_id: r for r in rt.store.get_snapshot_documents(third)}["de/guide.md"]
+    assert (removed.change, removed.language) == ("removed", "de")
+
 
 def test_a_configured_language_is_every_new_documents_language(make_runtime, tmp_path):
     source = tmp_path / "forced"

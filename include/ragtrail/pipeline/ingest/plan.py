@@ -303,7 +303,13 @@ def plan_ingest(
         )
     ]
     removed_rows = [
-        {"doc_id": d, "change": ChangeKind.REMOVED.value, "content_hash": None, "version": None}
+        {
+            "doc_id": d,
+            "change": ChangeKind.REMOVED.value,
+            "content_hash": None,
+            "version": None,
+            "language": published[d].language,
+        }
         for d in removed
     ]
     store.record_snapshot_documents(snapshot_id, unchanged_rows + removed_rows)
