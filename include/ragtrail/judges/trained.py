@@ -309,11 +309,16 @@ class TrainedCrossEncoderJudge:
                 out.append(float(1.0 - (top[0] - top[1])))
                 continue
             assert self.settings.threshold is not None
-            t = self.settings.threshold
             p = float(row[self.kind.categories.index(self.kind.positive)])
-            span = (1.0 - t) if p >= t else t
-            out.append(float(1.0 - abs(p - t) / span) if span > 0 else 0.0)
+            out.append(closeness_to_threshold(p, self.settings.threshold))
         return out
+
+
+def closeness_to_threshold(score: float, threshold: float, lowest: float = 0.0) -> float:
+    """How close a thresholded ``score`` lies to its ``threshold``, in [0, 1]: 1 on it, 0 at
+    the end of the score's range on its side (``lowest`` to 1; a cosine starts at -1)."""
+    span = (1.0 - threshold) if score >= threshold else (threshold - lowest)
+    return max(0.0, 1.0 - abs(score - threshold) / span) if span > 0 else 0.0
 
 
 def load_trained_judge(
@@ -342,6 +347,7 @@ __all__ = [
     "LabelledPair",
     "TrainedCrossEncoderJudge",
     "TrainedKind",
+    "closeness_to_threshold",
     "load_trained_judge",
     "pair_texts",
     "trained_kind",

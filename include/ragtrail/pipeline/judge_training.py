@@ -18,7 +18,6 @@ compare, and it stays challenger until someone promotes it by hand.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -55,6 +54,7 @@ from ragtrail.judges.trained import (
     trained_kind,
 )
 from ragtrail.models.bundle import write_bundle
+from ragtrail.models.bundle_store import file_sha256
 from ragtrail.models.registry import (
     CHALLENGER,
     CHAMPION,
@@ -135,10 +135,6 @@ def _is_sufficiency_jsonl(path: Path) -> bool:
                     return True  # let the reader report it
                 return isinstance(row, dict) and "context" in row
     return False
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # ------------------------------------------------------------------------------- comparison

@@ -24,10 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ragtrail.judges.contract import Judge, JudgeInput
+from ragtrail.judges.embedding_entailment import BACKEND as EMBEDDING_BACKEND
 from ragtrail.judges.entailment import split_sentences
 from ragtrail.judges.label_queue import QueueRow
 from ragtrail.judges.registry import JUDGES
-from ragtrail.judges.trained import TrainedKind, trained_kind
+from ragtrail.judges.trained import TrainedKind, closeness_to_threshold, trained_kind
 from ragtrail.pipeline.champion_judges import NoTrainedJudgeError, trained_judge
 from ragtrail.pipeline.judges import accepted_items, configured_entailment, labeller_name
 from ragtrail.pipeline.passage_sources import DEFAULT_TEXT_WEIGHT, scenario_corpus
@@ -146,15 +147,11 @@ def uncertainty(
     threshold = getattr(judge, "threshold", None)
     if not isinstance(threshold, float):
         return [None] * len(items)
-    lowest = -1.0 if judge.spec.backend == "embedding-similarity" else 0.0  # cosine or P
-    out: list[float | None] = []
-    for score in scores:
-        if score is None:
-            out.append(None)
-            continue
-        span = (1.0 - threshold) if score >= threshold else (threshold - lowest)
-        out.append(max(0.0, 1.0 - abs(score - threshold) / span) if span > 0 else 0.0)
-    return out
+    lowest = -1.0 if judge.spec.backend == EMBEDDING_BACKEND else 0.0  # cosine or P
+    return [
+        None if score is None else closeness_to_threshold(score, threshold, lowest)
+        for score in scores
+    ]
 
 
 def label_queue(
