@@ -4,8 +4,6 @@ its filled file trains the next version."""
 
 from __future__ import annotations
 
-import csv
-
 import pytest
 
 from ragtrail.judges.contract import JudgeInput
@@ -21,6 +19,7 @@ from ragtrail.pipeline.label_queue import Candidate, label_queue
 from ragtrail.storage.judge_store import JudgeStore
 from ragtrail.train.judge_training import JudgeTrainingConfig
 from tests.tiny_models import build_tiny_bert_encoder
+from tests.unit.judges.test_label_queue import fill_labels
 from tests.unit.train.test_judge_training import toy_pairs
 
 KIND = TRAINED_KINDS["entailment"]
@@ -43,14 +42,7 @@ def filled_queue(path, pairs):
     """The pairs as a label queue a person filled in."""
     rows = [QueueRow(p.item_id, p.group, p.first, p.second, "", 0.5) for p in pairs]
     write_label_queue(path, KIND, rows)
-    with path.open(encoding="utf-8", newline="") as fh:
-        table = list(csv.DictReader(fh))
-    for row, pair in zip(table, pairs, strict=True):
-        row["label"] = pair.label
-    with path.open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
+    fill_labels(path, [p.label for p in pairs])
     return path
 
 

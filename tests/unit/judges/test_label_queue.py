@@ -31,7 +31,8 @@ def _queue(tmp_path, rows=None):
     return path
 
 
-def _fill(path, labels):
+def fill_labels(path, labels):
+    """Fill the queue's label column as a person would, row by row."""
     with path.open(encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
     for row, label in zip(rows, labels, strict=True):
@@ -45,7 +46,7 @@ def _fill(path, labels):
 def test_a_filled_queue_reads_back_with_blank_rows_skipped_and_counted(tmp_path):
     path = _queue(tmp_path)
     assert is_label_queue(path, ENTAILMENT) and not is_label_queue(path, TRAINED_KINDS["labeller"])
-    _fill(path, ["1", "not_supported", ""])
+    fill_labels(path, ["1", "not_supported", ""])
     filled = read_label_queue(path, ENTAILMENT)
     assert filled.unlabelled == 1
     assert [(p.item_id, p.group, p.label) for p in filled.pairs] == [
@@ -60,7 +61,7 @@ def test_a_filled_queue_reads_back_with_blank_rows_skipped_and_counted(tmp_path)
 
 def test_bad_rows_are_listed_by_row_number(tmp_path):
     path = _queue(tmp_path)
-    _fill(path, ["maybe", "", "TRUE"])
+    fill_labels(path, ["maybe", "", "TRUE"])
     with pytest.raises(ReferenceFormatError) as err:
         read_label_queue(path, ENTAILMENT)
     assert err.value.problems == [
