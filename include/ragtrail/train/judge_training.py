@@ -178,7 +178,6 @@ def tune_threshold(probabilities: Sequence[float], positive: Sequence[bool]) -> 
 class JudgeTraining:
     """What a training run produced and how it went."""
 
-    directory: Path
     kind: str
     threshold: float | None
     tuned_balanced_accuracy: float | None
@@ -314,7 +313,6 @@ def train_cross_encoder(
         threshold,
     )
     return JudgeTraining(
-        directory=out,
         kind=kind.kind,
         threshold=threshold,
         tuned_balanced_accuracy=tuned,
