@@ -24,7 +24,7 @@ from ragtrail.runtime import Runtime
 
 
 def _chunk_texts(rt: Runtime, corpus: str) -> list[str]:
-    return [r.to_chunk().index_text() for r in rt.store.get_chunks(corpus)]
+    return [r.to_chunk("und").index_text() for r in rt.store.get_chunks(corpus)]
 
 
 def _peak_rss_mb(source: Path) -> float:

@@ -377,7 +377,8 @@ class ParsedDocument:
 
 @dataclass(frozen=True)
 class Chunk:
-    """One retrievable unit. ``chunk_id`` is stable for unchanged document text."""
+    """One retrievable unit. ``chunk_id`` is stable for unchanged document text; ``language`` is
+    its document's ISO 639-1 code (``und`` when undetermined), which picks its lexical analysis."""
 
     chunk_id: str
     doc_id: str
@@ -386,6 +387,7 @@ class Chunk:
     headings: tuple[str, ...]
     n_tokens: int
     kind: str = "text"
+    language: str = "und"
 
     @property
     def content_hash(self) -> str:

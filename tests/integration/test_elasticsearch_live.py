@@ -27,17 +27,23 @@ def vector_for(chunk_id: str) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def chunks_for(doc_id: str, texts: list[str], version: str = "v1") -> list[Chunk]:
+def chunks_for(
+    doc_id: str, texts: list[str], version: str = "v1", language: str = "en"
+) -> list[Chunk]:
     return [
-        Chunk(f"{doc_id}#{version}-{i}", doc_id, i, t, (), len(t.split()))
+        Chunk(f"{doc_id}#{version}-{i}", doc_id, i, t, (), len(t.split()), language=language)
         for i, t in enumerate(texts)
     ]
 
 
 def upsert(
-    ix: ElasticsearchHybridIndex, doc_id: str, texts: list[str], version: str = "v1"
+    ix: ElasticsearchHybridIndex,
+    doc_id: str,
+    texts: list[str],
+    version: str = "v1",
+    language: str = "en",
 ) -> None:
-    chunks = chunks_for(doc_id, texts, version)
+    chunks = chunks_for(doc_id, texts, version, language)
     ix.upsert_documents([doc_id], chunks, np.stack([vector_for(c.chunk_id) for c in chunks]))
 
 
@@ -97,3 +103,22 @@ def test_full_protocol_with_alias_swap(live_index: ElasticsearchHybridIndex) -> 
     assert ix.search_lexical("reimbursed", 5) == []
     assert [h.chunk_id for h in ix.search_lexical("parental leave", 5)] == ["leave.md#v2-0"]
     assert ix.search_dense(vector_for("it.md#v1-0"), 1)[0].chunk_id == "it.md#v1-0"
+
+
+def test_languages_are_analysed_apart_and_survive_the_seeding_reindex(
+    live_index: ElasticsearchHybridIndex,
+) -> None:
+    ix = live_index
+    ix.begin_snapshot("s1")
+    french = "Les paquets sont installés par apt à partir des dépôts configurés."
+    upsert(ix, "fr.html", [french], language="fr")
+    upsert(ix, "en.html", ["Packages are installed by apt."], language="en")
+    ix.commit()
+    ix.publish()
+    assert ix.search_lexical("un dépôt", 5)[0].doc_id == "fr.html"
+    assert ix.search_lexical("un dépôt", 5)[0].text == french
+    ix.begin_snapshot("s2")  # seeded by _reindex: the analysed copies are rebuilt by its script
+    ix.commit()
+    ix.publish()
+    assert [h.doc_id for h in ix.search_lexical("un dépôt", 5)] == ["fr.html"]
+    assert ix.search_lexical("installing", 5)[0].doc_id == "en.html"

@@ -228,7 +228,7 @@ def test_overlong_content_is_chunked_within_the_bound_and_flagged(make_runtime, 
     hits = fuse(fetch_candidates(rt.index(CORPUS), "QQQQ", vector, 50), 0.5, 10)
     by_id = {c.chunk_id: c for c in chunks}
     assert hits  # search returns the bounded chunk under its headings, never the whole file
-    assert all(h.text == by_id[h.chunk_id].to_chunk().index_text() for h in hits)
+    assert all(h.text == by_id[h.chunk_id].to_chunk("und").index_text() for h in hits)
     quality = check_corpus_quality(rt, CORPUS, summary.snapshot)
     assert quality.success
     [chunk_check] = [v for v in quality.validations if v.name == "chunks"]

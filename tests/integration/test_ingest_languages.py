@@ -57,3 +57,50 @@ def test_a_configured_language_is_every_new_documents_language(make_runtime, tmp
     ingest(rt, str(source), "forced")
     (record,) = rt.store.get_documents("forced").values()
     assert record.language == "fr" and record.doc_metadata["language"]["method"] == "configured"
+
+
+def _versions(rt, corpus: str) -> dict[str, tuple[int, str]]:
+    return {d: (r.version, r.language) for d, r in rt.store.get_documents(corpus).items()}
+
+
+def test_changing_the_language_setting_reindexes_what_it_changes(make_runtime, tmp_path):
+    source = tmp_path / "src"
+    _write(source, "fr.md", TEXTS["fr"])
+    _write(source, "en.md", TEXTS["en"])
+    home = tmp_path / "home"
+    auto = make_runtime(home=home)
+    ingest(auto, str(source), "c")
+    assert _versions(auto, "c") == {"fr.md": (1, "fr"), "en.md": (1, "en")}
+    # French analysis: an inflected form of "résolvant" finds the French document
+    assert [h.doc_id for h in auto.index("c").search_lexical("résolvait", 3)] == ["fr.md"]
+    auto.close()
+
+    forced = make_runtime(home=home, ingest={"language": "en"})
+    summary = ingest(forced, str(source), "c")
+    # same bytes, but the French document is now analysed as English: re-indexed, new version
+    assert _versions(forced, "c") == {"fr.md": (2, "en"), "en.md": (1, "en")}
+    assert summary.changed_doc_ids == ["fr.md"]
+    again = ingest(forced, str(source), "c")
+    assert not again.changed  # the setting is recorded: nothing is read twice
+    assert forced.index("c").search_lexical("résolvait", 3) == []  # English analysis misses it
+    forced.close()
+
+
+def test_a_corpus_ingested_before_languages_is_read_again_once(make_runtime, tmp_path):
+    import json
+
+    from ragtrail.artifact_keys import manifest_key
+
+    source = tmp_path / "src"
+    _write(source, "fr.md", TEXTS["fr"])
+    rt = make_runtime()
+    ingest(rt, str(source), "c")
+    snapshot = rt.store.latest_snapshot("c")
+    key = manifest_key("c", snapshot.snapshot_id)
+    manifest = json.loads(rt.artifacts.get_bytes(key))
+    del manifest["languages"]  # what the previous version recorded
+    rt.artifacts.put_bytes(key, json.dumps(manifest).encode())
+
+    summary = ingest(rt, str(source), "c")
+    assert summary.changed and summary.changed_doc_ids == []  # read again, language unchanged
+    assert not ingest(rt, str(source), "c").changed

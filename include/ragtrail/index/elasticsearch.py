@@ -5,6 +5,13 @@ index ``ragtrail-<corpus>-<snapshot>`` seeded from the published one with ``_rei
 :meth:`ElasticsearchHybridIndex.publish` flips the alias in one atomic ``update_aliases`` call. A
 failed run therefore never leaves readers looking at a half-updated index.
 
+Languages: each chunk's text is indexed into the field of its language's built-in analyzer,
+``text_<key>`` (:mod:`ragtrail.index.analysis`); those copies are left out of ``_source`` (one
+stored copy of the text per chunk) and rebuilt by the seeding ``_reindex``'s script from
+``text`` and ``analysis``. A physical index written before languages existed has no ``analysis``
+and is seeded as English, which is how it was analysed. Lexical queries are ``multi_match`` over
+``text_*``: each field analyses the query with its own analyzer.
+
 The request bodies are built by pure functions (``index_mapping``, ``bulk_upsert_actions``,
 ``delete_by_doc_query``, ``lexical_query``, ``knn_query``) so their shape is unit-tested without a
 server; ``tests/integration/test_elasticsearch_live.py`` runs the whole protocol against a real one.
@@ -19,6 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragtrail.index.analysis import (
+    ELASTICSEARCH_ANALYZERS,
+    ELASTICSEARCH_KEYS,
+    elasticsearch_key,
+    text_field,
+)
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import Chunk, SearchHit
 
@@ -32,6 +45,15 @@ MAX_NUM_CANDIDATES = 10_000
 _TERMS_BATCH = 10_000
 """doc ids per ``terms`` query, well below the default ``index.max_terms_count`` (65536)."""
 _SIMILARITIES = ("cosine", "dot_product", "l2_norm", "max_inner_product")
+LEGACY_ANALYSIS = "en"
+"""The analysis of documents indexed before languages existed (one ``english`` text field)."""
+SEED_SCRIPT = (
+    "if (ctx._source.analysis == null) {"
+    f" ctx._source.analysis = '{LEGACY_ANALYSIS}'; ctx._source.language = '{LEGACY_ANALYSIS}'; }}"
+    " ctx._source['text_' + ctx._source.analysis] = ctx._source.text;"
+)
+"""Painless, run by the seeding ``_reindex`` on every document: restores the analysed copy of the
+text that ``_source`` leaves out (and tags a document from before languages as English)."""
 
 BulkWriter = Callable[[Any, Iterable[JsonObject], int], list[JsonObject]]
 """(client, actions, chunk_size) -> failed items; injectable so tests can record bulk calls."""
@@ -78,7 +100,8 @@ def index_mapping(
     meta: JsonObject | None = None,
     index_options: JsonObject | None = None,
 ) -> JsonObject:
-    """Mappings: english-analysed text, keyword ids, an indexed dense_vector.
+    """Mappings: keyword ids and language, the text (stored, not indexed) and one text field per
+    language analyzer (indexed, not stored), an indexed dense_vector.
 
     ``index_options`` defaults to plain (unquantised) HNSW so cosine scores match the embedded
     backend; ES 9 would otherwise pick a quantised format for dims >= 384. ``meta`` lands in
@@ -90,10 +113,17 @@ def index_mapping(
         raise ValueError(f"similarity must be one of {_SIMILARITIES}, got {similarity!r}")
     mapping: JsonObject = {
         "dynamic": "strict",
+        "_source": {"excludes": ["text_*"]},
         "properties": {
             "chunk_id": {"type": "keyword"},
             "doc_id": {"type": "keyword"},
-            "text": {"type": "text", "analyzer": "english"},
+            "language": {"type": "keyword"},
+            "analysis": {"type": "keyword"},
+            "text": {"type": "text", "index": False},
+            **{
+                text_field(key): {"type": "text", "analyzer": ELASTICSEARCH_ANALYZERS[key]}
+                for key in ELASTICSEARCH_KEYS
+            },
             VECTOR_FIELD: {
                 "type": "dense_vector",
                 "dims": dim,
@@ -122,11 +152,14 @@ def _unit_rows(vectors: np.ndarray) -> np.ndarray:
 def bulk_upsert_actions(
     index: str, chunks: Sequence[Chunk], vectors: np.ndarray
 ) -> Iterator[JsonObject]:
-    """One ``index`` action per chunk with ``_id = chunk_id`` (re-indexing overwrites)."""
+    """One ``index`` action per chunk with ``_id = chunk_id`` (re-indexing overwrites); the text
+    goes to ``text`` and to its language analyzer's field."""
     vectors = np.asarray(vectors)
     if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
         raise ValueError(f"need one vector row per chunk, got {vectors.shape} for {len(chunks)}")
     for chunk, vector in zip(chunks, _unit_rows(vectors), strict=True):
+        key = elasticsearch_key(chunk.language)
+        text = chunk.index_text()
         yield {
             "_op_type": "index",
             "_index": index,
@@ -134,7 +167,10 @@ def bulk_upsert_actions(
             "_source": {
                 "chunk_id": chunk.chunk_id,
                 "doc_id": chunk.doc_id,
-                "text": chunk.index_text(),
+                "language": chunk.language,
+                "analysis": key,
+                "text": text,
+                text_field(key): text,
                 VECTOR_FIELD: [float(x) for x in vector],
             },
         }
@@ -146,9 +182,10 @@ def delete_by_doc_query(doc_ids: Sequence[str]) -> JsonObject:
 
 
 def lexical_query(query: str, k: int) -> JsonObject:
-    """BM25 search body. ``match`` analyses the text and never interprets query syntax."""
+    """BM25 search body: ``multi_match`` over every language field, each analysing the query with
+    its own analyzer (a chunk is indexed in one of them); query syntax is never interpreted."""
     return {
-        "query": {"match": {"text": {"query": query}}},
+        "query": {"multi_match": {"query": query, "fields": ["text_*"]}},
         "size": k,
         "_source": list(SOURCE_FIELDS),
     }
@@ -325,6 +362,7 @@ class ElasticsearchHybridIndex:
             resp = self.client.reindex(
                 source={"index": ",".join(published)},
                 dest={"index": target},
+                script={"lang": "painless", "source": SEED_SCRIPT},
                 wait_for_completion=True,
                 refresh=True,
             )
@@ -464,7 +502,7 @@ class ElasticsearchHybridIndex:
         return list(dict(resp)["hits"]["hits"])
 
     def search_lexical(self, query: str, k: int) -> list[SearchHit]:
-        """BM25 top-k through the ``english`` analyzer; empty/blank queries return []."""
+        """BM25 top-k through each language's analyzer; empty/blank queries return []."""
         if k <= 0 or not (query or "").strip():
             return []
         return [_hit(h, float(h["_score"])) for h in self._search(lexical_query(query, k))]

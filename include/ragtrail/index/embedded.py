@@ -2,9 +2,16 @@
 
 Layout under the index directory::
 
-    bm25/            tantivy index: chunk_id, doc_id (raw keywords), text (en_stem)
+    bm25/            tantivy index: chunk_id, doc_id, analysis (raw keywords) and one text
+                     field per analysis key, text_<key> (see :mod:`ragtrail.index.analysis`)
     vectors.faiss    IndexIDMap2(IndexFlatIP(dim)) over unit vectors, int64 ids
-    ids.sqlite       int_id <-> chunk_id, doc_id, text (the faiss id map)
+    ids.sqlite       int_id <-> chunk_id, doc_id, text, language (the faiss id map)
+
+Languages. Each chunk is indexed into the text field of its language's analysis (stemmer and stop
+words where tantivy has them); a query is analysed once per analysis the index holds. An index
+built before languages existed (one English-stemmed ``text`` field, lexical schema 1) is rebuilt
+from the id map when opened, every chunk tagged ``en``: it searches exactly as before, and a
+document gets its own language's analysis when the ingest next writes it.
 
 Commit order and crash safety. Writes are staged: lexical ones in the tantivy writer, dense ones in
 memory. ``commit()`` then (1) commits tantivy, (2) commits the id map in one sqlite transaction,
@@ -22,6 +29,7 @@ One writer at a time: the tantivy writer lock is taken on the first write and he
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sqlite3
@@ -35,7 +43,17 @@ import faiss
 import numpy as np
 import tantivy
 
+from ragtrail.index.analysis import (
+    CJK,
+    NEUTRAL,
+    TANTIVY_ANALYSES,
+    TANTIVY_KEYS,
+    tantivy_key,
+    text_field,
+)
 from ragtrail.records import Chunk, SearchHit
+
+log = logging.getLogger(__name__)
 
 _SQL_BATCH = 500
 """Ids per ``IN (...)`` clause, well below sqlite's bound-parameter limit."""
@@ -43,25 +61,62 @@ _SQL_BATCH = 500
 _WRITER_HEAP_BYTES = 64_000_000
 _MAX_TOKEN_CHARS = 40
 """Same limit as tantivy's built-in ``en_stem`` analyzer (RemoveLongFilter(40))."""
+LEXICAL_SCHEMA = "2"
+"""1: one English-stemmed ``text`` field; 2: one text field per analysis key."""
+_LEGACY_LANGUAGE = "en"
+"""The language a schema-1 index analysed every chunk in."""
+
+
+def _tokenizer_name(key: str) -> str:
+    return f"ragtrail_{key}"
 
 
 def _build_schema() -> tantivy.Schema:
-    """chunk_id/doc_id are untokenised keywords (exact delete by term); text is stemmed English."""
+    """chunk_id/doc_id/analysis are untokenised keywords (exact delete by term); the text goes to
+    the field of its analysis key, stored there (one copy per chunk)."""
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("chunk_id", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("doc_id", stored=True, tokenizer_name="raw", index_option="basic")
-    builder.add_text_field("text", stored=True, tokenizer_name="en_stem")
+    builder.add_text_field("analysis", stored=True, tokenizer_name="raw", index_option="basic")
+    for key in TANTIVY_KEYS:
+        builder.add_text_field(text_field(key), stored=True, tokenizer_name=_tokenizer_name(key))
     return builder.build()
 
 
-def _query_analyzer() -> tantivy.TextAnalyzer:
-    """An analyzer identical to tantivy's ``en_stem``, used to turn user text into terms."""
-    return (
+def build_analyzer(key: str) -> tantivy.TextAnalyzer:
+    """The analyzer of one analysis key. ``en`` is identical to tantivy's ``en_stem``; other
+    stemmed languages add their stop words (before stemming) where tantivy has a list; ``cjk``
+    indexes character uni- and bigrams; ``und`` lower-cases words and nothing more."""
+    if key == CJK:
+        return (
+            tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.ngram(1, 2))
+            .filter(tantivy.Filter.lowercase())
+            .build()
+        )
+    builder = (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
         .filter(tantivy.Filter.remove_long(_MAX_TOKEN_CHARS))
         .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.stemmer("english"))
-        .build()
+    )
+    if key == NEUTRAL:
+        return builder.build()
+    analysis = TANTIVY_ANALYSES[key]
+    if analysis.stopwords:
+        builder = builder.filter(tantivy.Filter.stopword(analysis.stopwords))
+    return builder.filter(tantivy.Filter.stemmer(analysis.stemmer)).build()
+
+
+def _open_tantivy(schema: tantivy.Schema, path: Path, analyzers: dict[str, Any]) -> Any:
+    index = tantivy.Index(schema, path=str(path), reuse=True)
+    for key, analyzer in analyzers.items():
+        index.register_tokenizer(_tokenizer_name(key), analyzer)
+    return index
+
+
+def _lexical_document(chunk_id: str, doc_id: str, text: str, language: str) -> tantivy.Document:
+    key = tantivy_key(language)
+    return tantivy.Document(
+        chunk_id=chunk_id, doc_id=doc_id, analysis=key, **{text_field(key): text}
     )
 
 
@@ -122,7 +177,7 @@ class ConsistencyReport:
 @dataclass(frozen=True)
 class _StagedUpsert:
     doc_ids: tuple[str, ...]
-    rows: tuple[tuple[str, str, str], ...]  # (chunk_id, doc_id, text)
+    rows: tuple[tuple[str, str, str, str], ...]  # (chunk_id, doc_id, text, language)
     vectors: np.ndarray
 
 
@@ -144,14 +199,16 @@ class EmbeddedHybridIndex:
         (self.path / "bm25").mkdir(exist_ok=True)
         self._lock = threading.RLock()
         self._schema = _build_schema()
-        self._tantivy = tantivy.Index(self._schema, path=str(self.path / "bm25"), reuse=True)
-        self._analyzer = _query_analyzer()
+        self._analyzers = {key: build_analyzer(key) for key in TANTIVY_KEYS}
         self._writer: Any = None
         self._staged: list[_StagedUpsert | _StagedDelete] = []
         self._db = sqlite3.connect(
             self.path / "ids.sqlite", isolation_level=None, check_same_thread=False
         )
         self._init_db()
+        self._upgrade_lexical()
+        self._tantivy = _open_tantivy(self._schema, self.path / "bm25", self._analyzers)
+        self._keys_present: tuple[str, ...] = ()
         self._faiss: Any = None
         self._dangling: set[int] = set()
         self._max_seen_id = 0
@@ -170,8 +227,14 @@ class EmbeddedHybridIndex:
             " int_id INTEGER PRIMARY KEY AUTOINCREMENT,"
             " chunk_id TEXT UNIQUE NOT NULL,"
             " doc_id TEXT NOT NULL,"
-            " text TEXT NOT NULL)"
+            " text TEXT NOT NULL,"
+            " language TEXT NOT NULL)"
         )
+        columns = {row[1] for row in db.execute("PRAGMA table_info(chunks)")}
+        if "language" not in columns:  # an id map written before languages existed
+            db.execute(
+                f"ALTER TABLE chunks ADD COLUMN language TEXT NOT NULL DEFAULT '{_LEGACY_LANGUAGE}'"
+            )
         db.execute("CREATE INDEX IF NOT EXISTS chunks_doc_id ON chunks(doc_id)")
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         db.execute("INSERT OR IGNORE INTO meta VALUES ('dim', ?)", (str(self.dim),))
@@ -180,6 +243,49 @@ class EmbeddedHybridIndex:
             raise ValueError(
                 f"index {self.path} was built with dim {stored}, opened with {self.dim}"
             )
+
+    def _upgrade_lexical(self) -> None:
+        """Bring the tantivy index to :data:`LEXICAL_SCHEMA`, rebuilding it from the id map.
+
+        Runs when the id map has no schema mark: a new index (nothing to rebuild) or one written
+        before languages existed. The new index is built beside the old and renamed into place;
+        a crash at any point leaves the mark unset, so the next open simply rebuilds again.
+        """
+        db = self._db
+        mark = db.execute("SELECT value FROM meta WHERE key = 'lexical_schema'").fetchone()
+        if mark is not None:
+            if mark[0] != LEXICAL_SCHEMA:
+                raise ValueError(
+                    f"index {self.path} has lexical schema {mark[0]}, this version reads "
+                    f"{LEXICAL_SCHEMA}: rebuild it by ingesting the corpus into a new home"
+                )
+            return
+        target = self.path / "bm25"
+        rows = db.execute("SELECT chunk_id, doc_id, text, language FROM chunks").fetchall()
+        if rows or any(target.iterdir()):
+            log.warning(
+                "index %s predates per-language analysis: rebuilding its BM25 side from %d "
+                "stored chunks (analysed as before, in English)",
+                self.path,
+                len(rows),
+            )
+            staging = self.path / "bm25.rebuild"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            index = _open_tantivy(self._schema, staging, self._analyzers)
+            writer = index.writer(heap_size=_WRITER_HEAP_BYTES, num_threads=1)
+            for row in rows:
+                writer.add_document(_lexical_document(*row))
+            writer.commit()
+            writer.wait_merging_threads()
+            del writer, index
+            legacy = self.path / "bm25.legacy"
+            shutil.rmtree(legacy, ignore_errors=True)
+            os.replace(target, legacy)
+            os.replace(staging, target)
+            _fsync_dir(self.path)
+            shutil.rmtree(legacy)
+        db.execute("INSERT INTO meta VALUES ('lexical_schema', ?)", (LEXICAL_SCHEMA,))
 
     def _load_dense(self) -> None:
         """(Re)load faiss + id map from disk and hide orphan vectors / dangling rows in memory."""
@@ -199,6 +305,12 @@ class EmbeddedHybridIndex:
         self._max_seen_id = max([seq[0] if seq else 0, *faiss_ids, *row_ids, 0])
         self._faiss = index
         self._dangling = row_ids - faiss_ids
+        self._load_keys()
+
+    def _load_keys(self) -> None:
+        """The analysis keys of the committed chunks: the fields a query is analysed for."""
+        languages = [r[0] for r in self._db.execute("SELECT DISTINCT language FROM chunks")]
+        self._keys_present = tuple(sorted({tantivy_key(lang) for lang in languages}))
 
     def _ensure_writer(self) -> Any:
         """Take the single-writer lock; reload dense state so it is not stale w.r.t. other writers."""
@@ -232,15 +344,15 @@ class EmbeddedHybridIndex:
         chunk_ids = [c.chunk_id for c in chunks]
         if len(set(chunk_ids)) != len(chunk_ids):
             raise ValueError("duplicate chunk ids in one upsert")
-        rows = tuple((c.chunk_id, c.doc_id, c.index_text()) for c in chunks)
+        rows = tuple((c.chunk_id, c.doc_id, c.index_text(), c.language) for c in chunks)
         with self._lock:
             writer = self._ensure_writer()
             for doc_id in dict.fromkeys(doc_ids):
                 writer.delete_documents_by_term("doc_id", doc_id)
             for chunk_id in chunk_ids:
                 writer.delete_documents_by_term("chunk_id", chunk_id)
-            for chunk_id, doc_id, text in rows:
-                writer.add_document(tantivy.Document(chunk_id=chunk_id, doc_id=doc_id, text=text))
+            for row in rows:
+                writer.add_document(_lexical_document(*row))
             self._staged.append(
                 _StagedUpsert(tuple(dict.fromkeys(doc_ids)), rows, _normalise_rows(vectors))
             )
@@ -303,6 +415,7 @@ class EmbeddedHybridIndex:
             self._faiss.remove_ids(np.asarray(removed, dtype=np.int64))
         self._dangling.clear()
         self._staged.clear()
+        self._load_keys()
 
     def _commit_vectors(self) -> None:
         """Step 3: write the faiss index to a temporary file, fsync, then atomically rename."""
@@ -330,12 +443,12 @@ class EmbeddedHybridIndex:
             marks = ",".join("?" * len(batch))
             self._db.execute(f"DELETE FROM chunks WHERE int_id IN ({marks})", tuple(batch))
 
-    def _insert(self, rows: Sequence[tuple[str, str, str]]) -> np.ndarray:
+    def _insert(self, rows: Sequence[tuple[str, str, str, str]]) -> np.ndarray:
         """Insert rows under fresh, never-reused int ids (AUTOINCREMENT semantics); return them."""
         start = self._max_seen_id + 1
         ids = np.arange(start, start + len(rows), dtype=np.int64)
         self._db.executemany(
-            "INSERT INTO chunks (int_id, chunk_id, doc_id, text) VALUES (?, ?, ?, ?)",
+            "INSERT INTO chunks (int_id, chunk_id, doc_id, text, language) VALUES (?, ?, ?, ?, ?)",
             [(int(i), *row) for i, row in zip(ids, rows, strict=True)],
         )
         if len(ids):
@@ -345,17 +458,21 @@ class EmbeddedHybridIndex:
     # ----------------------------------------------------------------------------- reads
 
     def search_lexical(self, query: str, k: int) -> list[SearchHit]:
-        """BM25 top-k over the stemmed text; query syntax is never interpreted, so it never raises.
+        """BM25 top-k over the analysed text; query syntax is never interpreted, so it never raises.
 
-        The text is analysed exactly like the indexed field and each term becomes a SHOULD clause,
-        which scores identically to tantivy's parser on plain words.
+        The text is analysed once per analysis key the index holds, exactly like that key's field,
+        and each term becomes a SHOULD clause on that field (on one field this scores identically
+        to tantivy's parser on plain words; a chunk only ever matches in its own field).
         """
-        terms = self._analyzer.analyze(query or "")
-        if k <= 0 or not terms:
+        if k <= 0:
             return []
         clauses = [
-            (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "text", t)) for t in terms
+            (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, text_field(key), term))
+            for key in self._keys_present
+            for term in self._analyzers[key].analyze(query or "")
         ]
+        if not clauses:
+            return []
         searcher = self._tantivy.searcher()
         result = searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
         hits = []
@@ -366,7 +483,7 @@ class EmbeddedHybridIndex:
                     chunk_id=doc.get_first("chunk_id"),
                     doc_id=doc.get_first("doc_id"),
                     score=float(score),
-                    text=doc.get_first("text") or "",
+                    text=doc.get_first(text_field(doc.get_first("analysis"))) or "",
                 )
             )
         return hits

@@ -114,8 +114,11 @@ def chunk_id(doc_id: str, ordinal: int) -> str:
     return f"{doc_id}#{ordinal:04d}"
 
 
-def chunk_document(doc: ParsedDocument, tokenizer: Any, settings: ChunkingSettings) -> list[Chunk]:
-    """Split ``doc`` into chunks, section by section, in document order.
+def chunk_document(
+    doc: ParsedDocument, tokenizer: Any, settings: ChunkingSettings, language: str = "und"
+) -> list[Chunk]:
+    """Split ``doc`` into chunks, section by section, in document order; each chunk carries the
+    document's ``language`` (ISO 639-1), which picks its lexical analysis in the index.
 
     ``tokenizer`` is a :class:`Tokenizer` or a Hugging Face fast tokenizer (wrapped once, cached).
     Text chunks have at most ``settings.max_tokens`` tokens; a table within
@@ -139,6 +142,7 @@ def chunk_document(doc: ParsedDocument, tokenizer: Any, settings: ChunkingSettin
                     headings=headings,
                     n_tokens=n_tokens,
                     kind=section.kind,
+                    language=language,
                 )
             )
     return chunks

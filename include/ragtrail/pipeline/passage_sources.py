@@ -40,7 +40,8 @@ def corpus_from_runtime(
     dense candidates with ``text_weight``.
     """
     index = rt.index(corpus)
-    chunks = [record.to_chunk() for record in rt.store.get_chunks(corpus)]
+    languages = {d: r.language for d, r in rt.store.get_documents(corpus).items()}
+    chunks = [record.to_chunk(languages[record.doc_id]) for record in rt.store.get_chunks(corpus)]
 
     def dense_search(questions: Sequence[str], k: int) -> list[list[SearchHit]]:
         if not questions:

@@ -66,8 +66,9 @@ class ChunkRecord:
     n_tokens: int
     content_hash: str
 
-    def to_chunk(self) -> Chunk:
-        """The stored chunk as the pipeline's record (e.g. to re-index or re-embed it)."""
+    def to_chunk(self, language: str) -> Chunk:
+        """The stored chunk as the pipeline's record (e.g. to re-index or re-embed it), in its
+        document's ``language``."""
         return Chunk(
             chunk_id=self.chunk_id,
             doc_id=self.doc_id,
@@ -76,6 +77,7 @@ class ChunkRecord:
             headings=self.headings,
             n_tokens=self.n_tokens,
             kind=self.kind,
+            language=language,
         )
 
     @classmethod

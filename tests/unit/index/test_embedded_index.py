@@ -49,6 +49,7 @@ def chunks_for(doc_id: str, texts: list[str], version: str = "v1") -> list[Chunk
             text=t,
             headings=(doc_id.split("/")[-1],),
             n_tokens=len(t.split()),
+            language="en",
         )
         for i, t in enumerate(texts)
     ]

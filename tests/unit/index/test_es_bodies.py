@@ -16,6 +16,7 @@ import pytest
 
 from ragtrail.config import Settings
 from ragtrail.index.elasticsearch import (
+    SEED_SCRIPT,
     ElasticsearchHybridIndex,
     IndexWriteError,
     alias_name,
@@ -36,21 +37,64 @@ from ragtrail.records import Chunk
 DIM = 4
 
 
-def chunk(cid: str, doc: str, text: str = "body", headings: tuple[str, ...] = ()) -> Chunk:
-    return Chunk(chunk_id=cid, doc_id=doc, ordinal=0, text=text, headings=headings, n_tokens=1)
+def chunk(
+    cid: str,
+    doc: str,
+    text: str = "body",
+    headings: tuple[str, ...] = (),
+    language: str = "en",
+) -> Chunk:
+    return Chunk(
+        chunk_id=cid,
+        doc_id=doc,
+        ordinal=0,
+        text=text,
+        headings=headings,
+        n_tokens=1,
+        language=language,
+    )
 
 
 # --------------------------------------------------------------------------- body builders
 
 
 def test_index_mapping_shape() -> None:
-    assert index_mapping(384, meta={"ragtrail_alias": "ragtrail-x"}) == {
+    mapping = index_mapping(384, meta={"ragtrail_alias": "ragtrail-x"})
+    languages = {k: v for k, v in mapping["properties"].items() if k.startswith("text_")}
+    assert languages["text_en"] == {"type": "text", "analyzer": "english"}
+    assert languages["text_fr"] == {"type": "text", "analyzer": "french"}
+    assert languages["text_cjk"] == {"type": "text", "analyzer": "cjk"}
+    assert languages["text_und"] == {"type": "text", "analyzer": "standard"}
+    assert len(languages) == 36
+    assert {k: v for k, v in mapping["properties"].items() if k not in languages} == {
+        "chunk_id": {"type": "keyword"},
+        "doc_id": {"type": "keyword"},
+        "language": {"type": "keyword"},
+        "analysis": {"type": "keyword"},
+        "text": {"type": "text", "index": False},
+        "embedding": {
+            "type": "dense_vector",
+            "dims": 384,
+            "index": True,
+            "similarity": "cosine",
+            "index_options": {"type": "hnsw"},
+        },
+    }
+    assert {k: v for k, v in mapping.items() if k != "properties"} == {
         "dynamic": "strict",
+        "_source": {"excludes": ["text_*"]},
         "_meta": {"ragtrail_alias": "ragtrail-x"},
+    }
+    assert index_mapping(384) == {
+        "dynamic": "strict",
+        "_source": {"excludes": ["text_*"]},
         "properties": {
+            **languages,
             "chunk_id": {"type": "keyword"},
             "doc_id": {"type": "keyword"},
-            "text": {"type": "text", "analyzer": "english"},
+            "language": {"type": "keyword"},
+            "analysis": {"type": "keyword"},
+            "text": {"type": "text", "index": False},
             "embedding": {
                 "type": "dense_vector",
                 "dims": 384,
@@ -81,7 +125,10 @@ def test_bulk_upsert_actions() -> None:
         "_source": {
             "chunk_id": "d1#0",
             "doc_id": "d1",
+            "language": "en",
+            "analysis": "en",
             "text": "HR > Leave\nLeave lasts 16 weeks.",
+            "text_en": "HR > Leave\nLeave lasts 16 weeks.",
             "embedding": pytest.approx([0.6, 0.8, 0.0, 0.0]),
         },
     }
@@ -91,11 +138,34 @@ def test_bulk_upsert_actions() -> None:
         list(bulk_upsert_actions("i", chunks, vectors[:1]))
 
 
+def test_bulk_actions_put_each_language_in_its_analyzer_field() -> None:
+    chunks = [
+        chunk("f#0", "f", "Les paquets.", language="fr"),
+        chunk("j#0", "j", "東京", language="ja"),
+        chunk("x#0", "x", "Balíčky.", language="cs"),
+        chunk("u#0", "u", "apt", language="und"),
+        chunk("q#0", "q", "Kuna", language="sw"),
+    ]
+    sources = [a["_source"] for a in bulk_upsert_actions("i", chunks, np.ones((5, DIM)))]
+    fields = [
+        (s["language"], s["analysis"], [k for k in s if k.startswith("text_")]) for s in sources
+    ]
+    assert fields == [
+        ("fr", "fr", ["text_fr"]),
+        ("ja", "cjk", ["text_cjk"]),
+        ("cs", "cs", ["text_cs"]),
+        ("und", "und", ["text_und"]),
+        ("sw", "und", ["text_und"]),  # no Swahili analyzer: the neutral one
+    ]
+    mapped = set(index_mapping(DIM)["properties"])
+    assert all(f in mapped for _, _, names in fields for f in names)
+
+
 def test_delete_lexical_and_knn_bodies() -> None:
     assert delete_by_doc_query(["a", "b", "a"]) == {"terms": {"doc_id": ["a", "b"]}}
     hostile = 'title:foo AND ("x'
     assert lexical_query(hostile, 7) == {
-        "query": {"match": {"text": {"query": hostile}}},
+        "query": {"multi_match": {"query": hostile, "fields": ["text_*"]}},
         "size": 7,
         "_source": ["chunk_id", "doc_id", "text"],
     }
@@ -267,6 +337,7 @@ def test_next_snapshot_reindexes_then_swaps_alias_atomically(client: RecordingCl
         {
             "source": {"index": "ragtrail-hr-s1"},
             "dest": {"index": "ragtrail-hr-s2"},
+            "script": {"lang": "painless", "source": SEED_SCRIPT},
             "wait_for_completion": True,
             "refresh": True,
         },
@@ -393,7 +464,7 @@ def test_searches_use_alias_and_convert_scores(client: RecordingClient) -> None:
     assert kwargs["knn"]["num_candidates"] == 30
     [hit] = ix.search_lexical("AND (", 3)
     assert hit.score == 0.9
-    assert client.calls[-1][1]["query"] == {"match": {"text": {"query": "AND ("}}}
+    assert client.calls[-1][1]["query"] == {"multi_match": {"query": "AND (", "fields": ["text_*"]}}
     assert ix.search_lexical("  ", 3) == []
     with pytest.raises(ValueError, match="dim"):
         ix.search_dense(np.ones(DIM + 1), 3)

@@ -54,7 +54,8 @@ def _embedded_in_snapshot(rt: Runtime, corpus: str, snapshot_id: str) -> int:
 def _reconcile_index(rt: Runtime, corpus: str) -> dict[str, int]:
     """Make the index hold exactly the DB's documents (after a crash or a removal)."""
     index = rt.index(corpus)
-    db_docs = set(rt.store.get_documents(corpus))
+    documents = rt.store.get_documents(corpus)
+    db_docs = set(documents)
     in_index = index.document_ids()
     extra = sorted(in_index - db_docs)
     missing = sorted((db_docs - in_index) | (index.docs_to_repair() & db_docs))
@@ -62,7 +63,9 @@ def _reconcile_index(rt: Runtime, corpus: str) -> dict[str, int]:
         index.delete_documents(extra)
     if missing:
         chunks = [
-            row.to_chunk() for doc_id in missing for row in rt.store.get_chunks(corpus, doc_id)
+            row.to_chunk(documents[doc_id].language)
+            for doc_id in missing
+            for row in rt.store.get_chunks(corpus, doc_id)
         ]
         vectors = rt.cached_embedder.encode_chunks([c.index_text() for c in chunks])
         index.upsert_documents(missing, chunks, vectors)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ragtrail.artifact_keys import manifest_key
+from ragtrail.index.analysis import ANALYSIS_VERSION
 from ragtrail.ingest.sources import iter_source
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.records import (
@@ -202,6 +203,11 @@ def plan_ingest(
     store.ensure_corpus(corpus)
     _warn_abandoned(store.settle_running_snapshots(corpus, owner, stale_after))
     previous = store.latest_snapshot(corpus)
+    previous_manifest = _manifest(rt, previous)
+    languages = _language_settings(rt)
+    # The language setting or the analysis changed (or the corpus predates languages): every
+    # document is read again; the shards re-index those whose language comes out different.
+    reread = previous_manifest is not None and previous_manifest.get("languages") != languages
     published = published_documents(store, corpus)
     in_table = set(store.get_documents(corpus))
 
@@ -231,7 +237,7 @@ def plan_ingest(
             base = published.get(src.rel_path)
             if base is None:
                 entry["planned"] = ChangeKind.ADDED.value
-            elif base.raw_hash == raw_hash:
+            elif base.raw_hash == raw_hash and not reread:
                 entry["planned"] = ChangeKind.UNCHANGED.value
             else:
                 entry["planned"] = ChangeKind.UPDATED.value
@@ -260,8 +266,10 @@ def plan_ingest(
     )
     if (
         previous is not None
+        and previous_manifest is not None
+        and not reread
         and table_is_published
-        and _same_as_snapshot(rt, previous, source_uri, files, skipped)
+        and _same_as_snapshot(rt, previous, previous_manifest, source_uri, files, skipped)
     ):
         log.info("source unchanged since snapshot %s: no new snapshot", previous.snapshot_id)
         return IngestPlan(
@@ -325,6 +333,7 @@ def plan_ingest(
         "parent_snapshot_id": previous.snapshot_id if previous else None,
         "embedding_model": settings.embedding_model,
         "index_backend": settings.index_backend,
+        "languages": languages,
         "files": files,
         "removed": removed,
         "skipped": _skipped_entries(skipped),
@@ -351,9 +360,26 @@ def _skipped_entries(skipped: Sequence[QuarantineRecord]) -> list[dict[str, str]
     )
 
 
+def _language_settings(rt: Runtime) -> JsonObject:
+    """What decides each document's language and its analysis, as the manifest records it."""
+    return {"setting": rt.settings.ingest.language, "analysis_version": ANALYSIS_VERSION}
+
+
+def _manifest(rt: Runtime, snapshot: SnapshotRecord | None) -> JsonObject | None:
+    """The manifest a snapshot was planned with (None without a snapshot or a stored manifest)."""
+    if snapshot is None:
+        return None
+    key = manifest_key(snapshot.corpus, snapshot.snapshot_id)
+    if not rt.artifacts.exists(key):
+        return None
+    manifest: JsonObject = json.loads(rt.artifacts.get_bytes(key))
+    return manifest
+
+
 def _same_as_snapshot(
     rt: Runtime,
     snapshot: SnapshotRecord,
+    manifest: JsonObject,
     source_uri: str,
     files: list[JsonObject],
     skipped: Sequence[QuarantineRecord],
@@ -368,10 +394,6 @@ def _same_as_snapshot(
         settings.index_backend,
     ):
         return False
-    key = manifest_key(snapshot.corpus, snapshot.snapshot_id)
-    if not rt.artifacts.exists(key):
-        return False
-    manifest = json.loads(rt.artifacts.get_bytes(key))
     if manifest.get("skipped", []) != _skipped_entries(skipped):
         return False
     before = sorted((f["rel_path"], f["raw_hash"]) for f in manifest["files"])

@@ -145,7 +145,7 @@ def ingest_shard(
     embedder = rt.cached_embedder
     encoded_before = embedder.encoded
 
-    parsed: list[tuple[SourceFile, ParsedDocument, list[Chunk]]] = []
+    parsed: list[tuple[SourceFile, ParsedDocument, list[Chunk], LanguageGuess]] = []
     quarantined: list[QuarantineRecord] = []
     snapshot_rows: list[dict[str, Any]] = []
 
@@ -187,12 +187,17 @@ def ingest_shard(
         if isinstance(result, QuarantineRecord):
             quarantined.append(result)
             not_ingested(rel_path)
-        elif (
+            if progress:
+                progress(1)
+            continue
+        language = detect_language(result.text, configured=rt.settings.ingest.language)
+        if (
             base is not None
             and base.raw_hash is not None
-            and base.content_hash == (result.content_hash)
+            and base.content_hash == result.content_hash
+            and base.language == language.code
         ):
-            # Bytes changed but the normalised text did not (e.g. a re-saved file).
+            # Bytes changed but the normalised text and its language did not (a re-saved file).
             snapshot_rows.append(
                 {
                     "doc_id": rel_path,
@@ -203,9 +208,9 @@ def ingest_shard(
                 }
             )
         else:
-            chunks = chunk_document(result, embedder.tokenizer, rt.settings.chunking)
+            chunks = chunk_document(result, embedder.tokenizer, rt.settings.chunking, language.code)
             if chunks:
-                parsed.append((src, result, chunks))
+                parsed.append((src, result, chunks, language))
             else:
                 quarantined.append(
                     QuarantineRecord(
@@ -220,7 +225,7 @@ def ingest_shard(
         if progress:
             progress(1)
 
-    all_chunks = [c for _, _, chunks in parsed for c in chunks]
+    all_chunks = [c for _, _, chunks, _ in parsed for c in chunks]
     vectors = (
         embedder.encode_chunks([c.index_text() for c in all_chunks])
         if all_chunks
@@ -228,16 +233,15 @@ def ingest_shard(
     )
     store.heartbeat_snapshot(snapshot_id)  # still ours? Nothing is written if it was abandoned
     if parsed:
-        index.upsert_documents([doc.doc_id for _, doc, _ in parsed], all_chunks, vectors)
+        index.upsert_documents([doc.doc_id for _, doc, _, _ in parsed], all_chunks, vectors)
         index.commit()
-    for src, doc, chunks in parsed:
+    for src, doc, chunks, language in parsed:
         base = published.get(doc.doc_id)
         version = 1 if base is None else base.version + 1
         first = snapshot_id if base is None else (base.first_snapshot_id or snapshot_id)
         row = in_table.get(doc.doc_id)
         if base is None and row is not None:
             log.info("%s was written by a snapshot never published: counted as added", doc.doc_id)
-        language = detect_language(doc.text, configured=rt.settings.ingest.language)
         store.upsert_document(
             corpus,
             _document_row(doc, src, chunks, version, first, snapshot_id, language),
