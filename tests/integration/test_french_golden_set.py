@@ -12,6 +12,9 @@ import pytest
 
 from ragtrail.pipeline.golden import register_golden_set
 from ragtrail.pipeline.ingest import ingest
+from ragtrail.pipeline.retrieval import evaluate_retrieval
+from ragtrail.pipeline.run_io import load_run_summary
+from ragtrail.report.language_sections import language_section
 from ragtrail.testset.qaset import load_qa_set
 from ragtrail.text import text_key
 
@@ -52,3 +55,13 @@ def test_the_french_golden_set_fits_its_corpus(make_runtime, french_corpus):
 
     registered = register_golden_set(rt, FIXTURE, corpus="debian-fr", name="debian-fr")
     assert registered.created
+
+    # retrieval per label, and the language facet the report shows
+    run = evaluate_retrieval(rt, "debian-fr", run_id="fr-retrieval", qa_set=FIXTURE)
+    summary = load_run_summary(rt, run.run_id)
+    assert {row.label for row in summary.best} == {*Counter(i.label for i in items), "inclusive"}
+    (facet,) = summary.languages
+    assert (facet.facet, facet.n_questions) == ("fr", len(items))
+    assert facet.ci_low is not None and facet.ci_low <= facet.value <= facet.ci_high
+    section = language_section(summary)
+    assert section is not None and "<td>fr</td>" in section.html

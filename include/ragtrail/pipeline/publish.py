@@ -121,6 +121,7 @@ def publish_sets(
     from ragtrail.report.drift_sections import drift_sections
     from ragtrail.report.evidence_sections import evidence_sections
     from ragtrail.report.html import ReportContext, SetView, render_sets_report
+    from ragtrail.report.language_sections import language_section
     from ragtrail.report.sufficiency_sections import sufficiency_sections
     from ragtrail.report.testset_sections import testset_sections
 
@@ -143,6 +144,9 @@ def publish_sets(
         results.append(result)
         quality += [*entry.extra_quality, _validation(result)]
         sections = list(testset_sections(entry.generation, out) if entry.generation else ())
+        languages = language_section(summary)
+        if languages is not None:
+            sections.append(languages)
         if not views:
             sections += extra_sections
         if entry.citations:

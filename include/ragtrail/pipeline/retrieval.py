@@ -10,6 +10,8 @@ null with a reason (:mod:`ragtrail.jsonsafe`), never as NaN.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from ragtrail.artifact_keys import retrieval_table_key, run_summary_key
@@ -18,9 +20,13 @@ from ragtrail.evaluate.retrieval.evaluator import (
     RetrievalEvaluator,
     RetrievalInputs,
     ScanConfig,
+    ScanResult,
     collect_candidates,
+    facet_table,
+    undefined_as_null,
 )
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.languages import UNDETERMINED, detect_language
 from ragtrail.pipeline.run_io import (
     evaluated_snapshot,
     held_run,
@@ -31,7 +37,7 @@ from ragtrail.pipeline.run_io import (
     run_owner,
     settle_runs,
 )
-from ragtrail.records import LABELS, QAItem
+from ragtrail.records import INCLUSIVE, LABELS, QAItem
 from ragtrail.runtime import Runtime
 from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.retrieval_summary import EvaluatorInfo, RetrievalRun, RetrievalSummary
@@ -76,6 +82,37 @@ def evaluate_retrieval(
     runs.start_run(run_id, "evaluate_retrieval", params, owner=run_owner(rt))
     with held_run(rt, run_id, night_of_set(run_id, set_name)):
         return _scan(rt, corpus, run_id, items, snapshot.snapshot_id, qa_version, config, params)
+
+
+def question_languages(rt: Runtime, corpus: str, items: Sequence[QAItem]) -> dict[str, str]:
+    """Each question's language: that of most of its ground documents, else (no ground document,
+    or none with a known language) the language detected in the question itself."""
+    documents = rt.store.get_documents(corpus)
+    out = {}
+    for item in items:
+        known = [
+            documents[d].language
+            for d in item.ground_doc_ids
+            if d in documents and documents[d].language != UNDETERMINED
+        ]
+        out[item.qid] = (
+            Counter(known).most_common(1)[0][0] if known else detect_language(item.question).code
+        )
+    return out
+
+
+def language_facet(
+    rt: Runtime, corpus: str, items: Sequence[QAItem], result: ScanResult, config: ScanConfig
+) -> list[JsonObject]:
+    """The primary metric per question language at the best inclusive weight."""
+    best = result.best.set_index("label")
+    if result.per_query.empty or INCLUSIVE not in best.index:
+        return []
+    weight = float(best.loc[INCLUSIVE, "best_weight"])
+    table = facet_table(
+        result.per_query, question_languages(rt, corpus, items), weight=weight, config=config
+    )
+    return undefined_as_null(table)
 
 
 def _scan(
@@ -130,6 +167,7 @@ def _scan(
         ),
         best=result.best_records(),
         metrics=result.metric_records(),
+        languages=language_facet(rt, corpus, items, result, config),
     )
     metrics_uri = rt.artifacts.put_bytes(run_summary_key(run_id), summary.dumps(indent=1).encode())
     return RetrievalRun(

@@ -38,6 +38,19 @@ class MetricRow(WithUndefined):
     ci_method: str | None = Field(None, exclude_if=is_none)
 
 
+class FacetRow(WithUndefined):
+    """The primary metric at the set's best inclusive weight for one facet value (a language)."""
+
+    facet: str
+    text_weight: float
+    metric: str
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n_questions: int
+    ci_method: str | None = Field(None, exclude_if=is_none)
+
+
 class EvaluatorInfo(Record):
     """The evaluator that produced the numbers: its config and the metric a gate watches."""
 
@@ -65,6 +78,9 @@ class RetrievalSummary(Record):
     evaluation: EvaluatorInfo
     best: list[BestRow]
     metrics: list[MetricRow]
+    languages: list[FacetRow] = Field(default_factory=list)
+    """Per question language (its ground documents' language, else the question's own); empty in
+    runs stored before languages were faceted."""
 
     def best_of(self, label: str) -> BestRow | None:
         return next((row for row in self.best if row.label == label), None)

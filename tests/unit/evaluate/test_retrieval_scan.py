@@ -237,3 +237,34 @@ def test_facet_keys_are_canonical():
         facet_key({"w": math.nan})
     with pytest.raises(ValueError):
         facet_key({"w": [1]})
+
+
+def test_the_language_facet_averages_each_languages_questions_at_one_weight():
+    import pandas as pd
+
+    from ragtrail.evaluate.retrieval.evaluator import ScanConfig, facet_table
+
+    per_query = pd.DataFrame(
+        [
+            {"qid": q, "text_weight": w, "recall@5": v}
+            for q, w, v in [
+                ("a", 0.5, 1.0),
+                ("b", 0.5, 0.0),
+                ("c", 0.5, 1.0),
+                ("a", 1.0, 0.0),
+                ("b", 1.0, 0.0),
+                ("c", 1.0, 0.0),
+            ]
+        ]
+    )
+    config = ScanConfig(text_weights=(0.5, 1.0), bootstrap_samples=200)
+    table = facet_table(per_query, {"a": "fr", "b": "fr", "c": "en"}, weight=0.5, config=config)
+    rows = table.to_dict("records")
+    assert [(r["facet"], r["n_questions"], r["value"]) for r in rows] == [
+        ("fr", 2, 0.5),
+        ("en", 1, 1.0),
+    ]
+    assert rows[0]["ci_low"] <= 0.5 <= rows[0]["ci_high"]
+    assert all(r["text_weight"] == 0.5 and r["metric"] == "recall@5" for r in rows)
+    again = facet_table(per_query, {"a": "fr", "b": "fr", "c": "en"}, weight=0.5, config=config)
+    assert again.equals(table)  # seeded

@@ -217,6 +217,38 @@ def best_strategy(metrics: pd.DataFrame, metric: str = PRIMARY_METRIC) -> pd.Dat
     return best
 
 
+def facet_table(
+    per_query: pd.DataFrame,
+    facet_of: Mapping[str, str],
+    *,
+    weight: float,
+    config: ScanConfig,
+    metric: str = PRIMARY_METRIC,
+) -> pd.DataFrame:
+    """``metric`` at ``weight`` per facet value (e.g. the questions' language): facet, n, value
+    and its bootstrap interval, largest group first. ``facet_of`` maps every qid to its value."""
+    at = per_query[(per_query["text_weight"] - weight).abs() < 1e-9]
+    facets = at["qid"].map(lambda qid: facet_of[str(qid)])
+    out = []
+    for i, (value, frame) in enumerate(at.groupby(facets, sort=True)):
+        values = frame[metric].to_numpy(dtype=float)
+        interval = mean_interval(
+            values, n_resamples=config.bootstrap_samples, seed=config.seed + 7919 + i
+        )
+        out.append(
+            {
+                "facet": str(value),
+                "text_weight": float(weight),
+                "metric": metric,
+                "value": float(values.mean()),
+                **interval_columns(interval),
+                "n_questions": len(values),
+            }
+        )
+    table = pd.DataFrame(out)
+    return table.sort_values(["n_questions", "facet"], ascending=[False, True]) if out else table
+
+
 def interval_columns(interval: Interval) -> dict[str, float | str]:
     """An interval as table columns: bounds (NaN when null), method and the null's reason."""
     return {
