@@ -526,7 +526,8 @@ class CandidateStatus(StrEnum):
 
 @dataclass(frozen=True)
 class Context:
-    """A chunk offered to the generator as ground context, with its lineage."""
+    """A chunk offered to the generator as ground context, with its lineage and its document's
+    language (``und`` when unknown, e.g. read back from a stored candidate)."""
 
     corpus: str
     snapshot_id: str
@@ -536,6 +537,7 @@ class Context:
     chunk_hash: str
     text: str
     headings: tuple[str, ...] = ()
+    language: str = "und"
 
 
 @dataclass

@@ -5,10 +5,17 @@ Test-set dedup, the GX question-uniqueness check, statement de-duplication, the 
 generation and the word bans of prompts all go through here, so two questions that one stage
 calls equal are equal for every stage. Likewise the generation check that rejects "according to
 the passage" questions and the GX suite that verifies accepted items use one pattern list.
+
+Languages. English keeps its own short list (:data:`STOP_WORDS`); every other language takes the
+list of the ``stop-words`` package (33 languages, shipped in the wheel) where it has one, and
+none otherwise. Languages that elide articles and pronouns before a vowel (French, Italian,
+Catalan) drop the elided word with its apostrophe (``l’architecture`` -> ``architecture``), as
+Elasticsearch's elision filter does.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -23,6 +30,39 @@ STOP_WORDS: frozenset[str] = frozenset(_STOP_WORD_TEXT.split())
 
 _WORD = re.compile(r"[^\W_]+")
 """A word: a maximal run of letters and digits (any script); everything else separates."""
+
+
+ENGLISH = "en"
+_APOSTROPHES = "'\u2019\u02bc"
+_ELIDED: dict[str, tuple[str, ...]] = {
+    "fr": ("l", "d", "j", "m", "n", "s", "t", "c", "qu", "jusqu", "lorsqu", "puisqu", "quoiqu"),
+    "it": ("l", "dell", "dall", "nell", "sull", "all", "un", "quest", "quell", "c", "d"),
+    "ca": ("l", "d", "s", "m", "n", "t"),
+}
+"""Per language, the words written with an apostrophe before a vowel (elision)."""
+_ELISION = {
+    code: re.compile(rf"\b(?:{'|'.join(words)})[{_APOSTROPHES}](?=\w)", re.IGNORECASE)
+    for code, words in _ELIDED.items()
+}
+
+
+def strip_elisions(text: str, language: str) -> str:
+    """``text`` without the language's elided words (``l’`` , ``qu'``); unchanged for others."""
+    pattern = _ELISION.get(language)
+    return pattern.sub("", text) if pattern else text
+
+
+@functools.cache
+def stop_words(language: str = ENGLISH) -> frozenset[str]:
+    """The stop words of ``language`` (ISO 639-1), folded: :data:`STOP_WORDS` for English, the
+    ``stop-words`` package's list for the 32 other languages it has, empty for the rest."""
+    if language == ENGLISH:
+        return STOP_WORDS
+    from stop_words import LANGUAGE_MAPPING, get_stop_words
+
+    if language not in LANGUAGE_MAPPING:
+        return frozenset()
+    return frozenset(fold(w) for w in get_stop_words(language))
 
 
 def fold(text: str) -> str:
@@ -49,10 +89,12 @@ def contains_word_run(words: list[str], run: list[str]) -> bool:
     return width > 0 and any(words[i : i + width] == run for i in range(len(words) - width + 1))
 
 
-def content_words(text: str, *, min_length: int = 2) -> frozenset[str]:
-    """The distinct folded words of ``text`` that are not stop words and have at least
-    ``min_length`` characters (the vocabulary that overlap scores compare)."""
-    return frozenset(w for w in word_tokens(text) if len(w) >= min_length and w not in STOP_WORDS)
+def content_words(text: str, *, min_length: int = 2, language: str = ENGLISH) -> frozenset[str]:
+    """The distinct folded words of ``text`` that are not stop words of ``language`` (elisions
+    dropped first) and have at least ``min_length`` characters (what overlap scores compare)."""
+    stop = stop_words(language)
+    words = word_tokens(strip_elisions(text, language))
+    return frozenset(w for w in words if len(w) >= min_length and w not in stop)
 
 
 _SOURCE_NOUNS = r"(?:passage|context|excerpt|paragraph|document|text|article|snippet)s?"

@@ -13,6 +13,9 @@ labeller or critique call (which they also save). Each is a pure function of the
   word: the number, the name, the rule);
 - ``empty_answer``: an answerable candidate with no answer (unanswerable candidates have none by
   design, so they are not checked);
+- ``wrong_language``: the question is not in its context's language (the detector gives that
+  language less than :data:`MIN_LANGUAGE_PROBABILITY`); a question too short to call, or a
+  context of unknown language, is not checked;
 - ``unrelated_statement``: cosine similarity of the question and the statement it was written
   from below a measured bar (``generation.min_question_statement_similarity``, measured by
   ``benchmarks/bench_check_similarity.py``).
@@ -28,6 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ragtrail.languages import UNDETERMINED, language_probability
 from ragtrail.records import (
     ANSWERABLE_LABELS,
     REJECT_REASONS_SEPARATOR,
@@ -48,7 +52,13 @@ __all__ = [
     "reject_reason",
     "text_checks",
     "unrelated_statements",
+    "wrong_language",
 ]
+
+MIN_LANGUAGE_PROBABILITY = 0.1
+"""Below this probability of the context's language a question is rejected. The sixteen French
+golden questions score 0.86 to 1.0 for French; English questions about French text score below
+0.01, so the bar sits far from both."""
 
 Encode = Callable[[Sequence[str]], np.ndarray]
 """Texts -> L2-normalised embedding rows (``Runtime.embedder.encode``)."""
@@ -58,6 +68,7 @@ class CheckName(StrEnum):
     MENTIONS_PASSAGE = "mentions_passage"
     ANSWER_REPEATS_QUESTION = "answer_repeats_question"
     EMPTY_ANSWER = "empty_answer"
+    WRONG_LANGUAGE = "wrong_language"
     UNRELATED_STATEMENT = "unrelated_statement"
 
 
@@ -80,16 +91,19 @@ def mentions_passage(question: str) -> CheckFailure | None:
     return None if phrase is None else CheckFailure(CheckName.MENTIONS_PASSAGE, phrase)
 
 
-def answer_repeats_question(question: str, answer: str) -> CheckFailure | None:
+def answer_repeats_question(
+    question: str, answer: str, language: str = "en"
+) -> CheckFailure | None:
     """Fails when the answer's comparison key equals the question's, or when the answer has
-    content words and all of them occur in the question. An empty answer is not checked here."""
+    content words (stop words of ``language`` aside) and all of them occur in the question. An
+    empty answer is not checked here."""
     answer_key = text_key(answer)
     if not answer_key:
         return None
     if answer_key == text_key(question):
         return CheckFailure(CheckName.ANSWER_REPEATS_QUESTION, "same_text")
-    words = content_words(answer)
-    if words and words <= content_words(question):
+    words = content_words(answer, language=language)
+    if words and words <= content_words(question, language=language):
         return CheckFailure(CheckName.ANSWER_REPEATS_QUESTION, "no_new_word")
     return None
 
@@ -101,12 +115,27 @@ def empty_answer(answer: str, requested_label: str) -> CheckFailure | None:
     return None
 
 
+def wrong_language(question: str, language: str) -> CheckFailure | None:
+    """Fails when ``question`` is not in ``language`` (its context's); the detail is the
+    detector's probability of that language, e.g. ``fr=0.002``."""
+    if language == UNDETERMINED or not question.strip():
+        return None
+    probability = language_probability(question, language)
+    if probability is None or probability >= MIN_LANGUAGE_PROBABILITY:
+        return None
+    return CheckFailure(CheckName.WRONG_LANGUAGE, f"{language}={probability:.3f}")
+
+
 def text_checks(cand: QACandidate) -> list[CheckFailure]:
     """The checks that read only the candidate's text, in a fixed order."""
+    language = cand.context.language
     found = [
         mentions_passage(cand.question),
-        answer_repeats_question(cand.question, cand.answer),
+        answer_repeats_question(
+            cand.question, cand.answer, "en" if language == UNDETERMINED else language
+        ),
         empty_answer(cand.answer, cand.requested_label),
+        wrong_language(cand.question, language),
     ]
     return [f for f in found if f is not None]
 

@@ -15,6 +15,11 @@ wrapped in a tag (string fields that hold corpus text in ``<document>`` tags); a
 inside the values that could close or open one of those tags is escaped, so a document cannot
 "end" its own block and pose as an instruction. The system message says that tagged text is data.
 
+Languages: :meth:`Prompt.render` detects the language of the input's documents (its document
+fields, else all its text) and, when it is neither English nor undetermined, tells the model in
+the system message to write its free text in that language. English inputs render exactly as
+before, so their cached answers stay valid.
+
 ``(name, version)`` identifies a prompt everywhere (cache keys, usage rows, reports); change the
 version whenever the instruction, the examples or the models change.
 """
@@ -30,6 +35,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.languages import UNDETERMINED, detect_language, language_name
 from ragtrail.llm.backends.base import Message
 from ragtrail.text import content_words, word_tokens
 
@@ -54,6 +60,19 @@ OUTPUT_RULES = (
 )
 
 SchemaStyle = Literal["shape", "json_schema", "both"]
+
+
+def language_rule(language: str) -> str | None:
+    """The system-message rule for documents in ``language``; None for English or unknown."""
+    if language in ("en", UNDETERMINED):
+        return None
+    name = language_name(language)
+    return (
+        f"The documents are written in {name}. Write every free-text value of your reply "
+        f"(statements, questions, answers, reasons) in {name}, the documents' language. Keep "
+        "the JSON keys and any fixed values (labels, ratings, yes/no) exactly as the format "
+        "gives them."
+    )
 
 
 class DuplicatePromptError(ValueError):
@@ -160,9 +179,24 @@ class Prompt(Generic[InT, OutT]):
         }
         return tuple(sorted(words - present))
 
-    def system_message(self) -> str:
+    def input_language(self, inp: InT) -> str:
+        """The language of ``inp``'s documents (its document fields; without any, all its text)."""
+        data = inp.model_dump(mode="json")
+        names = self.document_fields or frozenset(self.input_model.model_fields)
+        texts: list[str] = []
+        for fname in sorted(names):
+            value = data.get(fname)
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, str):
+                    texts.append(item)
+        return detect_language("\n".join(texts)).code
+
+    def system_message(self, language: str = "en") -> str:
         schema = self.json_schema()
         parts = [self.instruction.strip(), DATA_RULES, OUTPUT_RULES]
+        rule = language_rule(language)
+        if rule is not None:
+            parts.append(rule)
         if self.schema_style in ("shape", "both"):
             shape, notes = output_shape(schema)
             parts.append(f"Format:\n{shape}")
@@ -177,7 +211,8 @@ class Prompt(Generic[InT, OutT]):
         """Chat messages for one input: system, few-shot turns, then the input."""
         if not isinstance(inp, self.input_model):
             raise TypeError(f"{self.name}: expected {self.input_model.__name__}, got {type(inp)}")
-        messages: list[Message] = [{"role": "system", "content": self.system_message()}]
+        language = self.input_language(inp)
+        messages: list[Message] = [{"role": "system", "content": self.system_message(language)}]
         for ex_in, ex_out in self.examples:
             messages.append({"role": "user", "content": self.render_input(ex_in)})
             messages.append({"role": "assistant", "content": ex_out.model_dump_json()})

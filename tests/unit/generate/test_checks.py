@@ -259,3 +259,24 @@ def test_label_and_critique_rejects_failed_checks_before_any_model_call(make_run
     assert causes["rejected:check:mentions_passage"] == 1
     assert causes["rejected:check:unrelated_statement"] == 1
     assert causes["rejected:label_mismatch"] == 1
+
+
+def test_a_question_not_in_a_french_contexts_language_is_rejected_and_counted(embedder) -> None:
+    from dataclasses import replace
+
+    french = replace(
+        sample_contexts()[0],
+        language="fr",
+        text="Le personnel à temps plein reçoit 27 jours de congés annuels par an.",
+    )
+    english = _cand(0, "How many days of annual leave do full-time staff get?", "", "27", "x")
+    in_french = _cand(1, "Combien de jours de congés annuels reçoit le personnel ?", "", "27", "x")
+    cands = [replace(c, context=french) for c in (english, in_french)]
+    results = check_candidates(cands, embedder.encode, 0.0)
+    assert [[f.kind for f in found] for found in results] == [[CheckName.WRONG_LANGUAGE], []]
+    assert reject_reason(results[0]).startswith("check:wrong_language=fr=")
+
+    cands[0].status, cands[0].reject_reason = CandidateStatus.REJECTED, reject_reason(results[0])
+    stages = {stage.stage: stage.count for stage in funnel(cands)}
+    assert stages["parsed"] == 2 and stages["in the context's language"] == 1
+    assert stages["model-free checks passed"] == 1

@@ -128,3 +128,24 @@ def test_registry_refuses_duplicates_and_finds_versions() -> None:
         reg.get("test.answer", "3")
     with pytest.raises(KeyError):
         reg.get("missing")
+
+
+FRENCH_PASSAGE = (
+    "La commande apt-get installe et supprime des paquets sur un système Debian, en résolvant "
+    "leurs dépendances pour vous."
+)
+
+
+def test_a_prompt_tells_the_model_the_documents_language() -> None:
+    prompt = make_prompt()
+    french = prompt.render(QIn(question="Que fait apt-get ?", passages=[FRENCH_PASSAGE]))
+    assert prompt.input_language(QIn(question="?", passages=[FRENCH_PASSAGE])) == "fr"
+    assert "The documents are written in French" in french[0]["content"]
+    assert "in French, the documents' language" in french[0]["content"]
+
+    english = QIn(question="What?", passages=["The apt-get command installs and removes packages."])
+    assert prompt.render(english)[0]["content"] == prompt.system_message()  # unchanged
+    assert "written in" not in prompt.system_message()
+    # a heading alone is too uncertain to call: no language rule
+    heading = QIn(question="?", passages=["# Code Review Guidelines"])
+    assert prompt.render(heading)[0]["content"] == prompt.system_message()

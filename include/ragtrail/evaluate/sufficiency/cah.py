@@ -44,6 +44,7 @@ from ragtrail.jsonsafe import JsonObject, check_finite
 from ragtrail.judges.calibration import Estimate, proportion
 from ragtrail.judges.contract import Judge, JudgeInput, VerdictType
 from ragtrail.judges.correctness import CORRECT, INCORRECT
+from ragtrail.languages import detect_language
 from ragtrail.records import LABELS, QuestionLabel
 
 
@@ -191,7 +192,7 @@ def _rule(case: AnswerCase, judge: Judge | None) -> CAHRecord | None:
     golds = [g for g in case.golds if g.strip()]
     if not golds:
         return CAHRecord(case, None, None, unscored_reason=NO_GOLD)
-    if matches_gold(answer.text, golds):
+    if matches_gold(answer.text, golds, detect_language(case.question).code):
         return CAHRecord(case, Outcome.CORRECT, BY_MATCH)
     if judge is None:
         return CAHRecord(case, None, None, unscored_reason=NO_JUDGE)

@@ -86,6 +86,7 @@ def contexts_of_documents(
                         chunk_hash=chunk.content_hash,
                         text=chunk.text,
                         headings=chunk.headings,
+                        language=doc.language,
                     )
                 )
     return out

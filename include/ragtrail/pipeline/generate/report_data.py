@@ -13,6 +13,7 @@ from dataclasses import asdict
 
 import numpy as np
 
+from ragtrail.generate.checks import CheckName
 from ragtrail.generate.critiques import CRITERIA
 from ragtrail.pipeline.generate.plan import GenerationPlan
 from ragtrail.records import (
@@ -21,6 +22,7 @@ from ragtrail.records import (
     CandidateStatus,
     QACandidate,
     RejectKind,
+    format_reject_reason,
 )
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.generation_summary import (
@@ -93,7 +95,9 @@ def _has_reason(cand: QACandidate, prefix: str) -> bool:
 def funnel(candidates: Sequence[QACandidate]) -> list[FunnelStage]:
     """Counts per acceptance stage, derived from each candidate's final status and reason."""
     parsed = [c for c in candidates if c.question]
-    checked = [c for c in parsed if not _has_reason(c, RejectKind.CHECK)]
+    wrong_language = format_reject_reason(RejectKind.CHECK, CheckName.WRONG_LANGUAGE.value)
+    in_language = [c for c in parsed if wrong_language not in (c.reject_reason or "")]
+    checked = [c for c in in_language if not _has_reason(c, RejectKind.CHECK)]
     matched = [c for c in checked if c.label_matches]
     passed = [
         c for c in matched if not (_has_reason(c, "critique") or c.status == CandidateStatus.FAILED)
@@ -103,6 +107,7 @@ def funnel(candidates: Sequence[QACandidate]) -> list[FunnelStage]:
     stages = {
         "candidates": candidates,
         "parsed": parsed,
+        "in the context's language": in_language,
         "model-free checks passed": checked,
         "label match": matched,
         "critiques passed": passed,
