@@ -246,3 +246,40 @@ def test_hints_for_an_indented_json_file_and_a_semicolon_csv(tmp_path):
     semicolons = tmp_path / "qa.csv"
     semicolons.write_text("qid;question;label;ground_doc_ids\na;Q?;summary;x.md\n")
     _refused(semicolons, r"is it separated by ';' instead of ','\?$")
+
+
+def test_questions_in_any_script_load_the_same_from_csv_and_jsonl(tmp_path):
+    rows = [
+        {
+            "qid": "fr-1",
+            "question": "Quel fichier contient le message de bienvenue affiché au démarrage ?",
+            "label": "fact_single",
+            "answer": "/etc/motd",
+            "ground_doc_ids": "pages/ch01.fr.html",
+        },
+        {
+            "qid": "ja-1",
+            "question": "日本の首都はどこですか？",
+            "label": "fact_single",
+            "answer": "東京",
+            "ground_doc_ids": "ja/地理.md",
+        },
+        {
+            "qid": "ru-1",
+            "question": "Какой пакет устанавливает apt?",
+            "label": "unanswerable",
+            "answer": "",
+            "ground_doc_ids": "ru/apt.md",
+        },
+    ]
+    csv_path = tmp_path / "qa.csv"
+    pd.DataFrame(rows).to_csv(csv_path, index=False, encoding="utf-8")
+    jsonl = tmp_path / "qa.jsonl"
+    jsonl.write_text(
+        "\n".join(json.dumps({**r, "ground_doc_ids": [r["ground_doc_ids"]]}) for r in rows),
+        encoding="utf-8",
+    )
+    from_csv, from_jsonl = load_qa_set(csv_path)[0], load_qa_set(jsonl)[0]
+    assert from_csv == from_jsonl
+    assert [i.question for i in from_csv] == [r["question"] for r in rows]
+    assert from_csv[1].ground_doc_ids == ("ja/地理.md",)
