@@ -135,3 +135,15 @@ def test_the_label_queue_puts_disagreements_first_and_its_filled_file_trains(
 def test_a_configured_trained_judge_that_was_never_trained_says_how_to_train_one(rt):
     with pytest.raises(ValueError, match="ragtrail judge train entailment --reference FILE"):
         entailment_judge(rt)
+
+
+def test_judge_list_shows_the_configured_labeller(make_runtime):
+    from ragtrail.pipeline.registered_judges import listed_judges
+
+    trained = make_runtime(judges={"labeller": "labeller.trained"})
+    judges, unavailable = listed_judges(trained)
+    names = [j.spec.name for j in judges]
+    assert "labeller" not in names  # not the LLM labeller the night does not use
+    assert "ragtrail judge train labeller" in unavailable["labeller.trained"]
+    llm = make_runtime(home=trained.settings.home.parent / "llm-home")
+    assert "labeller" in [j.spec.name for j in listed_judges(llm)[0]]

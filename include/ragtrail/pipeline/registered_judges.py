@@ -9,9 +9,11 @@ its lookups know every judge whichever step ran before; the CLI reads judges thr
 
 from __future__ import annotations
 
+from ragtrail.generate.judges import LABELLER
 from ragtrail.judges.contract import Judge
 from ragtrail.judges.registry import JUDGES, CalibrationRequest, JudgeRegistry
 from ragtrail.pipeline import correctness, judges  # noqa: F401  (importing registers judges)
+from ragtrail.pipeline.judges import labeller_name
 from ragtrail.pipeline.sufficiency import raters  # noqa: F401  (importing registers judges)
 from ragtrail.runtime import Runtime
 from ragtrail.storage.judge_store import CalibrationRecord
@@ -35,16 +37,18 @@ def calibrate_judge(rt: Runtime, name: str, request: CalibrationRequest) -> list
 
 
 def listed_judges(rt: Runtime) -> tuple[list[Judge], dict[str, str]]:
-    """The configured judges ``ragtrail judge list`` shows (the labeller, the critiques, the
-    configured entailment judge), and, by name, why an optional one could not be built."""
+    """The configured judges ``ragtrail judge list`` shows (the configured labeller, the
+    critiques, the configured entailment judge), and, by name, why an optional one (or a
+    configured trained labeller with no version yet) could not be built."""
     built: list[Judge] = []
     unavailable: dict[str, str] = {}
     for entry in JUDGES.listed():
-        for name in entry.names:
+        for listed in entry.names:
+            name = labeller_name(rt) if listed == LABELLER else listed
             try:
-                built.append(entry.build(rt, name))
+                built.append(JUDGES.build(rt, name))
             except (ValueError, OSError) as exc:
-                if not entry.optional:
+                if not entry.optional and name == listed:
                     raise
                 unavailable[name] = str(exc)
     return built, unavailable
