@@ -128,6 +128,12 @@ def build_tiny_t5(
     return out
 
 
+def wordpiece_tokenizer(vocab: Sequence[str]) -> BertTokenizerFast:
+    """A WordPiece tokenizer over ``vocab`` (duplicates dropped, first one kept). The vocabulary
+    is passed as a mapping: transformers 5 ignores ``vocab_file`` here (every word [UNK])."""
+    return BertTokenizerFast(vocab={word: i for i, word in enumerate(dict.fromkeys(vocab))})
+
+
 NLI_WORDS = ("the", "a", "cat", "dog", "sat", "on", "mat", "is", "ferry", "ticket", ".", ",")
 """Word-level vocabulary of the tiny NLI classifier (other words split into letters)."""
 
@@ -146,8 +152,7 @@ def build_tiny_nli_classifier(
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *NLI_WORDS, *letters]
     vocab += [f"##{c}" for c in letters] + [str(d) for d in range(10)]
-    (out / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab_file=str(out / "vocab.txt"))
+    tok = wordpiece_tokenizer(vocab)
     tok.save_pretrained(out)
     labels = {int(i): str(name) for i, name in id2label.items()}
     cfg = BertConfig(
@@ -185,8 +190,7 @@ def build_tiny_bert_encoder(out: Path) -> Path:
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TOY_WORDS, *letters, "."]
     vocab += [f"##{c}" for c in letters] + [str(d) for d in range(10)]
-    # the vocabulary as a mapping: transformers 5 ignores ``vocab_file`` here (every word [UNK])
-    tok = BertTokenizerFast(vocab={word: i for i, word in enumerate(dict.fromkeys(vocab))})
+    tok = wordpiece_tokenizer(vocab)
     tok.save_pretrained(out)
     cfg = BertConfig(
         vocab_size=len(tok),
