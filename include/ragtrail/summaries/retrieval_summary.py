@@ -25,10 +25,9 @@ class BestRow(WithUndefined):
     ci_method: str | None = Field(None, exclude_if=is_none)
 
 
-class MetricRow(WithUndefined):
-    """One metric of one label at one text weight, with its CI and the CI's method."""
+class WeightedFigure(WithUndefined):
+    """One metric at one text weight over some questions, with its CI and the CI's method."""
 
-    label: str
     text_weight: float
     metric: str
     value: float | None
@@ -38,17 +37,16 @@ class MetricRow(WithUndefined):
     ci_method: str | None = Field(None, exclude_if=is_none)
 
 
-class FacetRow(WithUndefined):
+class MetricRow(WeightedFigure):
+    """One metric of one label at one text weight."""
+
+    label: str
+
+
+class FacetRow(WeightedFigure):
     """The primary metric at the set's best inclusive weight for one facet value (a language)."""
 
     facet: str
-    text_weight: float
-    metric: str
-    value: float | None
-    ci_low: float | None
-    ci_high: float | None
-    n_questions: int
-    ci_method: str | None = Field(None, exclude_if=is_none)
 
 
 class EvaluatorInfo(Record):
