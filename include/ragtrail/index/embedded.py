@@ -29,6 +29,7 @@ One writer at a time: the tantivy writer lock is taken on the first write and he
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -248,44 +249,58 @@ class EmbeddedHybridIndex:
         """Bring the tantivy index to :data:`LEXICAL_SCHEMA`, rebuilding it from the id map.
 
         Runs when the id map has no schema mark: a new index (nothing to rebuild) or one written
-        before languages existed. The new index is built beside the old and renamed into place;
-        a crash at any point leaves the mark unset, so the next open simply rebuilds again.
+        before languages existed. Processes opening the index at once take turns (a file lock),
+        and the second finds the mark. The new index is built beside the old and renamed into
+        place; a crash at any point leaves the mark unset, so the next open rebuilds again.
         """
-        db = self._db
-        mark = db.execute("SELECT value FROM meta WHERE key = 'lexical_schema'").fetchone()
-        if mark is not None:
-            if mark[0] != LEXICAL_SCHEMA:
-                raise ValueError(
-                    f"index {self.path} has lexical schema {mark[0]}, this version reads "
-                    f"{LEXICAL_SCHEMA}: rebuild it by ingesting the corpus into a new home"
-                )
+        if self._lexical_mark() is not None:
             return
-        target = self.path / "bm25"
-        rows = db.execute("SELECT chunk_id, doc_id, text, language FROM chunks").fetchall()
-        if rows or any(target.iterdir()):
-            log.warning(
-                "index %s predates per-language analysis: rebuilding its BM25 side from %d "
-                "stored chunks (analysed as before, in English)",
-                self.path,
-                len(rows),
+        with open(self.path / "upgrade.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if self._lexical_mark() is not None:
+                return
+            rows = self._db.execute("SELECT chunk_id, doc_id, text, language FROM chunks")
+            rows = rows.fetchall()
+            if rows or any((self.path / "bm25").iterdir()):
+                self._rebuild_lexical(rows)
+            self._db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('lexical_schema', ?)", (LEXICAL_SCHEMA,)
             )
-            staging = self.path / "bm25.rebuild"
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir()
-            index = _open_tantivy(self._schema, staging, self._analyzers)
-            writer = index.writer(heap_size=_WRITER_HEAP_BYTES, num_threads=1)
-            for row in rows:
-                writer.add_document(_lexical_document(*row))
-            writer.commit()
-            writer.wait_merging_threads()
-            del writer, index
-            legacy = self.path / "bm25.legacy"
-            shutil.rmtree(legacy, ignore_errors=True)
-            os.replace(target, legacy)
-            os.replace(staging, target)
-            _fsync_dir(self.path)
-            shutil.rmtree(legacy)
-        db.execute("INSERT INTO meta VALUES ('lexical_schema', ?)", (LEXICAL_SCHEMA,))
+
+    def _lexical_mark(self) -> str | None:
+        """The stored lexical schema (None: unmarked); a schema this code cannot read raises."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'lexical_schema'").fetchone()
+        if row is not None and row[0] != LEXICAL_SCHEMA:
+            raise ValueError(
+                f"index {self.path} has lexical schema {row[0]}, this version reads "
+                f"{LEXICAL_SCHEMA}: rebuild it by ingesting the corpus into a new home"
+            )
+        return None if row is None else str(row[0])
+
+    def _rebuild_lexical(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
+        """Write ``rows`` into a new tantivy index and swap it in for ``bm25/``."""
+        log.warning(
+            "index %s predates per-language analysis: rebuilding its BM25 side from %d stored "
+            "chunks (analysed as before, in English)",
+            self.path,
+            len(rows),
+        )
+        target, staging = self.path / "bm25", self.path / "bm25.rebuild"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        index = _open_tantivy(self._schema, staging, self._analyzers)
+        writer = index.writer(heap_size=_WRITER_HEAP_BYTES, num_threads=1)
+        for row in rows:
+            writer.add_document(_lexical_document(*row))
+        writer.commit()
+        writer.wait_merging_threads()
+        del writer, index
+        legacy = self.path / "bm25.legacy"
+        shutil.rmtree(legacy, ignore_errors=True)
+        os.replace(target, legacy)
+        os.replace(staging, target)
+        _fsync_dir(self.path)
+        shutil.rmtree(legacy)
 
     def _load_dense(self) -> None:
         """(Re)load faiss + id map from disk and hide orphan vectors / dangling rows in memory."""
