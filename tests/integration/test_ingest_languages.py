@@ -104,3 +104,29 @@ def test_a_corpus_ingested_before_languages_is_read_again_once(make_runtime, tmp
     summary = ingest(rt, str(source), "c")
     assert summary.changed and summary.changed_doc_ids == []  # read again, language unchanged
     assert not ingest(rt, str(source), "c").changed
+
+
+def test_each_question_takes_its_ground_documents_language_else_its_own(make_runtime, tmp_path):
+    from ragtrail.pipeline.retrieval import question_languages
+    from ragtrail.records import QAItem
+
+    source = tmp_path / "src"
+    _write(source, "fr.md", TEXTS["fr"])
+    _write(source, "short.md", "ok")
+    rt = make_runtime()
+    ingest(rt, str(source), "c")
+    items = [
+        QAItem(qid="a", question="What does apt-get do?", label="x", ground_doc_ids=("fr.md",)),
+        QAItem(
+            qid="b",
+            question="Welche Pakete installiert der Befehl apt-get auf dem System?",
+            label="unanswerable",
+        ),
+        QAItem(
+            qid="c",
+            question="Which packages does apt-get install on a Debian system?",
+            label="x",
+            ground_doc_ids=("short.md", "gone.md"),  # undetermined and unknown documents
+        ),
+    ]
+    assert question_languages(rt, "c", items) == {"a": "fr", "b": "de", "c": "en"}
