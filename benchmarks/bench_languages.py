@@ -21,7 +21,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from benchmarks._common import machine_line, require_shared, timer, write_section
+from benchmarks._common import machine_line, require_shared, write_section
 from ragtrail.config import DEFAULT_TEXT_WEIGHTS, load_settings
 from ragtrail.evaluate.retrieval.evaluator import ScanConfig, collect_candidates, scan
 from ragtrail.index.embedded import build_analyzer
@@ -39,8 +39,7 @@ ANALYSES = {"english (forced)": "en", "per language (detected)": "auto"}
 
 def _index_and_scan(corpus: Path, home: Path, language: str) -> tuple[Any, dict[str, Any]]:
     rt = Runtime(load_settings(home=home, ingest={"language": language}))
-    with timer() as took:
-        summary = ingest(rt, str(corpus), "debian-fr")
+    summary = ingest(rt, str(corpus), "debian-fr")
     items, _ = load_qa_set(GOLDEN)
     index = rt.index("debian-fr")
     candidates = collect_candidates(index, rt.embedder.encode, items, K)
@@ -53,7 +52,6 @@ def _index_and_scan(corpus: Path, home: Path, language: str) -> tuple[Any, dict[
         matches[query] = [h.text for h in hits]
     rt.close()
     facts = {
-        "ingest_s": took(),
         "documents": summary.documents,
         "chunks": summary.chunks,
         "languages": languages,
@@ -126,7 +124,8 @@ def run() -> str:
     table, form_table = "\n".join(rows), "\n".join(forms)
     return f"""## Languages — French Debian Reference, English analysis vs per-language analysis
 
-Machine: {machine_line()}; nothing else running. Backends: embedded (tantivy BM25 + faiss flat
+Machine: {machine_line()}. No timings are reported: every figure below is a count or a
+retrieval metric, the same under any load (this run shared the machine with a nightly). Backends: embedded (tantivy BM25 + faiss flat
 IP), all-MiniLM-L6-v2 for the dense side (the same in both runs), {K} candidates per modality,
 document-level relevance. Corpus: ../shared/corpora/debian-reference-fr, {fr_facts["documents"]}
 documents, {fr_facts["chunks"]} chunks; detected languages {", ".join(fr_facts["languages"])}
@@ -146,9 +145,6 @@ Chunks each lexical query matches (any term), and a word only the French analysi
 | query | English terms | chunks | French terms | chunks | inflected form found only by French |
 |---|---|---|---|---|---|
 {form_table}
-
-Ingest time: {en_facts["ingest_s"]:.0f} s forced English, {fr_facts["ingest_s"]:.0f} s detected
-(embeddings are computed in each run; language detection is included in the second).
 """
 
 
