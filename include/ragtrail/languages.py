@@ -97,11 +97,18 @@ def language_name(code: str) -> str:
     return LANGUAGE_NAMES.get(code, code)
 
 
+def _callable_sample(text: str) -> str | None:
+    """What the detector reads of ``text`` (:func:`_sample`); None when it has fewer than
+    :data:`MIN_CHARS` letters, too few to call."""
+    sample = _sample(text)
+    return sample if len(_LETTERS.findall(sample)) >= MIN_CHARS else None
+
+
 def language_probability(text: str, code: str) -> float | None:
     """The detector's probability that ``text`` is in ``code``; None when ``text`` is too short
     to call (fewer than :data:`MIN_CHARS` letters)."""
-    sample = _sample(text)
-    if len(_LETTERS.findall(sample)) < MIN_CHARS:
+    sample = _callable_sample(text)
+    if sample is None:
         return None
     return round(float(dict(_identifier().rank(sample)).get(code, 0.0)), 4)
 
@@ -110,8 +117,8 @@ def detect_language(text: str, *, configured: str = AUTO) -> LanguageGuess:
     """The language of ``text``: ``configured`` when it names one, else the detector's call."""
     if configured != AUTO:
         return LanguageGuess(check_language_setting(configured), 1.0, "configured")
-    sample = _sample(text)
-    if len(_LETTERS.findall(sample)) < MIN_CHARS:
+    sample = _callable_sample(text)
+    if sample is None:
         return LanguageGuess(UNDETERMINED, 0.0, "too short")
     code, probability = _identifier().classify(sample)
     confidence = round(float(probability), 4)

@@ -33,6 +33,8 @@ _WORD = re.compile(r"[^\W_]+")
 
 
 ENGLISH = "en"
+_UNDETERMINED = "und"
+"""ragtrail.languages.UNDETERMINED (a sibling module this one may not import)."""
 _APOSTROPHES = "'\u2019\u02bc"
 _ELIDED: dict[str, tuple[str, ...]] = {
     "fr": ("l", "d", "j", "m", "n", "s", "t", "c", "qu", "jusqu", "lorsqu", "puisqu", "quoiqu"),
@@ -54,9 +56,10 @@ def strip_elisions(text: str, language: str) -> str:
 
 @functools.cache
 def stop_words(language: str = ENGLISH) -> frozenset[str]:
-    """The stop words of ``language`` (ISO 639-1), folded: :data:`STOP_WORDS` for English, the
-    ``stop-words`` package's list for the 32 other languages it has, empty for the rest."""
-    if language == ENGLISH:
+    """The stop words of ``language`` (ISO 639-1), folded: :data:`STOP_WORDS` for English and
+    for undetermined text (``und``), the ``stop-words`` package's list for the 32 other languages
+    it has, empty for the rest."""
+    if language in (ENGLISH, _UNDETERMINED):
         return STOP_WORDS
     from stop_words import LANGUAGE_MAPPING, get_stop_words
 

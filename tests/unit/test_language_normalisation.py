@@ -77,3 +77,8 @@ def test_a_question_not_in_its_contexts_language_is_rejected():
 def test_a_low_confidence_call_is_undetermined():
     guess = detect_language("# Code Review Guidelines")
     assert (guess.code, guess.method) == ("und", "uncertain") and 0 < guess.confidence < 0.5
+
+
+def test_undetermined_text_uses_the_english_stop_words():
+    assert stop_words("und") is STOP_WORDS
+    assert content_words("the leave policy", language="und") == {"leave", "policy"}

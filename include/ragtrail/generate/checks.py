@@ -131,9 +131,7 @@ def text_checks(cand: QACandidate) -> list[CheckFailure]:
     language = cand.context.language
     found = [
         mentions_passage(cand.question),
-        answer_repeats_question(
-            cand.question, cand.answer, "en" if language == UNDETERMINED else language
-        ),
+        answer_repeats_question(cand.question, cand.answer, language),
         empty_answer(cand.answer, cand.requested_label),
         wrong_language(cand.question, language),
     ]
