@@ -131,6 +131,22 @@ _EX_BASELINE_QUESTION = "How much is the late fee at the Elm Street Library?"
 _EX_QUESTION = "How long is the loan period for books at the Elm Street Library?"
 _EX_ANSWER = "Elm Street Library books are lent for three weeks."
 
+# Worked question examples in French, on invented subjects of their own: with only the English
+# example, SmolLM2-135M wrote English questions about French statements even when told the
+# language (5 of 6 measured); with these, French ones (6 of 6).
+_EX_QUESTIONS_FR = [
+    (
+        "Un billet de train TER Normandie reste valable vingt-quatre heures après son achat.",
+        "Billets de train TER Normandie",
+        "Quelle est la durée de validité d'un billet TER Normandie ?",
+    ),
+    (
+        "La piscine municipale de Vernon est fermée tous les lundis pour l'entretien.",
+        "Horaires de la piscine municipale de Vernon",
+        "Quel jour la piscine municipale de Vernon est-elle fermée ?",
+    ),
+]
+
 
 # --------------------------------------------------------------------------- input models
 
@@ -236,6 +252,7 @@ _EXAMPLE_KEYS = frozenset(
         _EX_LABEL_QUESTION,
         _EX_BASELINE_QUESTION,
         _EX_QUESTION,
+        *(text for example in _EX_QUESTIONS_FR for text in example),
     )
 )
 
@@ -551,6 +568,15 @@ QUESTION: Prompt[QuestionInput, QuestionOutput] = _register(
                 _example(QuestionOutput, question=_EX_FACT_QUESTION),
             )
         ],
+        examples_by_language={
+            "fr": [
+                (
+                    QuestionInput(statement=statement, theme=theme),
+                    _example(QuestionOutput, question=question),
+                )
+                for statement, theme, question in _EX_QUESTIONS_FR
+            ]
+        },
     )
 )
 

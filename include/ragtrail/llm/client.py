@@ -162,6 +162,7 @@ class _State:
     index: int
     base_messages: list[Message]
     schema: JsonObject | None = None
+    avoid_copying: tuple[str, ...] = ()
     avoid_words: tuple[str, ...] = ()
     attempts: list[Attempt] = field(default_factory=list)
     outcome: CallOutcome[Any] | None = None
@@ -252,16 +253,19 @@ class LLMClient:
         tally = _Tally(f"model calls {stage}", len(inputs), self.progress)
         for start in range(0, len(inputs), self.chunk_size):
             chunk = inputs[start : start + self.chunk_size]
-            states = [
-                _State(
-                    start + i,
-                    prompt.render(inp),
-                    prompt.guided_schema(inp) if params.guided_json else None,
-                    prompt.foreign_example_words(inp),
-                    seed=params.seed if seeds is None else int(seeds[start + i]),
+            states = []
+            for i, inp in enumerate(chunk):
+                language = prompt.input_language(inp)
+                states.append(
+                    _State(
+                        start + i,
+                        prompt.render(inp, language),
+                        prompt.guided_schema(inp) if params.guided_json else None,
+                        prompt.example_texts(language),
+                        prompt.foreign_example_words(inp, language),
+                        seed=params.seed if seeds is None else int(seeds[start + i]),
+                    )
                 )
-                for i, inp in enumerate(chunk)
-            ]
             self._run_states(prompt, states, stage, params, tally)
             for s in states:
                 assert s.outcome is not None
@@ -279,14 +283,13 @@ class LLMClient:
         tally: _Tally,
     ) -> None:
         backend_name, model_id = self.backend.name, self.backend.model_id
-        avoid = prompt.example_texts()
         for attempt in range(self.max_attempts):
             active = [s for s in states if s.outcome is None]
             if not active:
                 break
             if attempt > 0:
                 tally.grow(len(active))
-            requests = [self._request(s, attempt, params, avoid) for s in active]
+            requests = [self._request(s, attempt, params) for s in active]
             keys = [
                 cache_key(backend_name, model_id, prompt.name, prompt.version, r) for r in requests
             ]
@@ -338,9 +341,7 @@ class LLMClient:
             if unsent:
                 raise BudgetExhausted(str(unsent[0]).removeprefix(_BUDGET_ERROR))
 
-    def _request(
-        self, state: _State, attempt: int, params: GenerationParams, avoid: tuple[str, ...]
-    ) -> GenerationRequest:
+    def _request(self, state: _State, attempt: int, params: GenerationParams) -> GenerationRequest:
         messages = list(state.base_messages)
         if not state.max_new_tokens:
             state.max_new_tokens = params.max_new_tokens
@@ -375,7 +376,7 @@ class LLMClient:
             seed=state.seed + attempt,
             json_schema=state.schema,
             stop=params.stop,
-            avoid_copying=avoid,
+            avoid_copying=state.avoid_copying,
             avoid_words=state.avoid_words,
         )
 

@@ -18,7 +18,13 @@ inside the values that could close or open one of those tags is escaped, so a do
 Languages: :meth:`Prompt.render` detects the language of the input's documents (its document
 fields, else all its text) and, when it is neither English nor undetermined, tells the model in
 the system message to write its free text in that language. English inputs render exactly as
-before, so their cached answers stay valid.
+before, so their cached answers stay valid. A prompt may carry worked examples per language
+(``examples_by_language``): an input in such a language sees those instead of the English ones,
+and the copy guards (:meth:`Prompt.example_texts`, :meth:`Prompt.foreign_example_words`) follow
+the examples it saw. Measured on SmolLM2-135M with six French statements, the language rule with
+the English example gave 5 English questions of 6; with French examples, 6 French ones of 6.
+The rendered messages are part of every cache key, so adding one language's examples re-asks
+only that language's calls.
 
 ``(name, version)`` identifies a prompt everywhere (cache keys, usage rows, reports); change the
 version whenever the instruction, the examples or the models change.
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -89,6 +95,9 @@ class Prompt(Generic[InT, OutT]):
         instruction: what the model must do, in the project's own words.
         input_model / output_model: pydantic models of the input and the expected JSON output.
         examples: few-shot ``(input, output)`` pairs, rendered as prior chat turns.
+        examples_by_language: few-shot pairs for inputs in one language (ISO 639-1 code), used
+            instead of ``examples`` for those inputs; a tiny model imitates the example's
+            language far more than it obeys the instruction.
         document_fields: names of input fields holding corpus text; they render as
             ``<document>`` blocks (a ``list[str]`` field renders one block per item).
         schema_style: how the system message states the output format: ``"shape"`` (compact,
@@ -104,6 +113,7 @@ class Prompt(Generic[InT, OutT]):
     input_model: type[InT]
     output_model: type[OutT]
     examples: Sequence[tuple[InT, OutT]] = ()
+    examples_by_language: Mapping[str, Sequence[tuple[InT, OutT]]] = field(default_factory=dict)
     document_fields: frozenset[str] = field(default_factory=frozenset)
     schema_style: SchemaStyle = "shape"
     decoding_schema: Callable[[InT], JsonObject] | None = None
@@ -116,16 +126,23 @@ class Prompt(Generic[InT, OutT]):
         if not self.instruction.strip():
             raise ValueError("prompt instruction is empty")
         object.__setattr__(self, "examples", tuple(self.examples))
+        by_language = {lang: tuple(pairs) for lang, pairs in self.examples_by_language.items()}
+        object.__setattr__(self, "examples_by_language", by_language)
         object.__setattr__(self, "document_fields", frozenset(self.document_fields))
         unknown = self.document_fields - set(self.input_model.model_fields)
         if unknown:
             raise ValueError(f"document_fields {sorted(unknown)} are not fields of the input model")
-        for i, (ex_in, ex_out) in enumerate(self.examples):
-            if not isinstance(ex_in, self.input_model) or not isinstance(ex_out, self.output_model):
-                raise TypeError(
-                    f"example {i} must be ({self.input_model.__name__}, "
-                    f"{self.output_model.__name__})"
-                )
+        for lang, pairs in [("", self.examples), *by_language.items()]:
+            if lang in ("en", UNDETERMINED):
+                raise ValueError(f"examples for {lang!r} inputs are the prompt's own examples")
+            for i, (ex_in, ex_out) in enumerate(pairs):
+                if not isinstance(ex_in, self.input_model) or not isinstance(
+                    ex_out, self.output_model
+                ):
+                    raise TypeError(
+                        f"example {i}{f' ({lang})' if lang else ''} must be "
+                        f"({self.input_model.__name__}, {self.output_model.__name__})"
+                    )
 
     @property
     def key(self) -> tuple[str, str]:
@@ -141,11 +158,15 @@ class Prompt(Generic[InT, OutT]):
             return self.decoding_schema(inp)
         return self.json_schema()
 
-    def example_texts(self) -> tuple[str, ...]:
+    def examples_for(self, language: str) -> tuple[tuple[InT, OutT], ...]:
+        """The worked examples an input in ``language`` sees."""
+        return tuple(self.examples_by_language.get(language, self.examples))
+
+    def example_texts(self, language: str = "en") -> tuple[str, ...]:
         """The free-text values (three words or more) of the worked example outputs.
 
         These are what a reply must not copy; single words (labels, enum values) are left out,
-        since a reply may legitimately repeat them.
+        since a reply may legitimately repeat them. ``language`` picks the examples shown.
         """
         texts: list[str] = []
 
@@ -159,22 +180,25 @@ class Prompt(Generic[InT, OutT]):
                 for item in value:
                     collect(item)
 
-        for _, ex_out in self.examples:
+        for _, ex_out in self.examples_for(language):
             collect(ex_out.model_dump(mode="json"))
         return tuple(dict.fromkeys(texts))
 
-    def foreign_example_words(self, inp: InT) -> tuple[str, ...]:
+    def foreign_example_words(self, inp: InT, language: str | None = None) -> tuple[str, ...]:
         """Content words of :meth:`example_texts` that ``inp`` never uses, sorted.
 
         They belong to the worked example's subject ("Elm Street Library"), so a reply about
         ``inp`` has no reason to use them; backends that can ban words while decoding do. Words
-        are those of :mod:`ragtrail.text` (stop words are never banned).
+        are those of :mod:`ragtrail.text` (the language's stop words are never banned). ``language`` is
+        ``inp``'s (detected when not given): it picks the examples shown.
         """
+        if language is None:
+            language = self.input_language(inp)
         present = set(word_tokens(self.render_input(inp)))
         words = {
             w
-            for text in self.example_texts()
-            for w in content_words(text, min_length=MIN_BANNED_WORD_LENGTH)
+            for text in self.example_texts(language)
+            for w in content_words(text, min_length=MIN_BANNED_WORD_LENGTH, language=language)
             if w.isalpha()  # words, not numbers: a reply may need the same figure
         }
         return tuple(sorted(words - present))
@@ -207,13 +231,18 @@ class Prompt(Generic[InT, OutT]):
             parts.append(f"JSON schema:\n{compact}")
         return "\n\n".join(parts)
 
-    def render(self, inp: InT) -> list[Message]:
-        """Chat messages for one input: system, few-shot turns, then the input."""
+    def render(self, inp: InT, language: str | None = None) -> list[Message]:
+        """Chat messages for one input: system, few-shot turns, then the input.
+
+        ``language`` is ``inp``'s, detected when not given (callers that also need it for the
+        copy guards detect it once).
+        """
         if not isinstance(inp, self.input_model):
             raise TypeError(f"{self.name}: expected {self.input_model.__name__}, got {type(inp)}")
-        language = self.input_language(inp)
+        if language is None:
+            language = self.input_language(inp)
         messages: list[Message] = [{"role": "system", "content": self.system_message(language)}]
-        for ex_in, ex_out in self.examples:
+        for ex_in, ex_out in self.examples_for(language):
             messages.append({"role": "user", "content": self.render_input(ex_in)})
             messages.append({"role": "assistant", "content": ex_out.model_dump_json()})
         messages.append({"role": "user", "content": self.render_input(inp)})

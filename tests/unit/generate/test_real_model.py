@@ -1,4 +1,4 @@
-"""The facts prompts on the real bundled SmolLM2 (slow).
+"""The facts and question prompts on the real bundled SmolLM2 (slow).
 
 The model is tiny, so quality is not asserted. The abstractive prompt must render within the
 model's limits and end as a validated value or a failure carrying the raw text; the extractive
@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from ragtrail.generate.checks import wrong_language
 from ragtrail.generate.prompts import (
     FACTS,
     FACTS_EXTRACTIVE,
+    QUESTION,
     FactsInput,
     FactsOutput,
+    QuestionInput,
     context_sentences,
     copies_example,
 )
@@ -82,3 +85,25 @@ def test_smollm2_facts_outcomes_are_ok_or_recorded(smollm2: LLMBackend) -> None:
         assert out.cause is not None and out.error
         assert out.raw_texts and all(t.strip() for t in out.raw_texts)
     assert client.usage.totals("test.facts").calls == len(out.attempts)
+
+
+FRENCH_STATEMENTS = [
+    ("La commande apt-get update met à jour la liste des paquets disponibles.", "Paquets Debian"),
+    ("Le fichier /etc/fstab décrit les systèmes de fichiers montés au démarrage.", "Fichiers"),
+    ("Debian publie une nouvelle version stable environ tous les deux ans.", "Versions de Debian"),
+    ("La commande dpkg -l affiche la liste des paquets installés.", "Paquets Debian"),
+]
+
+
+@pytest.mark.slow
+def test_smollm2_asks_french_questions_about_french_statements(smollm2: LLMBackend) -> None:
+    """The French worked examples make the tiny model write French (its English example alone
+    gave English questions); every question passes the model-free language check."""
+    client = LLMClient(smollm2, MemoryLLMCache(), max_attempts=2)
+    inputs = [QuestionInput(statement=s, theme=t) for s, t in FRENCH_STATEMENTS]
+    outcomes = client.run(
+        QUESTION, inputs, stage="question", params=params_for("question", GenerationParams())
+    )
+    questions = [o.value.question for o in outcomes if o.value is not None]
+    assert len(questions) == len(inputs)
+    assert [wrong_language(q, "fr") for q in questions] == [None] * len(inputs), questions

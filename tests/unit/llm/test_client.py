@@ -409,3 +409,26 @@ def test_per_input_seeds_replace_the_run_seed_and_key_the_cache() -> None:
     assert again.calls == []  # same item twice, two seeds: two cache entries, both replayed
     with pytest.raises(ValueError, match="2 seeds for 3 inputs"):
         client.run(PROMPT, items, stage="judge", seeds=[1, 2])
+
+
+def test_each_input_gets_the_copy_guards_of_the_examples_it_was_shown() -> None:
+    prompt: Prompt[Item, Judgement] = Prompt(
+        name="test.languages",
+        version="1",
+        instruction="Judge the item.",
+        input_model=Item,
+        output_model=Judgement,
+        examples=[(Item(text="example"), Judgement(label="AN EXAMPLE LABEL", score=2))],
+        examples_by_language={
+            "fr": [(Item(text="exemple"), Judgement(label="UNE ÉTIQUETTE MODÈLE", score=2))]
+        },
+        document_fields=frozenset({"text"}),
+    )
+    french = Item(text="La commande apt-get installe des paquets et résout leurs dépendances.")
+    backend = ScriptedBackend(lambda req, number: json.dumps({"label": "x", "score": 3}))
+    LLMClient(backend, MemoryLLMCache()).run(prompt, [ITEMS[0], french], stage="judge")
+    english_call, french_call = backend.calls
+    assert english_call.avoid_copying == ("AN EXAMPLE LABEL",)
+    assert french_call.avoid_copying == ("UNE ÉTIQUETTE MODÈLE",)
+    assert french_call.avoid_words == ("modèle", "étiquette")
+    assert "UNE ÉTIQUETTE MODÈLE" in french_call.messages[2]["content"]

@@ -149,3 +149,41 @@ def test_a_prompt_tells_the_model_the_documents_language() -> None:
     # a heading alone is too uncertain to call: no language rule
     heading = QIn(question="?", passages=["# Code Review Guidelines"])
     assert prompt.render(heading)[0]["content"] == prompt.system_message()
+
+
+def test_an_input_in_a_language_with_its_own_examples_sees_those() -> None:
+    english_ex = (
+        QIn(question="Q?", passages=["P"]),
+        QOut(answer="The Elm Street answer", confidence=4),
+    )
+    french_ex = (
+        QIn(question="Q ?", passages=["La piscine ferme le lundi."]),
+        QOut(answer="La piscine municipale ferme", confidence=3),
+    )
+    prompt = make_prompt(examples=[english_ex], examples_by_language={"fr": [french_ex]})
+    french = QIn(question="Que fait apt-get ?", passages=[FRENCH_PASSAGE])
+    english = QIn(question="What?", passages=["The apt-get command installs and removes packages."])
+
+    assert prompt.render(french)[2]["content"] == french_ex[1].model_dump_json()
+    assert prompt.render(english)[2]["content"] == english_ex[1].model_dump_json()
+    # a caller that already knows the language passes it; it picks the examples
+    assert prompt.render(french, "en")[2] == prompt.render(english)[2]
+    assert prompt.example_texts("fr") == ("La piscine municipale ferme",)
+    assert prompt.example_texts() == prompt.example_texts("de") == ("The Elm Street answer",)
+    # The French example's subject words are banned; its stop words ("la") never are.
+    assert prompt.foreign_example_words(french) == ("ferme", "municipale", "piscine")
+    assert prompt.foreign_example_words(english) == ("answer", "elm", "street")
+
+
+@pytest.mark.parametrize("language", ["en", "und"])
+def test_examples_for_english_or_undetermined_inputs_are_the_default_examples(
+    language: str,
+) -> None:
+    ex = (QIn(question="Q?", passages=["P"]), QOut(answer="A", confidence=4))
+    with pytest.raises(ValueError, match="the prompt's own examples"):
+        make_prompt(examples_by_language={language: [ex]})
+
+
+def test_examples_of_another_language_are_type_checked() -> None:
+    with pytest.raises(TypeError, match=r"example 0 \(fr\) must be \(QIn, QOut\)"):
+        make_prompt(examples_by_language={"fr": [(QOut(answer="A", confidence=1), QIn)]})
