@@ -57,6 +57,19 @@ def test_ingest_twice_is_idempotent(make_runtime, corpus_dir):
     assert len(rt.store.list_snapshots("hb")) == 1
 
 
+def test_the_same_files_at_another_path_are_the_same_corpus(make_runtime, corpus_dir, tmp_path):
+    """Relative paths and bytes count, not where the source is mounted."""
+    rt = make_runtime()
+    first = ingest(rt, str(corpus_dir), "hb")
+    moved = shutil.copytree(corpus_dir, tmp_path / "mounted-elsewhere")
+    again = ingest(rt, str(moved), "hb")
+    assert again.changed is False and again.snapshot == first.snapshot
+    assert (again.added, again.updated, again.removed, again.embedded) == (0, 0, 0, 0)
+    (moved / "engineering" / "code-review.md").write_text("# Code review\n\nNew rules.\n")
+    edited = ingest(rt, str(moved), "hb")
+    assert edited.changed is True and edited.changed_doc_ids == ["engineering/code-review.md"]
+
+
 def test_one_changed_document_is_the_only_one_reembedded(make_runtime, corpus_dir):
     rt = make_runtime()
     first = ingest(rt, str(corpus_dir), "hb")

@@ -384,12 +384,15 @@ def _same_as_snapshot(
     files: list[JsonObject],
     skipped: Sequence[QuarantineRecord],
 ) -> bool:
-    """True when ``files`` are exactly the files (paths and bytes) the snapshot was built from,
-    read from the same source with the same embedding model and index backend, and the listing
-    skipped the same entries for the same reasons."""
+    """True when ``files`` are exactly the files (paths relative to the source, and bytes) the
+    snapshot was built from, with the same embedding model and index backend, and the listing
+    skipped the same entries for the same reasons.
+
+    Where the source lives does not count: the same files copied or mounted elsewhere are the
+    same corpus (document ids are relative paths), so they make no new snapshot and no
+    regeneration; the move is logged."""
     settings = rt.settings
-    if (snapshot.source_uri, snapshot.embedding_model, snapshot.index_backend) != (
-        source_uri,
+    if (snapshot.embedding_model, snapshot.index_backend) != (
         settings.embedding_model,
         settings.index_backend,
     ):
@@ -397,4 +400,13 @@ def _same_as_snapshot(
     if manifest.get("skipped", []) != _skipped_entries(skipped):
         return False
     before = sorted((f["rel_path"], f["raw_hash"]) for f in manifest["files"])
-    return before == sorted((f["rel_path"], f["raw_hash"]) for f in files)
+    if before != sorted((f["rel_path"], f["raw_hash"]) for f in files):
+        return False
+    if snapshot.source_uri != source_uri:
+        log.info(
+            "source moved from %s to %s with the same files: snapshot %s stands",
+            snapshot.source_uri,
+            source_uri,
+            snapshot.snapshot_id,
+        )
+    return True
