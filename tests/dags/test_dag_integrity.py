@@ -393,14 +393,16 @@ def test_plugin_loads_and_links_reports(dagbag: Any) -> None:
 
     import ragtrail_plugin
 
+    # the served view always; a Data Docs site of its own when configured (the reports URL no
+    # longer adds a link: the view serves the same files, the user's access checked)
     custom = ragtrail_plugin.build_external_views(
         {
             "RAGTRAIL_REPORTS_URL": "https://reports.example/r/",
             "RAGTRAIL_DATA_DOCS_URL": "https://dd",
         }
     )
-    assert [v["href"] for v in custom] == ["https://reports.example/r/runs/", "https://dd"]
-    assert ragtrail_plugin.build_external_views({}) == []  # no link to a store that isn't there
+    assert [v["href"] for v in custom] == ["/ragtrail/", "https://dd"]
+    assert [v["name"] for v in ragtrail_plugin.build_external_views({})] == ["ragtrail reports"]
 
 
 def test_bootstrap_settings_have_pools_and_no_secrets() -> None:
