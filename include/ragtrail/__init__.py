@@ -33,10 +33,11 @@ function-local import::
                              typed records and closed vocabularies, text normalisation, progress
                              events, reading user files safely, checks on what users configure
                              (unknown keys, bad YAML), when a step's model calls mostly failed
-    jsonsafe | redact | stats
+    jsonsafe | redact | stats | library_logs
                              strict JSON: no NaN leaves the process, undefined values with
                              reasons; credentials in URLs hidden before anything is written;
-                             intervals valid at their n and the power behind every MDE
+                             intervals valid at their n and the power behind every MDE; third-
+                             party log chatter kept out of task logs
 
 dags/ and plugins/ are Airflow adapters outside the package: airflow.sdk plus
 ragtrail.pipeline / paths / records only (tests/dags checks them).

@@ -657,8 +657,10 @@ def run_step_in_worker(
 ) -> JsonObject:
     """Run ``step`` as a worker does: on a fresh Runtime built from the ``RAGTRAIL_*`` environment
     (a worker has no state from the DAG file), closed afterwards; the result is checked."""
+    from ragtrail.library_logs import quiet_library_logs
     from ragtrail.runtime import Runtime
 
+    quiet_library_logs()
     rt = Runtime()
     rt.holds_runs = False  # the next task of a run is another process: only heartbeats count
     try:
