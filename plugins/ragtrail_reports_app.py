@@ -110,11 +110,11 @@ class _Catalog:
             if self._catalog is None:
                 try:
                     self._catalog = ReportCatalog(self._stores())
-                except Exception as exc:
-                    log.exception("ragtrail reports view: settings")
+                except Exception as exc:  # its message may name a setting's value: logged only
+                    log.exception("ragtrail reports view: the API server's ragtrail settings")
                     raise HTTPException(
                         status.HTTP_503_SERVICE_UNAVAILABLE,
-                        f"ragtrail settings of the API server are unusable: {exc}",
+                        "the API server's ragtrail settings are unusable (see its log)",
                     ) from exc
             return self._catalog
 

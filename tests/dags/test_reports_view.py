@@ -215,3 +215,16 @@ def test_loading_the_plugin_imports_no_report_stack() -> None:
     new = json.loads(done.stdout.strip().splitlines()[-1])
     assert "ragtrail_plugin" in new
     assert [m for m in new if m.split(".")[0] in HEAVY] == []
+
+
+def test_unusable_settings_are_a_503_that_names_no_value(api: Any) -> None:
+    from fastapi.testclient import TestClient
+    from ragtrail_reports_app import create_app
+
+    def broken() -> Any:
+        raise ValueError("RAGTRAIL_DATABASE_URL=postgresql://u:hunter2@db/x is unreachable")
+
+    with TestClient(create_app(stores=broken)) as client:
+        response = _get(client, "/")
+    assert response.status_code == 503 and "see its log" in response.text
+    assert "hunter2" not in response.text
