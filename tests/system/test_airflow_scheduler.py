@@ -13,10 +13,13 @@ unpauses it, and follows the chain through the REST API:
 ingest_corpus -> corpus Asset -> generate_testset -> test-set Asset -> evaluate_retrieval
 
 It checks the run types and the consumed asset events of each link, the asset-event extras
-(the documented contract of plugins/assets.py), that every XCom is strict JSON, and that the
-evaluation report exists under RAGTRAIL_HOME/reports/. Contract violations are collected and
-reported together; a failed task stops the test at once with its log. The whole test has one
-time budget (``RAGTRAIL_SYSTEM_TEST_TIMEOUT``, seconds); every process is stopped at the end.
+(the documented contract of plugins/assets.py), that every XCom is strict JSON, that the
+evaluation report exists under RAGTRAIL_HOME/reports/, and that the api-server serves the
+plugin's "ragtrail reports" view of it: an invalid token refused, and with a valid one the
+corpus index, the corpus page listing the night, and (by following that page's links) the
+night's report and its Data Docs as HTML. Contract violations are collected and reported
+together; a failed task stops the test at once with its log. The whole test has one time
+budget (``RAGTRAIL_SYSTEM_TEST_TIMEOUT``, seconds); every process is stopped at the end.
 """
 
 from __future__ import annotations
@@ -24,10 +27,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import traceback
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import pytest
 
@@ -201,6 +208,7 @@ def _check_chain(stack: Any, problems: list[str], seen: dict[str, Any]) -> None:
     if not (report_path.is_file() and S.inside(report_path, ragtrail_home / "reports")):
         problems.append(f"no report HTML under {ragtrail_home / 'reports'}: {report}")
     assert report_path.suffix == ".html", report
+    seen["night"] = report_path.parent.name  # reports/<night>/report.html
 
     # ---- exactly one ingest run: the trigger took the missed slot, no scheduled duplicate
     runs = [(r["dag_run_id"], r["run_type"]) for r in S.dag_runs(stack, "ingest_corpus")]
@@ -246,9 +254,61 @@ def _check_zero_recall(stack: Any, snapshot_id: str, problems: list[str]) -> Non
         problems.append(f"evaluate_retrieval with recall 0 everywhere failed:\n{exc}")
         return
     _milestone(stack, f"zero-recall evaluate_retrieval {run_id} succeeded")
-    (evaluated,) = _evaluated_sets(S.xcom_values(stack, "evaluate_retrieval", run_id)).values()
+    # the night evaluates the corpus's golden sets too; the file's set is named after its stem
+    evaluated_sets = _evaluated_sets(S.xcom_values(stack, "evaluate_retrieval", run_id))
+    evaluated = evaluated_sets.get(qa_set.stem)
+    assert evaluated is not None, f"no set {qa_set.stem!r} among {sorted(evaluated_sets)}"
     recalls = [row.get("best_recall") for row in evaluated.get("best", [])]
     assert recalls and all(r == 0 for r in recalls), f"not a zero-recall run: {evaluated}"
+
+
+VIEW = "/ragtrail/"
+"""Where plugins/ragtrail_plugin.py mounts the reports view on the api-server."""
+
+
+def _view(stack: Any, url: str, *, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """GET a page of the reports view with the stack's token (or ``headers``): (status,
+    content type, body)."""
+    headers = headers or {"Authorization": f"Bearer {stack.token()}"}
+    request = urllib.request.Request(urljoin(stack.base_url, url), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = response.read().decode("utf-8", errors="replace")
+            return response.status, response.headers.get("Content-Type", ""), body
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode(errors="replace")
+
+
+def _check_reports_view(stack: Any, night: str, problems: list[str]) -> None:
+    """The api-server serves the night evaluate_retrieval published, through the plugin's view:
+    the corpus index lists the corpus, its page the night, and that page's links give the
+    night's report and Data Docs as HTML; nothing without a token."""
+    # This stack runs SimpleAuthManager with all_admins (every request is an admin, the REST
+    # API's too): an invalid token is still refused, by the view as by the API.
+    bad = {"Authorization": "Bearer not-a-jwt"}
+    code, _, body = _view(stack, VIEW, headers=bad)
+    api_code, _, _ = _view(stack, "/api/v2/dags", headers=bad)
+    assert code == api_code == 403, f"an invalid token got {code} (API: {api_code}): {body[:300]}"
+    index_url = urljoin(stack.base_url, VIEW)
+    code, kind, index = _view(stack, index_url)
+    assert code == 200 and kind.startswith("text/html"), (code, kind, index[:500])
+    corpus_links = [link for link in re.findall(r'href="([^"]+)"', index) if "corpora/" in link]
+    assert corpus_links == [f"corpora/{CORPUS}"], f"corpus index links: {corpus_links}"
+    corpus_url = urljoin(index_url, corpus_links[0])
+    code, _, page = _view(stack, corpus_url)
+    assert code == 200 and f'id="night-{night}"' in page, (code, night, page[:2000])
+    links = {urljoin(corpus_url, link) for link in re.findall(r'href="([^"]+)"', page)}
+    for name, path in (("report", "report.html"), ("Data Docs", "data_docs/index.html")):
+        url = next((u for u in links if u.endswith(f"/runs/{night}/{path}")), None)
+        if url is None:
+            problems.append(f"the corpus page does not link the night's {name}: {sorted(links)}")
+            continue
+        code, kind, body = _view(stack, url)
+        if code != 200 or not kind.startswith("text/html") or "<html" not in body.lower():
+            problems.append(f"the night's {name} at {url}: HTTP {code} {kind} {body[:300]}")
+        elif name == "report" and "ragtrail retrieval evaluation" not in body:
+            problems.append(f"{url} is not the evaluation report: {body[:300]}")
+    _milestone(stack, f"reports view serves night {night}")
 
 
 def _evaluated_sets(xcom: dict[tuple[str, int, str], Any]) -> dict[str, Any]:
@@ -274,6 +334,8 @@ def test_assets_chain_ingest_generate_evaluate(stack: Any) -> None:
     problems: list[str] = []
     seen: dict[str, Any] = {}
     _collect(problems, lambda: _check_chain(stack, problems, seen))
+    if "night" in seen:
+        _collect(problems, lambda: _check_reports_view(stack, seen["night"], problems))
     if "snapshot_id" in seen and stack.deadline.left > 0:
         _collect(problems, lambda: _check_zero_recall(stack, seen["snapshot_id"], problems))
     if problems:
