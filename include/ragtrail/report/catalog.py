@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import mimetypes
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import PurePosixPath, PureWindowsPath
@@ -46,6 +47,8 @@ METRICS_FILE: Final = "metrics.json"
 DATA_DOCS_DIR: Final = PurePosixPath(DATA_DOCS_INDEX).parent.as_posix()
 DEFAULT_NIGHTS: Final = 30
 """Nights a corpus page shows unless asked for more (each one is one read of the store)."""
+READERS: Final = 8
+"""Nights' documents read at once."""
 
 
 class Stores(Protocol):
@@ -163,7 +166,7 @@ class ReportCatalog:
 
     def nights(self, corpus: str, limit: int = DEFAULT_NIGHTS) -> NightListing:
         """The ``limit`` newest reports of ``corpus`` with their headlines (one read of the
-        store each); NotPublished for a corpus without any."""
+        store each, :data:`READERS` at a time); NotPublished for a corpus without any."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         groups: dict[str, list[_PublishedRun]] = {}
@@ -171,8 +174,10 @@ class ReportCatalog:
             groups.setdefault(run.report_id, []).append(run)
         if not groups:
             raise NotPublished(f"corpus {corpus!r} has no published report")
-        ordered = sorted(groups.items(), key=lambda kv: _started(kv[1]), reverse=True)
-        nights = tuple(self._night(report_id, runs) for report_id, runs in ordered[:limit])
+        ordered = sorted(groups.items(), key=lambda kv: _started(kv[1]), reverse=True)[:limit]
+        # one read per night: in parallel, which is what a remote store (S3) needs
+        with ThreadPoolExecutor(max_workers=min(READERS, len(ordered))) as pool:
+            nights = tuple(pool.map(lambda kv: self._night(*kv), ordered))
         return NightListing(corpus=corpus, nights=nights, total=len(groups))
 
     def report_file(self, report_id: str, path: str = REPORT_FILE) -> ServedFile:
