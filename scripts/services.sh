@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Start / stop the throw-away services the tests use: PostgreSQL and moto_server, both on 127.0.0.1.
+# Start / stop the throw-away services the tests use, all on 127.0.0.1: PostgreSQL, moto_server (S3)
+# and Redis (the Celery broker of tests/system/test_celery_topology.py). Missing servers are
+# installed from apt. `up` is idempotent (a running service is left as it is).
+# Redis' variables are TEST_REDIS_PORT / TEST_REDIS_URL: ragtrail refuses RAGTRAIL_* variables
+# that ragtrail.config_checks does not list, and every test process sees this environment.
 # Usage: scripts/services.sh up|down   (up prints `export` lines to eval)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STATE="${RAGTRAIL_SERVICES_DIR:-/tmp/ragtrail-services-$(id -u)}"
 PG_PORT="${RAGTRAIL_TEST_PG_PORT:-54329}"
 S3_PORT="${RAGTRAIL_TEST_S3_PORT:-54330}"
+REDIS_PORT="${TEST_REDIS_PORT:-54331}"
 mkdir -p "$STATE"
 
 pg_bin() {
@@ -71,8 +76,43 @@ s3_down() {
   fi
 }
 
+ensure_redis_installed() {
+  command -v redis-server >/dev/null 2>&1 && return
+  echo "installing Redis from apt" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2 && apt-get install -y -qq redis-server >&2
+}
+
+redis_alive() {
+  [ -f "$STATE/redis.pid" ] && kill -0 "$(cat "$STATE/redis.pid")" 2>/dev/null
+}
+
+# Loopback only, no persistence (no RDB snapshots, no AOF): a broker for throw-away stacks.
+redis_up() {
+  ensure_redis_installed
+  if ! redis_alive; then
+    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes \
+      --save "" --appendonly no --dir "$STATE" --daemonize yes \
+      --pidfile "$STATE/redis.pid" --logfile "$STATE/redis.log" >/dev/null
+    for _ in $(seq 1 50); do
+      redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break
+      sleep 0.2
+    done
+  fi
+  echo "export TEST_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0"
+}
+
+redis_down() {
+  if redis_alive; then
+    local pid; pid="$(cat "$STATE/redis.pid")"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -f "$STATE/redis.pid"
+}
+
 case "${1:-}" in
-  up) pg_up; s3_up ;;
-  down) s3_down; pg_down ;;
+  up) pg_up; s3_up; redis_up ;;
+  down) redis_down; s3_down; pg_down ;;
   *) echo "usage: $0 up|down" >&2; exit 2 ;;
 esac
