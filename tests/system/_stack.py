@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
+from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -80,11 +81,13 @@ def wait_for_run(
     deadline: Deadline,
     *,
     what: str,
+    allowed_retries: Collection[tuple[str, int]] = (),
 ) -> dict[str, Any]:
     """Poll until a run of ``dag_id`` matching ``matches`` has finished; returns it.
 
     Fails at once (``RunFailed``, with the task's log) when one of its tasks fails or goes up
-    for retry: the DAGs retry after minutes, far beyond the test's budget.
+    for retry: the DAGs retry after minutes, far beyond the test's budget. ``allowed_retries``
+    names the ``(task_id, map_index)`` a test expects to go up for retry.
     """
     while True:
         if dead := stack.exited():
@@ -93,7 +96,13 @@ def wait_for_run(
         for run in runs:
             run_id = run["dag_run_id"]
             bad = [
-                ti for ti in task_instances(stack, dag_id, run_id) if ti["state"] in BAD_TI_STATES
+                ti
+                for ti in task_instances(stack, dag_id, run_id)
+                if ti["state"] in BAD_TI_STATES
+                and not (
+                    ti["state"] == "up_for_retry"
+                    and (ti["task_id"], ti["map_index"]) in allowed_retries
+                )
             ]
             if bad:
                 names = sorted({f"{ti['task_id']}[{ti['map_index']}]={ti['state']}" for ti in bad})
@@ -140,3 +149,29 @@ def xcom_values(stack: Any, dag_id: str, run_id: str) -> dict[tuple[str, int, st
 
 def inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
+
+
+def task_tries(stack: Any, dag_id: str, run_id: str, task_id: str, map_index: int) -> list[Any]:
+    """Every try of one task instance (its history and the current try), oldest first."""
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/tries"
+    tries = stack.get(path)["task_instances"]
+    return sorted(tries, key=lambda t: t["try_number"])
+
+
+def when(stamp: str) -> datetime:
+    """An API timestamp (ISO 8601, ``Z`` or an offset) as an aware datetime."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def max_overlap(intervals: Iterable[tuple[datetime, datetime]]) -> int:
+    """The most intervals open at one instant (one that ends as another starts: not both)."""
+    spans = list(intervals)
+    events = sorted(
+        [(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans],
+        key=lambda e: (e[0], e[1]),  # at equal times the end (-1) comes first
+    )
+    best = current = 0
+    for _, step in events:
+        current += step
+        best = max(best, current)
+    return best
