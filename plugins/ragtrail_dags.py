@@ -11,7 +11,9 @@ Params); this module only translates it into Airflow objects:
 - a mapped step is expanded over the list an earlier step returned (through a small task that
   publishes that list as a return value: Airflow maps only over those);
 - a step that emits an Asset yields its event extras as ``Metadata`` on its outlet; one marked
-  ``skip_without_event`` ends skipped when it has no event, so Airflow registers none;
+  ``skip_without_event`` ends skipped when it has no event, so Airflow registers none (a task
+  with outlets that succeeds always registers an event, with empty extras if need be), and the
+  step after it runs on ``none_failed``;
 - before a step runs, the ``ragtrail_*`` Airflow connections become settings
   (``plugins/ragtrail_connections.py``).
 
@@ -145,6 +147,7 @@ def build_dag(dag_id: str) -> DAG:
         state = task(task_id="resolve")(_resolve_callable(flow_))()
         upstream: dict[str, Any] = {}
         previous: Any = state
+        previous_may_skip = False
         for step in flow_.steps:
             options: dict[str, Any] = {"task_id": step.name}
             if step.pool:
@@ -153,8 +156,9 @@ def build_dag(dag_id: str) -> DAG:
                 options["queue"] = step.queue
             if step.emits:
                 options["outlets"] = [ASSETS_BY_KEY[step.emits]]
-            if step.after_mapped:
-                # A run with nothing to map (no changed files, quotas already met) still ends.
+            if step.after_mapped or previous_may_skip:
+                # A run with nothing to map (no changed files, quotas already met) or with
+                # nothing to announce (a skipped announcement) goes on.
                 options["trigger_rule"] = TriggerRule.NONE_FAILED
             if step.one_at_a_time:
                 options["max_active_tis_per_dagrun"] = 1
@@ -169,6 +173,7 @@ def build_dag(dag_id: str) -> DAG:
                 upstream[step.name] = current
             previous >> current
             previous = current
+            previous_may_skip = step.skip_without_event
 
     return build()
 

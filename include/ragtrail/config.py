@@ -934,6 +934,13 @@ class Settings(BaseSettings):
     )
 
     max_file_bytes: int = Field(20 * 1024 * 1024, ge=1)
+    golden_sets: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="corpus -> golden-set files (.jsonl, .csv, .parquet) or folders of them, "
+        "registered by every ingest of that corpus (its `golden` step; name: the file stem), so "
+        "judges calibrate and drift has a baseline from the DAGs alone; the shipped sample set "
+        "is added for the shipped sample corpus",
+    )
     chunking: ChunkingSettings = ChunkingSettings()
     ingest: IngestSettings = IngestSettings()
     runs: RunSettings = RunSettings()

@@ -221,8 +221,11 @@ def test_ingest_wiring(dagbag: Any) -> None:
     assert finalize.trigger_rule == "none_failed"
     quality = dag.get_task("quality")
     assert quality.outlets == [CORPUS_ASSET], "only a snapshot that passed GX is announced"
-    assert "finalize" in quality.upstream_task_ids
+    # golden sets are registered before the corpus is announced (calibration and drift read them)
+    assert "finalize" in dag.get_task("golden").upstream_task_ids
+    assert "golden" in quality.upstream_task_ids
     assert "ingest_shard" in finalize.upstream_task_ids
+    assert dag.params["golden"] == []
 
 
 def test_generate_wiring(dagbag: Any) -> None:
@@ -255,6 +258,14 @@ def test_evaluate_wiring(dagbag: Any) -> None:
     announce = dag.get_task("announce_citations")
     assert announce.outlets == [CITATION_METRICS_ASSET]
     assert announce.trigger_rule == "none_failed"
+    # an announcement with no rated set ends skipped (no empty Asset event); what follows runs
+    for announcing, following in [
+        ("announce_citations", "sufficiency"),
+        ("announce_sufficiency", "evidence"),
+        ("announce_evidence", "drift"),
+    ]:
+        assert announcing in dag.get_task(following).upstream_task_ids
+        assert dag.get_task(following).trigger_rule == "none_failed", following
     assert dag.get_task("publish").outlets == [RETRIEVAL_METRICS_ASSET]
     assert dag.get_task("drift").outlets == []  # every decision is stored, none announced here
     assert dag.get_task("announce_drift").outlets == [DRIFT_ASSET]  # only a fired one

@@ -39,8 +39,9 @@ def nightly(
         list[Path] | None,
         typer.Option(
             "--golden",
-            help="Register this file as a golden set of the corpus first (name: the file stem; "
-            "repeatable). Every golden set of the corpus is evaluated.",
+            help="Register this file (or every QA-set file in this folder) as a golden set of "
+            "the corpus, besides its configured golden_sets (name: the file stem; repeatable). "
+            "Every golden set of the corpus is evaluated.",
         ),
     ] = None,
     generate: Annotated[bool, typer.Option(help="Generate a test set with the LLM.")] = True,

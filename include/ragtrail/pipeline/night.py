@@ -53,8 +53,9 @@ class Step:
     receives as the argument ``map_as``. ``emits`` names the Asset the step announces: it returns
     the event extras under ``"event"`` (None: no event). Airflow registers an Asset event for
     every successful task with outlets, extras or not; a step whose announcement is conditional
-    (the drift decision: only a fired one may trigger retraining) sets ``skip_without_event`` and
-    its task ends *skipped* when there is no event, which registers none. ``queue`` routes the
+    (the drift decision: only a fired one may trigger retraining; a metrics announcement when no
+    set was rated) sets ``skip_without_event`` and its task ends *skipped* when there is no
+    event, which registers none; the step after it still runs. ``queue`` routes the
     task to a worker queue (``gpu`` for training: the Celery worker with CUDA torch in docker/);
     None is the default queue.
     """
@@ -155,6 +156,7 @@ def _resolve_ingest(
         "corpus": params["corpus"],
         "shard_size": int(params["shard_size"]),
         "allow_mass_removal": bool(params.get("allow_mass_removal", False)),
+        "golden": [str(path) for path in params.get("golden") or []],
         # Not a Param: ``ragtrail nightly`` sets it, as it runs every step in its own process.
         "in_process": bool(params.get("in_process", False)),
         "run_id": run_id,
@@ -225,6 +227,13 @@ INGEST = Flow(
             "it. Off: such a run fails in the plan task and nothing changes (an empty or wrong "
             "source must not empty the live corpus).",
         ),
+        "golden": ParamSpec(
+            [],
+            {"type": "array", "items": {"type": "string", "minLength": 1}},
+            "Golden sets",
+            "Golden-set files or folders to register as well as the configured golden_sets of "
+            "the corpus (the shipped sample set is registered on the shipped sample corpus).",
+        ),
     },
     resolver=_resolve_ingest,
     steps=(
@@ -253,6 +262,13 @@ INGEST = Flow(
             inputs=("corpus", "snapshot_id", "changed"),
             output_as="summary",
             after_mapped=True,
+        ),
+        Step(
+            "golden",
+            "register_golden_sets",
+            "registers the corpus's golden sets (configured golden_sets, the `golden` Param, "
+            "the sample set on the sample corpus): judges calibrate and drift has a baseline",
+            inputs=("corpus", "source", "golden"),
         ),
         Step(
             "quality",
@@ -410,6 +426,7 @@ EVALUATE = Flow(
             inputs=("corpus", "run_id", "sets", "snapshot_id"),
             after_mapped=True,
             emits="citation_metrics",
+            skip_without_event=True,
         ),
         Step(
             "sufficiency",
@@ -428,6 +445,7 @@ EVALUATE = Flow(
             inputs=("corpus", "run_id", "sets", "snapshot_id"),
             after_mapped=True,
             emits="sufficiency_metrics",
+            skip_without_event=True,
         ),
         Step(
             "evidence",
@@ -448,6 +466,7 @@ EVALUATE = Flow(
             inputs=("corpus", "run_id", "sets", "snapshot_id"),
             after_mapped=True,
             emits="evidence_metrics",
+            skip_without_event=True,
         ),
         Step(
             "drift",

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ragtrail.jsonsafe import JsonObject
-from ragtrail.paths import sample_corpus_dir, sample_qa_set
 from ragtrail.pipeline.budgets import night_budget_notes
-from ragtrail.pipeline.golden import golden_name_for, register_golden_set
 from ragtrail.pipeline.ingest import IngestSummary
 from ragtrail.pipeline.night import (
     EVALUATE,
@@ -38,16 +36,13 @@ from ragtrail.summaries.night_summary import NightPublication, NightReport, SetR
 from ragtrail.summaries.qa_sets import GoldenRegistration
 from ragtrail.summaries.quality_summary import CorpusQuality
 from ragtrail.summaries.retrain_summary import GateOutcome
-from ragtrail.testset.golden import DuplicateContentError
-
-SAMPLE_GOLDEN_SET = "handbook-sample"
-"""The golden-set name the shipped sample QA set gets on the shipped sample corpus."""
 
 
 @dataclass
 class NightlyResult:
     """What a night did: the ingest, the corpus checks, the generated test set, every evaluated
-    set's result by name, the published report, the golden sets registered, the drift check and,
+    set's result by name, the published report, the golden sets registered (and the files
+    refused, with the reason), the drift check and,
     when a decision fired, the retraining's gate decision."""
 
     run_id: str
@@ -57,6 +52,7 @@ class NightlyResult:
     sets: dict[str, SetResult]
     report: NightReport
     golden: list[GoldenRegistration] = field(default_factory=list)
+    golden_refused: list[dict[str, str]] = field(default_factory=list)
     drift: DriftCheck | None = None
     retraining: GateOutcome | None = None
     budgets: list[StepBudgetNote] = field(default_factory=list)
@@ -76,6 +72,7 @@ class NightlyResult:
             "evaluation": {"sets": {name: s.to_json() for name, s in self.sets.items()}},
             "report": self.report.to_json(),
             "golden": [g.to_json() for g in self.golden],
+            "golden_refused": list(self.golden_refused),
             "drift": self.drift.to_json() if self.drift else None,
             "retraining": self.retraining.to_json() if self.retraining else None,
             "budgets": {
@@ -101,9 +98,11 @@ def run_nightly(
 ) -> NightlyResult:
     """ingest -> golden sets -> test-set generation + GX -> retrieval evaluation -> report.
 
-    After ingest the ``golden`` files are registered as golden sets of the corpus (name: the file
-    stem), and on the shipped sample corpus the shipped sample QA set as
-    :data:`SAMPLE_GOLDEN_SET` (both idempotent). Evaluation covers every golden set of the corpus
+    The ingest's ``golden`` step registers the ``golden`` files (and folders) as golden sets of
+    the corpus (name: the file stem), with the configured ``golden_sets`` of the corpus and, on
+    the shipped sample corpus, the shipped sample QA set as
+    :data:`~ragtrail.pipeline.golden.SAMPLE_GOLDEN_SET` (all idempotent), exactly as the ingest
+    DAG does. Evaluation covers every golden set of the corpus
     plus the generated version; with ``generate=False``, or when generation accepts nothing, it
     covers ``qa_set`` instead (when given; the sample set when the corpus has no golden set).
 
@@ -167,6 +166,7 @@ def _run_night(
         None,
         source=source,
         allow_mass_removal=allow_mass_removal,
+        golden=[str(path) for path in golden],
         in_process=True,
     )
     summary = ingested.results["finalize"]
@@ -176,7 +176,14 @@ def _run_night(
         f"quarantined={summary['quarantined']} chunks={summary['chunks']} "
         f"embedded={summary['embedded']}"
     )
-    golden_added = register_night_golden_sets(rt, source, corpus, golden, log)
+    golden_added = [GoldenRegistration.from_json(g) for g in ingested.results["golden"]["golden"]]
+    for note in ingested.results["golden"]["notes"]:
+        log(f"      {note}")
+    for refused in ingested.results["golden"]["refused"]:
+        log(f"      golden set REFUSED: {refused['error']}")
+    for reg in golden_added:
+        state = "new version" if reg.created else "unchanged"
+        log(f"      golden set {reg.name}: {reg.version} ({reg.n_items} questions, {state})")
     generation = None
     # Evaluation listens to the test-set Asset; without a generated set it evaluates the
     # snapshot just ingested, as a manual run of the DAG with that snapshot would.
@@ -213,44 +220,10 @@ def _run_night(
         sets=published.sets,
         report=published.report(),
         golden=golden_added,
+        golden_refused=list(ingested.results["golden"]["refused"]),
         drift=_drift_check(evaluated.results.get("drift")),
         retraining=retraining,
     )
-
-
-def register_night_golden_sets(
-    rt: Runtime,
-    source: str,
-    corpus: str,
-    files: Sequence[str | Path],
-    log: Callable[[str], None] = print,
-) -> list[GoldenRegistration]:
-    """Register ``files`` (named by their stem) and, when ``source`` is the shipped sample
-    corpus, the shipped sample QA set as golden sets of ``corpus``; idempotent. The sample set
-    is left alone when its content is already registered under another name."""
-    added = []
-    if _is_sample_corpus(source):
-        try:
-            added.append(
-                register_golden_set(rt, sample_qa_set(), corpus=corpus, name=SAMPLE_GOLDEN_SET)
-            )
-        except DuplicateContentError as exc:
-            log(
-                f"      golden set {SAMPLE_GOLDEN_SET}: the sample set is registered as {exc.existing}"
-            )
-    for path in files:
-        added.append(register_golden_set(rt, path, corpus=corpus, name=golden_name_for(path)))
-    for result in added:
-        state = "new version" if result.created else "unchanged"
-        log(
-            f"      golden set {result.name}: {result.version} "
-            f"({result.n_items} questions, {state})"
-        )
-    return added
-
-
-def _is_sample_corpus(source: str) -> bool:
-    return "://" not in source and Path(source).resolve() == sample_corpus_dir().resolve()
 
 
 def _without_event(result: JsonObject | None) -> Any:

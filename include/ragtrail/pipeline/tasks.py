@@ -111,6 +111,27 @@ def finalize_ingest(rt: Runtime, *, corpus: str, snapshot_id: str, changed: bool
     return _ingest.finalize_ingest(rt, corpus, snapshot_id, changed=changed).as_dict()
 
 
+def register_golden_sets(rt: Runtime, *, corpus: str, source: str, golden: list[str]) -> XCom:
+    """The corpus's golden sets (configured, given, the sample set on the sample corpus),
+    registered before the corpus is announced, so calibration and drift find them."""
+    from ragtrail.pipeline.golden import register_corpus_golden_sets
+
+    found = register_corpus_golden_sets(rt, corpus, source, golden)
+    for reg in found.registered:
+        log.info(
+            "golden set %s: %s (%d questions, %s)",
+            reg.name,
+            reg.version,
+            reg.n_items,
+            "new version" if reg.created else "unchanged",
+        )
+    for note in found.notes:
+        log.info("%s", note)
+    for refused in found.refused:
+        log.error("golden set file refused: %s", refused["error"])
+    return found.to_json()
+
+
 def check_corpus(rt: Runtime, *, corpus: str, snapshot_id: str, summary: XCom) -> XCom:
     """GX on the snapshot (raises on a failed fail-severity check); announces the corpus."""
     result = check_corpus_quality(rt, corpus, snapshot_id)

@@ -196,6 +196,11 @@ class GoldenSetStore(SqlStore):
         assert stored is not None
         return AddResult(GoldenVersion.from_row(stored), created=existing is None)
 
+    def holds(self, corpus: str, name: str, version: str) -> bool:
+        """Whether ``version`` is registered as golden set ``name`` of ``corpus``."""
+        with self.engine.connect() as conn:
+            return _set_row(conn, corpus, name, version) is not None
+
     def versions(self, corpus: str, name: str | None = None) -> list[GoldenVersion]:
         """Every version of the corpus's golden sets (or of one name), most recently added first."""
         gs = t.golden_sets
@@ -246,12 +251,18 @@ class GoldenSetStore(SqlStore):
 
 
 def load_golden_items(
-    metadata_store: MetadataStore, path: str | Path, *, corpus: str
+    metadata_store: MetadataStore,
+    path: str | Path,
+    *,
+    corpus: str,
+    registered: Callable[[list[QAItem]], bool] | None = None,
 ) -> list[QAItem]:
     """Load a golden set file and check its ground documents against the corpus.
 
     Every bad row is reported at once (:func:`~ragtrail.testset.qaset.load_qa_set`), then every
     ground document that the corpus's latest complete snapshot does not hold, with row numbers.
+    Content for which ``registered`` is true was checked when it was added: a document removed
+    since then is corpus drift (its questions count as retired), not a reason to refuse the set.
     """
     snapshot = metadata_store.latest_snapshot(corpus)
     if snapshot is None:
@@ -262,6 +273,8 @@ def load_golden_items(
         items, _file_version = load_qa_set(path)
     except QASetError as exc:
         raise GoldenSetError(str(exc)) from exc
+    if registered is not None and registered(items):
+        return items
     present = {
         d.doc_id
         for d in metadata_store.get_snapshot_documents(snapshot.snapshot_id)
@@ -298,10 +311,15 @@ def add_golden_set(
     """Validate the file at ``path`` against ``corpus`` and register it as golden set ``name``.
 
     ``check`` (e.g. a data-quality gate) sees the loaded items before anything is stored and
-    refuses them by raising.
+    refuses them by raising. Adding registered content again checks its rows, not its ground
+    documents against today's corpus (:func:`load_golden_items`).
     """
     check_name(name)
-    items = load_golden_items(metadata_store, path, corpus=corpus)
+
+    def registered(items: list[QAItem]) -> bool:
+        return store.holds(corpus, name, version_for(items))
+
+    items = load_golden_items(metadata_store, path, corpus=corpus, registered=registered)
     if check is not None:
         check(items)
     return store.add(corpus, name, items, source=str(path))
