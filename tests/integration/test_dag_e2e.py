@@ -13,6 +13,8 @@ the event row the producer recorded in Airflow's DB, yields exactly the state th
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,11 @@ from tests.scripted_llm import SPEC as SCRIPTED_SPEC
 ENV.ensure_airflow_env()  # before anything imports airflow (no-op after tests/conftest.py)
 
 pytestmark = pytest.mark.airflow
+
+GOLDEN = "handbook_qa"
+"""The configured golden set's name (the stem of sample/qa/handbook_qa.jsonl)."""
+MIRRORS = 5
+"""Copies of the corpus the degraded night syncs in: as many as Recall@5 has places."""
 
 
 # ---------------------------------------------------------------------------------- fixtures
@@ -55,7 +62,12 @@ def ragtrail_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("RAGTRAIL_INDEX_BACKEND", "embedded")
     monkeypatch.setenv("RAGTRAIL_GENERATION__LLM", SCRIPTED_SPEC)
-    monkeypatch.setenv("RAGTRAIL_GENERATION__PER_LABEL", "2")
+    # enough generated items that the ones two versions share can be tested for drift
+    monkeypatch.setenv("RAGTRAIL_GENERATION__PER_LABEL", "4")
+    monkeypatch.setenv("RAGTRAIL_DRIFT__N_RESAMPLES", "2000")
+    from ragtrail.paths import sample_qa_set
+
+    monkeypatch.setenv("RAGTRAIL_GOLDEN_SETS", json.dumps({"handbook": [str(sample_qa_set())]}))
     monkeypatch.setenv("RAGTRAIL_RETRIEVAL__BOOTSTRAP_SAMPLES", "200")
     home = tmp_path / "ragtrail"
     monkeypatch.setenv("RAGTRAIL_HOME", str(home))
@@ -165,11 +177,16 @@ def test_the_night_end_to_end_with_real_task_code(
     from ragtrail.paths import sample_corpus_dir
     from ragtrail.pipeline.events import CorpusEvent, RetrievalMetricsEvent, TestsetEvent
 
-    n_files = sum(1 for p in sample_corpus_dir().rglob("*") if p.is_file())
-    conf = {"source": str(sample_corpus_dir()), "corpus": "handbook", "shard_size": 8}
+    source = ragtrail_home.parent / "source"
+    shutil.copytree(sample_corpus_dir(), source)
+    n_files = sum(1 for p in source.rglob("*") if p.is_file())
+    conf = {"source": str(source), "corpus": "handbook", "shard_size": 8}
 
-    # ---- ingest_corpus
+    # ---- ingest_corpus, which registers the configured golden set (no CLI step by hand)
     first = _run(dags["ingest_corpus"], conf)
+    (golden,) = _xcom(first, "golden")["golden"]
+    assert (golden["name"], golden["corpus"], golden["created"]) == (GOLDEN, "handbook", True)
+    assert golden["quality"]["success"] is True
     summary = _xcom(first, "finalize")
     assert summary["added"] >= 1 and summary["changed"] is True
     assert summary["added"] + summary["quarantined"] <= n_files
@@ -186,9 +203,12 @@ def test_the_night_end_to_end_with_real_task_code(
     assert (extra["embedded"], extra["chunks"]) == (embedded, summary["chunks"])
     assert _xcom(first, "quality")["success"] is True
 
-    # ---- generate_testset, on what the corpus event announced
+    # ---- generate_testset, on what the corpus event announced; the judges calibrate on the
+    # golden set the ingest registered
     gen_conf = {"corpus": extra["corpus"], "snapshot_id": extra["snapshot_id"]}
     generation = _run(dags["generate_testset"], gen_conf)
+    calibrated = _xcom(generation, "calibrate")["judges"]
+    assert calibrated and {j["status"] for j in calibrated.values()} == {"calibrated"}, calibrated
     from_event = _consumer_state(
         dags["generate_testset"], CORPUS_ASSET, corpus_event, generation.run_id
     )
@@ -199,17 +219,6 @@ def test_the_night_end_to_end_with_real_task_code(
     testset_event = _asset_event(generation, "ragtrail_testset")
     assert set(testset_event.extra) == set(TestsetEvent.field_names())
     assert testset_event.extra["qa_set"] == f"testset:{finalized['version']}"
-
-    # ---- a golden set of the corpus, registered as `ragtrail qaset add` does
-    from ragtrail.paths import sample_qa_set
-    from ragtrail.pipeline.golden import register_golden_set
-    from ragtrail.runtime import Runtime
-
-    rt = Runtime()
-    try:
-        golden = register_golden_set(rt, sample_qa_set(), corpus="handbook", name="team-qa")
-    finally:
-        rt.close()
 
     # ---- evaluate_retrieval, on what the test-set event announced, plus the golden set
     eval_conf = {
@@ -224,22 +233,22 @@ def test_the_night_end_to_end_with_real_task_code(
     assert _without_origin(from_event) == _without_origin(_xcom(evaluation, "resolve"))
     plan = _xcom(evaluation, "plan")
     assert [(s["name"], s["kind"]) for s in plan["sets"]] == [
-        ("team-qa", "golden"),
+        (GOLDEN, "golden"),
         ("generated", "generated"),
     ]
     evaluated = {r["name"]: r for r in _mapped_xcoms(evaluation, "evaluate")}  # one task per set
     assert evaluated["generated"]["qa_set_version"] == finalized["version"]
-    assert evaluated["team-qa"]["qa_set_version"] == golden.version
-    assert evaluated["team-qa"]["run_id"] == f"{evaluation_run_id(evaluation)}.team-qa"
+    assert evaluated[GOLDEN]["qa_set_version"] == golden["version"]
+    assert evaluated[GOLDEN]["run_id"] == f"{evaluation_run_id(evaluation)}.{GOLDEN}"
     report = _xcom(evaluation, "publish")
     assert report["success"] is True
     html = _local_path(report["report_path"]).read_text()
     # The Airflow-published report has the test-set sections the CLI report has.
     assert finalized["version"] in html and "funnel" in html.lower()
-    assert "QA set: team-qa" in html and "QA set: generated" in html
+    assert f"QA set: {GOLDEN}" in html and "QA set: generated" in html
     metrics_event = _asset_event(evaluation, "ragtrail_retrieval_metrics")
     assert metrics_event.extra["qa_set"] == testset_event.extra["qa_set"]  # the generated set
-    assert set(metrics_event.extra["sets"]) == {"team-qa", "generated"}
+    assert set(metrics_event.extra["sets"]) == {GOLDEN, "generated"}
     assert set(metrics_event.extra) - {"undefined"} == set(RetrievalMetricsEvent.field_names())
     # No RAGTRAIL_REPORTS_URL here: the link is null and the event says why.
     assert metrics_event.extra["report_url"] is None
@@ -248,7 +257,7 @@ def test_the_night_end_to_end_with_real_task_code(
     # The first night has no baseline: each set's decision is stored, the announcement ends
     # skipped and no drift event is registered (only a fired decision may trigger retraining).
     drift = _xcom(evaluation, "drift")
-    assert set(drift["sets"]) == {"team-qa", "generated"} and drift["fired"] is False
+    assert set(drift["sets"]) == {GOLDEN, "generated"} and drift["fired"] is False
     assert {d["status"] for d in drift["sets"].values()} == {"no_baseline"}
     states = {ti.task_id: ti.state for ti in evaluation.get_task_instances()}
     assert states["drift"] == "success" and states["announce_drift"] == "skipped"
@@ -264,3 +273,89 @@ def test_the_night_end_to_end_with_real_task_code(
     unchanged_event = dict(_asset_event(second, "ragtrail_corpus").extra)
     assert unchanged_event["changed"] is False
     assert unchanged_event["snapshot_id"] == extra["snapshot_id"]
+
+    # ---- a degraded corpus, from the DAGs alone: drift fires on the golden set and on the items
+    # the new generated version shares with the previous one
+    _degrade(source, removed=_ground_docs_of(finalized["version"])[:1])
+    _night_two(dags, conf, first_version=finalized["version"], golden_version=golden["version"])
+
+
+def _ground_docs_of(version: str) -> list[str]:
+    """The documents the generated version's items come from, most items first."""
+    from collections import Counter
+
+    from ragtrail.runtime import Runtime
+    from ragtrail.testset.store import TestSetStore
+
+    rt = Runtime()
+    try:
+        items = TestSetStore(rt.engine).version_items(version)
+    finally:
+        rt.close()
+    return [doc for doc, _ in Counter(c.context.doc_id for c in items).most_common()]
+
+
+def _degrade(source: Path, removed: list[str]) -> None:
+    """Remove ``removed`` (their generated items retire: a new version) and sync in
+    :data:`MIRRORS` copies of every document under folders that sort first. A copy differs
+    from its original only by trailing newlines (byte-identical files would be quarantined as
+    duplicates; every format here parses the same with them), so its chunks are the original's: they tie with them and win the tie (chunk
+    ids break it), the top five of a query are mirror copies and the original document drops
+    out of Recall@5."""
+    for rel in removed:
+        (source / rel).unlink()
+    originals = sorted(p for p in source.rglob("*") if p.is_file())
+    for n in range(1, MIRRORS + 1):
+        for path in originals:
+            target = source / f"0-mirror-{n}" / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes() + b"\n" * n)
+
+
+def _night_two(
+    dags: dict[str, Any], conf: dict[str, Any], *, first_version: str, golden_version: str
+) -> None:
+    from assets import DRIFT_ASSET
+
+    from ragtrail.pipeline.events import DriftEvent
+
+    ingested = _run(dags["ingest_corpus"], conf)
+    assert _xcom(ingested, "finalize")["removed"] == 1
+    (golden,) = _xcom(ingested, "golden")["golden"]
+    assert (golden["version"], golden["created"]) == (golden_version, False)  # unchanged file
+    corpus_event = dict(_asset_event(ingested, "ragtrail_corpus").extra)
+    generation = _run(
+        dags["generate_testset"],
+        {"corpus": "handbook", "snapshot_id": corpus_event["snapshot_id"]},
+    )
+    testset_event = dict(_asset_event(generation, "ragtrail_testset").extra)
+    second_version = testset_event["qa_set_version"]
+    assert second_version != first_version
+    evaluation = _run(
+        dags["evaluate_retrieval"],
+        {
+            "corpus": "handbook",
+            "snapshot_id": testset_event["snapshot_id"],
+            "qa_set": testset_event["qa_set"],
+        },
+    )
+    drift = _xcom(evaluation, "drift")
+    assert drift["fired"] is True, drift
+    on_golden, on_generated = drift["sets"][GOLDEN], drift["sets"]["generated"]
+    assert on_golden["fired"] and on_golden["baseline_kind"] == "first", on_golden
+    assert "baseline_version" not in on_golden  # the same golden version, all items paired
+    # The generated set changed version: its baseline is the first night's run on the
+    # predecessor version, compared on the items both versions hold.
+    assert on_generated["fired"], on_generated
+    assert on_generated["baseline_version"] == first_version
+    assert on_generated["qa_set_version"] == second_version
+    assert on_generated["paired"] >= 5, on_generated
+    assert any(cell["metric"] == "recall@5" for cell in on_generated["drifted"]), on_generated
+    event = DriftEvent.from_extra(dict(_asset_event(evaluation, "ragtrail_drift").extra))
+    assert set(event.decisions) == {GOLDEN, "generated"} and event.fired
+    # retrain_models listens to the drift asset; its resolve makes its state from this event
+    state = _consumer_state(
+        dags["retrain_models"], DRIFT_ASSET, _asset_event(evaluation, "ragtrail_drift"), "r1"
+    )
+    assert state["origin"] == "asset_event" and state["corpus"] == "handbook"
+    assert state["drift_decision_id"] == event.decision_id and state["models"] == event.models

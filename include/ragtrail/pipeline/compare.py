@@ -36,6 +36,8 @@ class RunComparison:
     rows: tuple[FacetComparison, ...]
     incomplete: Mapping[str, str] = field(default_factory=dict)
     """Run id -> its state, for each run that did not complete and was compared anyway."""
+    paired: int = 0
+    """Questions with per-query values in both runs (all of them on one QA-set version)."""
 
     def by_metric(self) -> dict[tuple[str, str], list[FacetComparison]]:
         """Rows grouped per (evaluation, metric), in order."""
@@ -71,12 +73,16 @@ def compare_stored_runs(
     seed: int = DEFAULT_SEED,
     allow_incomplete: bool = False,
     own: Collection[str] = (),
+    across_versions: bool = False,
 ) -> RunComparison:
     """Pair the per-query values of two runs evaluated on the same QA-set version.
 
     A run that did not complete is refused, unless ``allow_incomplete`` (then it is flagged in
     :attr:`RunComparison.incomplete`); the runs in ``own`` may be running: the caller is
-    writing them (the night compares its runs before it publishes them)."""
+    writing them (the night compares its runs before it publishes them). ``across_versions``
+    pairs two versions of one generated set on the items both hold (question ids are content
+    addresses, so an item kept by incremental regeneration keeps its id); the caller has
+    checked that one version descends from the other."""
     store = RunStore(engine)
     runs = []
     incomplete: dict[str, str] = {}
@@ -96,7 +102,7 @@ def compare_stored_runs(
     if first.qa_set_version is None or second.qa_set_version is None:
         missing = first.run_id if first.qa_set_version is None else second.run_id
         raise RunComparisonError(f"run {missing!r} records no QA-set version: nothing to pair on")
-    if first.qa_set_version != second.qa_set_version:
+    if first.qa_set_version != second.qa_set_version and not across_versions:
         raise RunComparisonError(
             f"runs used different QA-set versions ({first.run_id}: {first.qa_set_version}, "
             f"{second.run_id}: {second.qa_set_version}); a paired comparison needs the same "
@@ -115,9 +121,10 @@ def compare_stored_runs(
     return RunComparison(
         run_a=first,
         run_b=second,
-        qa_set_version=first.qa_set_version,
+        qa_set_version=second.qa_set_version,
         n_resamples=n_resamples,
         seed=seed,
         rows=tuple(rows),
         incomplete=incomplete,
+        paired=len({v.qid for v in values[0]} & {v.qid for v in values[1]}),
     )

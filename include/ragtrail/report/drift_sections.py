@@ -52,6 +52,12 @@ def verdict(decision: DriftDecision) -> str:
         f"({decision.baseline_kind} baseline); {evidence.n_tested} cells tested, "
         f"{len(evidence.drifted)} drifted."
     )
+    used = evidence.baseline
+    if used is not None and used.qa_set_version is not None:
+        text += (
+            f" The baseline ran on the predecessor version {used.qa_set_version}: compared on "
+            f"the {'–' if used.paired is None else used.paired} items both versions hold."
+        )
     if evidence.undefined.get("rows"):
         text += f" Not compared: {evidence.undefined['rows']}"
     return text

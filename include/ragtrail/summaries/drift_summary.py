@@ -139,12 +139,16 @@ class DriftPolicyUsed(Record):
 
 class BaselineUsed(Record):
     """The run a decision compared with, why that one (pinned, champion or first), and when it
-    started (ISO 8601)."""
+    started (ISO 8601). ``qa_set_version`` is set when the baseline ran on a predecessor of the
+    checked run's generated version (then the two are compared on the ``paired`` items both
+    versions hold)."""
 
     run_id: str
     kind: Literal["pinned", "champion", "first"]
     snapshot_id: str | None
     started_at: str
+    qa_set_version: str | None = Field(None, exclude_if=is_none)
+    paired: int | None = Field(None, exclude_if=is_none)
 
 
 class DriftEvidence(Record):
@@ -222,11 +226,15 @@ class DriftHeadline(Record):
     n_tested: int
     drifted: list[DriftedCell]
     largest_mde: float | None = Field(None, exclude_if=is_none)
+    baseline_version: str | None = Field(None, exclude_if=is_none)
+    """Set when the baseline ran on a predecessor version (then ``paired`` items were compared)."""
+    paired: int | None = Field(None, exclude_if=is_none)
 
     @classmethod
     def of(cls, decision: DriftDecision) -> DriftHeadline:
         evidence = decision.evidence
         mdes = [row.mde for row in evidence.rows if row.tested and row.mde is not None]
+        used = evidence.baseline
         return cls(
             decision_id=decision.decision_id,
             run_id=decision.run_id,
@@ -238,6 +246,8 @@ class DriftHeadline(Record):
             n_tested=evidence.n_tested,
             drifted=[DriftedCell.of(row) for row in evidence.rows if row.drifted],
             largest_mde=max(mdes) if mdes else None,
+            baseline_version=used.qa_set_version if used else None,
+            paired=used.paired if used else None,
         )
 
 

@@ -126,3 +126,33 @@ def test_a_first_night_has_a_verdict_and_no_plot(tmp_path: Path) -> None:
     (only,) = drift_sections(view, tmp_path)
     assert "No baseline yet for this corpus and QA-set version" in only.html
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_a_predecessor_baseline_says_its_version_and_the_items_paired() -> None:
+    from ragtrail.report.drift_sections import verdict
+    from ragtrail.summaries.drift_summary import BaselineUsed, DriftHeadline
+
+    decision = _decision([_row({"label": "inclusive"}, -0.3, drifted=True)])
+    used = BaselineUsed(
+        run_id="n1",
+        kind="first",
+        snapshot_id="s1",
+        started_at="2026-11-24T00:00:00+00:00",
+        qa_set_version="ts-old",
+        paired=9,
+    )
+    decision = decision.model_copy(
+        update={"evidence": decision.evidence.model_copy(update={"baseline": used})}
+    )
+    assert "ran on the predecessor version ts-old: compared on the 9 items both versions hold" in (
+        verdict(decision)
+    )
+    headline = DriftHeadline.of(decision)
+    assert (headline.baseline_version, headline.paired) == ("ts-old", 9)
+    # on one version nothing is added to the verdict or the headline
+    same = used.model_copy(update={"qa_set_version": None, "paired": None})
+    decision = decision.model_copy(
+        update={"evidence": decision.evidence.model_copy(update={"baseline": same})}
+    )
+    assert "predecessor" not in verdict(decision)
+    assert "baseline_version" not in DriftHeadline.of(decision).to_json()

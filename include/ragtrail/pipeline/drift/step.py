@@ -3,8 +3,12 @@
 ``check_run`` is what ``ragtrail drift check`` and the nightly ``drift`` step call for each run:
 
 1. resolve the run's baseline (pinned, else champion, else first; :mod:`ragtrail.storage.drift_store`);
+   a generated test-set version without one takes the baseline of its nearest predecessor
+   version that has one (a corpus change makes a new version every time, so without this a
+   generated set would never have a baseline);
 2. pair the two runs' per-query values exactly as ``ragtrail runs compare`` does
-   (:func:`ragtrail.pipeline.compare.compare_stored_runs`);
+   (:func:`ragtrail.pipeline.compare.compare_stored_runs`); across versions, on the items both
+   hold (incremental regeneration keeps unchanged items with their ids), counted as ``paired``;
 3. decide on the primary metrics (:func:`ragtrail.evaluate.comparison.drift_decision.assess_drift`);
 4. record, beside the decision, how much of the corpus changed since the baseline's snapshot and
    how many items of the QA set were retired by those changes;
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 from sqlalchemy import Engine
@@ -44,6 +49,7 @@ from ragtrail.storage.drift_store import (
     CHECKED,
     NO_BASELINE,
     DriftStore,
+    ResolvedBaseline,
     decision_id_for,
 )
 from ragtrail.storage.runs_store import ABANDONED, FAILED, RunRecord, RunStore
@@ -121,7 +127,7 @@ def check_run(
     if run.status in (FAILED, ABANDONED):
         raise DriftCheckError(f"run {run_id!r} {run.state_text()}: {INCOMPLETE_RUN}")
     store = DriftStore(engine)
-    baseline = store.resolve_baseline(run)
+    baseline = store.resolve_baseline(run) or predecessor_baseline(engine, store, run)
     qa_set = qa_set_retirement(engine, run)
     if baseline is None:
         evidence = DriftEvidence(
@@ -145,11 +151,13 @@ def check_run(
             for name, p in sorted(primaries.items())
         },
     )
+    across = baseline.run.qa_set_version != run.qa_set_version
     baseline_used = BaselineUsed(
         run_id=baseline.run.run_id,
         kind=baseline.kind,
         snapshot_id=baseline.run.snapshot_id,
         started_at=baseline.run.started_at.isoformat(),
+        qa_set_version=baseline.run.qa_set_version if across else None,
     )
     undefined: dict[str, str] = {}
     changes = corpus_evidence(engine, baseline.run, run)
@@ -167,12 +175,15 @@ def check_run(
             n_resamples=settings.n_resamples,
             seed=settings.seed,
             own=(run.run_id,),
+            across_versions=across,
         )
     except RunComparisonError as exc:
         status = INCOMPARABLE
         undefined["rows"] = str(exc)
         fired = False
     else:
+        if across:
+            baseline_used = baseline_used.model_copy(update={"paired": comparison.paired})
         assessment = assess_drift(comparison.rows, primaries, drift_policy(settings))
         rows = list(assessment.rows)
         drifted = [row.name for row in assessment.drifted]
@@ -192,6 +203,28 @@ def check_run(
     record = _decision(run, baseline.run.run_id, baseline.kind, status, fired, evidence)
     store.save_decision(record)
     return record
+
+
+def predecessor_baseline(
+    engine: Engine, store: DriftStore, run: RunRecord
+) -> ResolvedBaseline | None:
+    """The baseline of the nearest predecessor of ``run``'s generated version that has one
+    (pinned, champion or first run on that version, started before ``run``); None for a
+    golden set or a file, or when no predecessor has a baseline."""
+    testsets = TestSetStore(engine)
+    seen: set[str] = set()
+    version = run.qa_set_version
+    while version is not None and version not in seen:
+        seen.add(version)
+        row = testsets.get_version(version)
+        parent = row["parent_version"] if row is not None else None
+        if parent is None:
+            return None
+        found = store.resolve_baseline(replace(run, qa_set_version=parent))
+        if found is not None:
+            return found
+        version = parent
+    return None
 
 
 def corpus_evidence(engine: Engine, baseline: RunRecord, run: RunRecord) -> CorpusChanges | None:

@@ -31,7 +31,8 @@ HISTORY_RUNS = 60
 
 def drift_history(engine: Engine, decision: DriftDecision) -> dict[str, list[HistoryPoint]]:
     """Per watched (evaluation, metric) of ``decision``, the history of one facet cell on the
-    run's QA-set version, oldest first: the most-worsened drifted cell, else the tested cell with
+    run's QA-set version (and on the predecessor version its baseline ran on, whose points
+    cover that version's items), oldest first: the most-worsened drifted cell, else the tested cell with
     the most paired questions. Keyed ``evaluation:metric [facets]``.
 
     Runs that did not complete are left out (the checked run itself excepted: the night plots
@@ -49,10 +50,12 @@ def drift_history(engine: Engine, decision: DriftDecision) -> dict[str, list[His
         return {}
     store = RunStore(engine)
     listed = store.list_runs(decision.corpus, limit=HISTORY_RUNS)
+    used = decision.evidence.baseline
+    versions = {decision.qa_set_version, used.qa_set_version if used else None} - {None}
     runs = [
         item.run
         for item in reversed(listed)
-        if item.run.qa_set_version == decision.qa_set_version
+        if item.run.qa_set_version in versions
         and (item.run.complete or item.run.run_id == decision.run_id)
     ]
     cells = {run.run_id: query_cells(store.query_results(run.run_id)) for run in runs}
