@@ -40,7 +40,9 @@ function-local import::
                              party log chatter kept out of task logs
 
 dags/ and plugins/ are Airflow adapters outside the package: airflow.sdk plus
-ragtrail.pipeline / paths / records only (tests/dags checks them).
+ragtrail.pipeline / paths / records only (tests/dags checks them); the reports view's web app
+(plugins/ragtrail_reports_app.py) also imports FastAPI, the API server's authentication,
+ragtrail.report.catalog* and ragtrail.runtime.
 
 An upper layer adds to a lower one by registration, never by the lower layer importing it (e.g.
 ``ragtrail.train`` registers the ``generator:`` spec with :func:`ragtrail.llm.register_llm_backend`).
