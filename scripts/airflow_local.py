@@ -26,6 +26,7 @@ Usage (from the repository root, with the project venv)::
     eval "$(bash scripts/services.sh up)"
     .venv/bin/python scripts/airflow_local.py up --executor celery --home /tmp/ragtrail-celery \
         [--pg-url URL] [--redis-url URL] [--s3-endpoint URL] [--unpause] [--trigger]
+    .venv/bin/python scripts/airflow_local.py drop --executor celery --home /tmp/ragtrail-celery
 
 ``up`` migrates the DB, applies ``airflow_settings.yaml`` (scripts/airflow_bootstrap.py),
 starts the components, waits until they report healthy and the DAGs are parsed, then
@@ -34,7 +35,9 @@ ingest_corpus, generate_testset, evaluate_retrieval and retrain_models (which ru
 drift decision fires); ``--trigger`` triggers ingest_corpus on
 its default Params (the shipped sample corpus) in the slot of its latest missed interval, so
 unpausing does not start a second, scheduled ingest. ``env`` prints the environment as
-``export`` lines for running the ``airflow`` CLI against the same installation.
+``export`` lines for running the ``airflow`` CLI against the same installation. ``drop``
+(Celery, with the stack stopped) removes its databases, bucket and Redis keys; delete the home
+folder yourself.
 
 ragtrail settings: the stack drops every ``AIRFLOW__*`` and ``RAGTRAIL_*`` variable of the
 calling shell (a throw-away installation must not pick up another one's database).
@@ -878,7 +881,7 @@ def _config_from_args(args: argparse.Namespace) -> StackConfig:
 def build_parser() -> argparse.ArgumentParser:
     """The command line (``up`` / ``env``) documented in the module docstring."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("command", choices=["up", "env"])
+    parser.add_argument("command", choices=["up", "env", "drop"])
     parser.add_argument("--home", required=True, help="folder for AIRFLOW_HOME and RAGTRAIL_HOME")
     parser.add_argument("--ragtrail-home", help="RAGTRAIL_HOME (default: <home>/ragtrail)")
     parser.add_argument("--port", type=int, default=8080, help="api-server port on 127.0.0.1")
@@ -921,6 +924,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = _config_from_args(args)
+    if args.command == "drop":
+        if config.celery is None:
+            raise SystemExit("drop removes a Celery stack's databases: use --executor celery")
+        drop(config.celery)
+        print(f"dropped {', '.join(config.celery.databases)}, the bucket and the Redis keys")
+        return 0
     env = stack_env(config)
     if args.command == "env":
         keep = sorted(k for k in env if k.startswith(_EXPORTED_PREFIXES))

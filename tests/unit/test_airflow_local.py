@@ -133,6 +133,8 @@ def test_celery_cli_needs_its_servers(tmp_path: Path, monkeypatch: pytest.Monkey
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(SystemExit, match="--pg-url, --redis-url"):
         local.main(["env", "--home", str(tmp_path), "--executor", "celery"])
+    with pytest.raises(SystemExit, match="use --executor celery"):
+        local.main(["drop", "--home", str(tmp_path)])
 
 
 def test_celery_env_names_one_home_s_databases_bucket_and_keys(
