@@ -7,6 +7,7 @@ log-probabilities are real computations of a real model, their values meaningles
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -22,7 +23,7 @@ CORPUS = "hb"
 
 
 @pytest.fixture
-def rt(make_runtime):
+def rt(make_runtime, tmp_path):
     rt = make_runtime(
         generation={"llm": SCRIPTED_SPEC},
         evidence={
@@ -31,7 +32,10 @@ def rt(make_runtime):
             "bootstrap_samples": 100,
         },
     )
-    state = INGEST.resolve({"corpus": CORPUS, "source": str(sample_corpus_dir())}, [], "ingest-1")
+    # a copy: on the shipped folder itself the ingest would register the sample set as
+    # handbook-sample, and this test registers it under its own name
+    source = shutil.copytree(sample_corpus_dir(), tmp_path / "corpus")
+    state = INGEST.resolve({"corpus": CORPUS, "source": str(source)}, [], "ingest-1")
     run_flow(rt, INGEST, state)
     register_golden_set(rt, sample_qa_set(), corpus=CORPUS, name="handbook")
     return rt
@@ -78,7 +82,7 @@ def test_every_method_scored_stored_and_a_rerun_makes_no_model_call(rt) -> None:
     assert again.to_json() | {"evidence_uri": ""} == result.to_json() | {"evidence_uri": ""}
 
 
-def test_answer_from_evidence_mode_of_the_sufficiency_evaluation(make_runtime) -> None:
+def test_answer_from_evidence_mode_of_the_sufficiency_evaluation(make_runtime, tmp_path) -> None:
     """``sufficiency.settings`` with ``evidence``: the answerer answers from the extractor's
     evidence (one passage, cut from the retrieved chunks), which the raters rate too."""
     from ragtrail.pipeline.sufficiency.step import evaluate_sufficiency
@@ -89,7 +93,10 @@ def test_answer_from_evidence_mode_of_the_sufficiency_evaluation(make_runtime) -
         sufficiency={"max_items": 4, "settings": ["retrieved", "evidence", "none"]},
         selective={"enabled": False},
     )
-    state = INGEST.resolve({"corpus": CORPUS, "source": str(sample_corpus_dir())}, [], "ingest-1")
+    # a copy: on the shipped folder itself the ingest would register the sample set as
+    # handbook-sample, and this test registers it under its own name
+    source = shutil.copytree(sample_corpus_dir(), tmp_path / "corpus")
+    state = INGEST.resolve({"corpus": CORPUS, "source": str(source)}, [], "ingest-1")
     run_flow(rt, INGEST, state)
     register_golden_set(rt, sample_qa_set(), corpus=CORPUS, name="handbook")
     evaluate_sufficiency(rt, CORPUS, run_id="n1.handbook", set_name="handbook", selective=False)

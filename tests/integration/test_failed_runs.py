@@ -65,7 +65,10 @@ def ingested(tmp_path_factory: pytest.TempPathFactory, embedder) -> Path:
     home = tmp_path_factory.mktemp("ingested") / "home"
     rt = Runtime(load_settings(home=home, **SETTINGS))
     rt.__dict__["embedder"] = embedder
-    state = INGEST.resolve({"corpus": CORPUS, "source": str(sample_corpus_dir())}, [], "ingest-1")
+    # a copy: on the shipped folder itself the ingest would register the sample set as
+    # handbook-sample, and this test registers it under its own name
+    source = shutil.copytree(sample_corpus_dir(), home.parent / "corpus")
+    state = INGEST.resolve({"corpus": CORPUS, "source": str(source)}, [], "ingest-1")
     run_flow(rt, INGEST, state)
     register_golden_set(rt, sample_qa_set(), corpus=CORPUS, name="handbook")
     rt.close()

@@ -42,13 +42,16 @@ ENV_VARS = ("RAGTRAIL_CONFIG", "RAGTRAIL_DATABASE_URL", "RAGTRAIL_ARTIFACT_URI")
 
 
 @pytest.fixture
-def rt(make_runtime):
+def rt(make_runtime, tmp_path):
     rt = make_runtime(
         generation={"llm": SCRIPTED_SPEC},
         sufficiency={"max_items": 6, "calibration_per_kind": 2, "bootstrap_samples": 200},
         selective={"search_iterations": 10, "bootstrap_samples": 200},
     )
-    state = INGEST.resolve({"corpus": CORPUS, "source": str(sample_corpus_dir())}, [], "ingest-1")
+    # a copy: on the shipped folder itself the ingest would register the sample set as
+    # handbook-sample, and this test registers it under its own name
+    source = shutil.copytree(sample_corpus_dir(), tmp_path / "corpus")
+    state = INGEST.resolve({"corpus": CORPUS, "source": str(source)}, [], "ingest-1")
     run_flow(rt, INGEST, state)
     register_golden_set(rt, sample_qa_set(), corpus=CORPUS, name="handbook")
     return rt
