@@ -182,8 +182,7 @@ def _run_night(
     for refused in ingested.results["golden"]["refused"]:
         log(f"      golden set REFUSED: {refused['error']}")
     for reg in golden_added:
-        state = "new version" if reg.created else "unchanged"
-        log(f"      golden set {reg.name}: {reg.version} ({reg.n_items} questions, {state})")
+        log(f"      {reg.line()}")
     generation = None
     # Evaluation listens to the test-set Asset; without a generated set it evaluates the
     # snapshot just ingested, as a manual run of the DAG with that snapshot would.

@@ -118,13 +118,7 @@ def register_golden_sets(rt: Runtime, *, corpus: str, source: str, golden: list[
 
     found = register_corpus_golden_sets(rt, corpus, source, golden)
     for reg in found.registered:
-        log.info(
-            "golden set %s: %s (%d questions, %s)",
-            reg.name,
-            reg.version,
-            reg.n_items,
-            "new version" if reg.created else "unchanged",
-        )
+        log.info("%s", reg.line())
     for note in found.notes:
         log.info("%s", note)
     for refused in found.refused:

@@ -53,6 +53,11 @@ class GoldenRegistration(Record):
     quality: ValidationResult
     quality_uri: str
 
+    def line(self) -> str:
+        """One line for logs: ``golden set <name>: <version> (<n> questions, new version)``."""
+        state = "new version" if self.created else "unchanged"
+        return f"golden set {self.name}: {self.version} ({self.n_items} questions, {state})"
+
 
 class SampleSizing(Record):
     """How a step chose its n from ``target_mde`` (:mod:`ragtrail.pipeline.sample_size`): the n
