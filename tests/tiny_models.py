@@ -203,3 +203,18 @@ def build_tiny_bert_encoder(out: Path) -> Path:
     torch.manual_seed(0)
     BertModel(cfg).save_pretrained(out)
     return out
+
+
+def build_tiny_sentence_encoder(out: Path, *, pooling: str = "mean", dense: bool = False) -> Path:
+    """A sentence-transformers model (Transformer + Pooling [+ Dense] + Normalize) over
+    :func:`build_tiny_bert_encoder`, saved to ``out``: small enough to export in a second."""
+    from sentence_transformers import SentenceTransformer, models
+
+    base = build_tiny_bert_encoder(out.with_name(out.name + "-bert"))
+    word = models.Transformer(str(base), max_seq_length=48)
+    dim = word.get_embedding_dimension()
+    modules = [word, models.Pooling(dim, pooling_mode=pooling)]
+    if dense:
+        modules.append(models.Dense(dim, 8))
+    SentenceTransformer(modules=[*modules, models.Normalize()], device="cpu").save(str(out))
+    return out

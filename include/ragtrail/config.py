@@ -921,6 +921,19 @@ class Settings(BaseSettings):
         description="'builtin:all-MiniLM-L6-v2' (bundled), a local path, an HF id or an s3:// URI",
     )
     embedding_batch_size: int = 64
+    embedding_backend: Literal["torch", "onnx", "openvino"] = Field(
+        "openvino",
+        description="what runs the embedding model: 'torch' (sentence-transformers), or the "
+        "model exported once to ONNX and run by 'onnx' (onnxruntime) or 'openvino'; an exported "
+        "backend must match torch on a probe set before it is used (ragtrail.embed.exported). "
+        "Part of the embedder's identity: switching re-embeds the corpus on its next ingest",
+    )
+    embedding_precision: Literal["auto", "f32", "bf16"] = Field(
+        "auto",
+        description="'auto': bf16 for openvino on a CPU with bf16 units (AVX512-BF16, AMX), "
+        "float32 otherwise; 'f32' pins float32 (e.g. for a fleet of mixed CPUs, whose "
+        "identities would otherwise differ); 'bf16' is openvino only",
+    )
     model_cache_dir: Path | None = Field(
         None, description="downloaded/converted models; default $RAGTRAIL_HOME/models"
     )

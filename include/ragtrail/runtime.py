@@ -120,6 +120,13 @@ class Runtime:
         return load_embedder(self.settings)
 
     @cached_property
+    def embedder_identity(self) -> str:
+        """The embedder as index snapshots and metrics record it (model, backend, precision)."""
+        from ragtrail.embed.embedder import embedder_identity
+
+        return embedder_identity(self.settings)
+
+    @cached_property
     def cached_embedder(self) -> CachedEmbedder:
         from ragtrail.embed.embedder import CachedEmbedder
 
@@ -224,6 +231,14 @@ class Runtime:
                 "cache_dir": self.settings.resolved_model_cache_dir,
                 "s3_endpoint_url": self.settings.s3_endpoint_url,
             }
+        if parsed is not None and parsed.kind == ModelKind.OPENAI:
+            gen = self.settings.generation
+            kwargs = {
+                "max_concurrency": gen.llm_max_concurrency,
+                "requests_per_minute": gen.llm_requests_per_minute,
+                "tokens_per_minute": gen.llm_tokens_per_minute,
+                "supports_json_schema": gen.llm_json_schema,
+            }
         if parsed is not None and parsed.kind == ModelKind.REGISTRY:
             kwargs["settings"] = self.settings
         return load_llm_backend(spec, **kwargs)
@@ -255,7 +270,7 @@ class Runtime:
         s = self.settings
         return {
             "index backend": s.index_backend,
-            "embedding model": s.embedding_model,
+            "embedding model": self.embedder_identity,
             "metadata database": self.engine.dialect.name,
             "artifact store": "s3" if s.resolved_artifact_uri.startswith("s3://") else "local",
             **self.llm_models(),

@@ -229,3 +229,27 @@ def test_cli_ingest_json_and_quarantine_listing(tmp_path, corpus_dir):
     )
     hits = json.loads(found.stdout)
     assert [h["rank"] for h in hits] == [1, 2, 3]
+
+
+def test_switching_the_embedding_backend_re_embeds_every_chunk(make_runtime, corpus_dir, tmp_path):
+    """Vectors of two embedders never share an index: the first ingest after a switch makes a
+    new snapshot and embeds every chunk again, without counting any document as changed."""
+    from ragtrail.config import load_settings
+    from ragtrail.runtime import Runtime
+
+    home = tmp_path / "home"
+    torch_rt = Runtime(load_settings(home=home, embedding_backend="torch"))
+    try:
+        first = ingest(torch_rt, str(corpus_dir), "hb")
+    finally:
+        torch_rt.close()
+    rt = make_runtime(home=home)  # the default backend, with the session's embedder
+    assert rt.embedder_identity != "builtin:all-MiniLM-L6-v2"
+    switched = ingest(rt, str(corpus_dir), "hb")
+    assert switched.changed and switched.snapshot != first.snapshot
+    assert (switched.added, switched.updated, switched.removed) == (0, 0, 0)
+    assert switched.unchanged == first.documents
+    assert switched.embedded == first.chunks == rt.index("hb").count_chunks()
+    assert rt.store.get_snapshot(switched.snapshot).embedding_model == rt.embedder_identity
+    again = ingest(rt, str(corpus_dir), "hb")
+    assert (again.changed, again.embedded) == (False, 0)

@@ -180,11 +180,25 @@ def test_bad_references_raise_model_load_error(ref: str) -> None:
 
 
 def test_load_embedder_uses_settings(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path, embedding_batch_size=16)
+    settings = Settings(home=tmp_path, embedding_batch_size=16, embedding_backend="torch")
     embedder = load_embedder(settings)
+    assert isinstance(embedder, SentenceTransformerEmbedder)
     assert embedder.model_id == "sentence-transformers/all-MiniLM-L6-v2"
     assert embedder.batch_size == 16
     assert embedder.device == "cpu"
+
+
+def test_the_default_embedder_is_exported_and_agrees_with_torch(
+    tmp_path: Path, minilm: SentenceTransformerEmbedder
+) -> None:
+    from ragtrail.embed.exported import ExportedEmbedder
+
+    embedder = load_embedder(Settings(home=tmp_path))
+    assert isinstance(embedder, ExportedEmbedder) and embedder.backend == "openvino"
+    assert embedder.model_id.startswith("sentence-transformers/all-MiniLM-L6-v2@openvino-")
+    assert embedder.export_dir.parent == tmp_path / "models" / "exports"
+    cosines = np.sum(embedder.encode(TEXTS) * minilm.encode(TEXTS), axis=1)
+    assert cosines.min() > 0.999
 
 
 @pytest.mark.s3

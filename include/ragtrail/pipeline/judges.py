@@ -145,7 +145,7 @@ def _embedding_judge(rt: Runtime, name: str) -> Judge:
     return EmbeddingEntailmentJudge(
         rt.embedder,
         threshold=DEFAULT_EMBEDDING_THRESHOLD if threshold is None else threshold,
-        model_id=rt.settings.embedding_model,
+        model_id=rt.embedder_identity,
     )
 
 

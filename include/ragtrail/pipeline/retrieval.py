@@ -142,7 +142,7 @@ def _scan(
         corpus=corpus,
         corpus_snapshot=snapshot_id,
         qa_set_version=qa_version,
-        models=producing_models(settings.index_backend, settings.embedding_model, backends),
+        models=producing_models(settings.index_backend, rt.embedder_identity, backends),
         judges={},
     )
 

@@ -182,9 +182,7 @@ class SetRun:
     def record(self, rt: Runtime, **models: Any) -> JsonObject:
         """The keyword arguments of ``RunStore.record_evaluation`` (the producing models plus
         ``models``, e.g. the answerer)."""
-        produced = producing_models(
-            rt.settings.index_backend, rt.settings.embedding_model, rt.backends()
-        )
+        produced = producing_models(rt.settings.index_backend, rt.embedder_identity, rt.backends())
         return {
             "corpus": self.corpus,
             "corpus_snapshot": self.snapshot_id,

@@ -6,18 +6,16 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from ragtrail.artifact_keys import manifest_key, shard_counts_prefix
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.pipeline.ingest.shard import open_snapshot
-from ragtrail.records import (
-    ChangeKind,
-)
+from ragtrail.records import ChangeKind
 from ragtrail.runtime import Runtime
-from ragtrail.storage.corpus_store import (
-    COMPLETE,
-)
+from ragtrail.storage.corpus_store import COMPLETE, SnapshotRecord
+from ragtrail.storage.document_store import SnapshotDocumentRecord
 
 log = logging.getLogger(__name__)
 
@@ -51,27 +49,51 @@ def _embedded_in_snapshot(rt: Runtime, corpus: str, snapshot_id: str) -> int:
     return sum(int(json.loads(rt.artifacts.get_bytes(key))["embedded"]) for key in keys)
 
 
-def _reconcile_index(rt: Runtime, corpus: str) -> dict[str, int]:
-    """Make the index hold exactly the DB's documents (after a crash or a removal)."""
+def _carried_over_from_another_embedder(
+    rt: Runtime, snapshot: SnapshotRecord, changes: Sequence[SnapshotDocumentRecord]
+) -> set[str]:
+    """Documents the snapshot carries over unchanged although its embedder (model, backend,
+    precision) differs from its parent's: their vectors must be made again, so that one index
+    never mixes two embedders' vectors."""
+    parent = (
+        rt.store.get_snapshot(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    )
+    if parent is None or parent.embedding_model == snapshot.embedding_model:
+        return set()
+    carried = {r.doc_id for r in changes if r.change == ChangeKind.UNCHANGED.value}
+    log.info(
+        "the embedder changed from %s to %s: re-embedding the %d unchanged documents",
+        parent.embedding_model,
+        snapshot.embedding_model,
+        len(carried),
+    )
+    return carried
+
+
+def _reconcile_index(rt: Runtime, corpus: str, reembed: set[str]) -> int:
+    """Make the index hold exactly the DB's documents (after a crash or a removal), and index
+    ``reembed`` again from their stored chunks. Returns the number of chunks embedded."""
     index = rt.index(corpus)
     documents = rt.store.get_documents(corpus)
     db_docs = set(documents)
     in_index = index.document_ids()
     extra = sorted(in_index - db_docs)
-    missing = sorted((db_docs - in_index) | (index.docs_to_repair() & db_docs))
+    missing = sorted((db_docs - in_index) | ((index.docs_to_repair() | reembed) & db_docs))
     if extra:
         index.delete_documents(extra)
+    embedder = rt.cached_embedder
+    encoded_before = embedder.encoded
     if missing:
         chunks = [
             row.to_chunk(documents[doc_id].language)
             for doc_id in missing
             for row in rt.store.get_chunks(corpus, doc_id)
         ]
-        vectors = rt.cached_embedder.encode_chunks([c.index_text() for c in chunks])
+        vectors = embedder.encode_chunks([c.index_text() for c in chunks])
         index.upsert_documents(missing, chunks, vectors)
     if extra or missing:
         index.commit()
-    return {"removed_from_index": len(extra), "restored_to_index": len(missing)}
+    return embedder.encoded - encoded_before
 
 
 def finalize_ingest(
@@ -119,8 +141,12 @@ def finalize_ingest(
             index.delete_documents(doomed)
             index.commit()
             store.delete_documents(corpus, doomed)
-        _reconcile_index(rt, corpus)
+        reembedded = _reconcile_index(
+            rt, corpus, _carried_over_from_another_embedder(rt, snapshot, changes)
+        )
         index.publish()
+    else:
+        reembedded = 0
 
     by_change = Counter(r.change for r in changes)
     quarantined = store.list_quarantine(corpus, snapshot_id)
@@ -134,7 +160,7 @@ def finalize_ingest(
         quarantined=len(quarantined),
         documents=store.count_documents(corpus),
         chunks=store.count_chunks(corpus),
-        embedded=_embedded_in_snapshot(rt, corpus, snapshot_id),
+        embedded=_embedded_in_snapshot(rt, corpus, snapshot_id) + reembedded,
         manifest_uri=rt.artifacts.uri_for(manifest_key(corpus, snapshot_id)),
         changed_doc_ids=sorted(
             r.doc_id

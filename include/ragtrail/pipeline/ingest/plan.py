@@ -288,7 +288,7 @@ def plan_ingest(
         corpus,
         source_uri,
         previous.snapshot_id if previous else None,
-        settings.embedding_model,
+        rt.embedder_identity,
         settings.index_backend,
         owner=owner,
         stale_after=stale_after,
@@ -331,7 +331,7 @@ def plan_ingest(
         "corpus": corpus,
         "source_uri": source_uri,
         "parent_snapshot_id": previous.snapshot_id if previous else None,
-        "embedding_model": settings.embedding_model,
+        "embedding_model": rt.embedder_identity,
         "index_backend": settings.index_backend,
         "languages": languages,
         "files": files,
@@ -393,7 +393,7 @@ def _same_as_snapshot(
     regeneration; the move is logged."""
     settings = rt.settings
     if (snapshot.embedding_model, snapshot.index_backend) != (
-        settings.embedding_model,
+        rt.embedder_identity,
         settings.index_backend,
     ):
         return False

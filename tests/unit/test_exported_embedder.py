@@ -1,0 +1,171 @@
+"""Exported embedders (onnxruntime, OpenVINO) against torch on a tiny sentence-transformers model:
+equivalence, the export cache and its identity, refusals, and the embedder identity settings."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragtrail.config import Settings
+from ragtrail.embed import exported
+from ragtrail.embed.embedder import (
+    CachedEmbedder,
+    ModelLoadError,
+    SentenceTransformerEmbedder,
+    embedder_identity,
+    load_embedder,
+)
+from ragtrail.embed.exported import BackendNotEquivalent, ExportedEmbedder, model_digest
+from tests.tiny_models import build_tiny_sentence_encoder
+from tests.unit.test_embedder import DictCache
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TEXTS = [
+    "the cat sleeps in the garden",
+    "a dog runs",
+    "",
+    "where is the bird? " * 20,  # past the tiny model's 48-token limit: truncated alike
+    "what is the reason",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_sentence_encoder(tmp_path_factory.mktemp("tiny") / "encoder")
+
+
+@pytest.fixture(scope="module")
+def torch_vectors(tiny: Path) -> np.ndarray:
+    return SentenceTransformerEmbedder(str(tiny)).encode(TEXTS)
+
+
+@pytest.mark.parametrize(("backend", "precision"), [("onnx", "f32"), ("openvino", "f32")])
+def test_exported_backend_matches_torch(
+    tiny: Path, torch_vectors: np.ndarray, tmp_path: Path, backend: str, precision: str
+) -> None:
+    emb = ExportedEmbedder(
+        str(tiny), backend=backend, precision=precision, batch_size=2, cache_dir=tmp_path
+    )
+    vectors = emb.encode(TEXTS)
+    assert vectors.shape == (len(TEXTS), emb.dim) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(vectors, torch_vectors, atol=1e-4)  # row order kept too
+    assert emb.equivalence.passed and emb.equivalence.probes == len(exported.PROBE_TEXTS)
+    assert emb.model_id == f"{tiny.resolve()}@{backend}-{precision}"
+    assert emb.encode([]).shape == (0, emb.dim)
+    np.testing.assert_allclose(emb.encode_queries(TEXTS[:2]), torch_vectors[:2], atol=1e-4)
+
+
+def test_bf16_runs_only_where_the_cpu_has_the_units(
+    tiny: Path, torch_vectors: np.ndarray, tmp_path: Path
+) -> None:
+    if not exported.cpu_has_bf16():
+        with pytest.raises(ValueError, match="bf16 units"):
+            exported.resolve_precision("openvino", "bf16")
+        assert exported.resolve_precision("openvino", "auto") == "f32"
+        return
+    assert exported.resolve_precision("openvino", "auto") == "bf16"
+    emb = ExportedEmbedder(str(tiny), backend="openvino", precision="bf16", cache_dir=tmp_path)
+    cosines = np.sum(emb.encode(TEXTS) * torch_vectors, axis=1)
+    assert cosines.min() > 0.99
+
+
+def test_precision_rules() -> None:
+    assert exported.resolve_precision("torch", "auto") == "f32"
+    assert exported.resolve_precision("onnx", "auto") == "f32"
+    with pytest.raises(ValueError, match="openvino backend only"):
+        exported.resolve_precision("onnx", "bf16")
+
+
+def test_export_is_cached_by_the_model_digest(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = ExportedEmbedder(str(tiny), backend="onnx", cache_dir=tmp_path)
+    exports = list((tmp_path / "exports").iterdir())
+    assert exports == [first.export_dir]
+    assert first.manifest.digest == model_digest(tiny)
+    assert first.export_dir.name.endswith(f"{model_digest(tiny)[:16]}-v1")
+
+    # A second load reuses the export and its recorded check: no export, no torch model.
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("re-exported or reloaded torch for an unchanged model")
+
+    monkeypatch.setattr(exported, "export_model", forbidden)
+    monkeypatch.setattr(exported, "_torch_model", forbidden)
+    again = ExportedEmbedder(str(tiny), backend="onnx", cache_dir=tmp_path)
+    assert again.export_dir == first.export_dir
+    np.testing.assert_array_equal(again.encode(TEXTS), first.encode(TEXTS))
+
+
+def test_a_changed_model_is_exported_again(tiny: Path, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    import shutil
+
+    shutil.copytree(tiny, model)
+    before = ExportedEmbedder(str(model), backend="onnx", cache_dir=tmp_path / "cache")
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(model / "model.safetensors")
+    name = next(k for k in weights if k.endswith("word_embeddings.weight"))
+    weights[name] = weights[name] * 2.0
+    save_file(weights, model / "model.safetensors")
+    after = ExportedEmbedder(str(model), backend="onnx", cache_dir=tmp_path / "cache")
+    assert after.manifest.digest != before.manifest.digest
+    assert after.export_dir != before.export_dir
+    fresh = SentenceTransformerEmbedder(str(model)).encode(TEXTS)
+    np.testing.assert_allclose(after.encode(TEXTS), fresh, atol=1e-4)
+
+
+def test_a_backend_that_disagrees_with_torch_is_refused(tiny: Path, tmp_path: Path) -> None:
+    emb = ExportedEmbedder(str(tiny), backend="onnx", cache_dir=tmp_path)
+    # Corrupt the recipe the export runs with: CLS pooling where the model pools by mean.
+    manifest = json.loads((emb.export_dir / "manifest.json").read_text())
+    manifest["pooling"] = "cls"
+    manifest["equivalence"] = {}
+    (emb.export_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BackendNotEquivalent, match="disagrees with torch") as err:
+        ExportedEmbedder(str(tiny), backend="onnx", cache_dir=tmp_path)
+    assert "embedding_backend=torch" in str(err.value)
+    # The failed check is recorded too: the next load refuses without running torch again.
+    recorded = json.loads((emb.export_dir / "manifest.json").read_text())["equivalence"]
+    assert recorded["onnx-f32"]["min_cosine"] < exported.EQUIVALENCE_MIN_COSINE
+
+
+def test_unsupported_module_stacks_are_refused(tmp_path: Path) -> None:
+    model = build_tiny_sentence_encoder(tmp_path / "dense", dense=True)
+    with pytest.raises(ModelLoadError, match="Transformer \\+ Pooling"):
+        ExportedEmbedder(str(model), backend="onnx", cache_dir=tmp_path / "cache")
+    assert not list((tmp_path / "cache" / "exports").glob("*/manifest.json"))
+
+
+def test_identity_names_backend_and_precision(tmp_path: Path) -> None:
+    ref = "builtin:all-MiniLM-L6-v2"
+    torch_settings = Settings(home=tmp_path, embedding_backend="torch")
+    onnx_settings = Settings(home=tmp_path, embedding_backend="onnx")
+    ov_f32 = Settings(home=tmp_path, embedding_backend="openvino", embedding_precision="f32")
+    assert embedder_identity(torch_settings) == ref  # unchanged for indices built before
+    assert embedder_identity(onnx_settings) == f"{ref}@onnx-f32"
+    assert embedder_identity(ov_f32) == f"{ref}@openvino-f32"
+    with pytest.raises(ValueError, match="openvino backend only"):
+        load_embedder(
+            Settings(home=tmp_path, embedding_backend="torch", embedding_precision="bf16")
+        )
+
+
+def test_cached_vectors_of_two_backends_never_mix(
+    tiny: Path, torch_vectors: np.ndarray, tmp_path: Path
+) -> None:
+    cache = DictCache()
+    torch_cached = CachedEmbedder(SentenceTransformerEmbedder(str(tiny)), cache)
+    onnx_cached = CachedEmbedder(
+        ExportedEmbedder(str(tiny), backend="onnx", cache_dir=tmp_path), cache
+    )
+    torch_cached.encode(TEXTS)
+    onnx_cached.encode(TEXTS)
+    assert onnx_cached.encoded == len(set(TEXTS))  # nothing served from torch's entries
+    assert {model for model, _ in cache.data} == {torch_cached.model_id, onnx_cached.model_id}
