@@ -114,3 +114,30 @@ def test_ranking_is_independent_of_input_order(weight: float) -> None:
 def test_invalid_weight_raises(weight: float) -> None:
     with pytest.raises(ValueError, match="text_weight"):
         fuse(CANDS, weight, 5)
+
+
+def test_fusion_table_ranks_exactly_as_fuse_at_every_weight() -> None:
+    """Random candidate lists with many exact ties (scores on a coarse grid, shared chunks,
+    chunks in one modality only): the table's order must be fuse's, ties and all."""
+    import random
+
+    from ragtrail.index.fusion import FusionTable
+
+    rng = random.Random(7)
+    for _ in range(200):
+        pool = [f"c{i:02d}" for i in range(rng.randint(1, 30))]
+        lexical = hits(
+            *((c, float(rng.randint(0, 4))) for c in rng.sample(pool, rng.randint(0, len(pool))))
+        )
+        dense = hits(
+            *((c, rng.randint(0, 4) / 4) for c in rng.sample(pool, rng.randint(0, len(pool))))
+        )
+        cands = Candidates(lexical=lexical, dense=dense)
+        table = FusionTable(cands)
+        for weight in (0.0, 0.05, 0.1, 0.2, 0.5, 0.7, 1.0):
+            expected = fuse(cands, weight, len(pool))
+            assert [str(c) for c in table.chunk_ids[table.order(weight)]] == ids(expected)
+            by_doc = list(dict.fromkeys(h.doc_id for h in expected))[:5]
+            assert table.ranking(weight, "document", 5) == by_doc
+    with pytest.raises(ValueError, match="text_weight"):
+        FusionTable(CANDS).order(1.5)

@@ -26,7 +26,7 @@ from ragtrail.evaluate.contract import (
 )
 from ragtrail.evaluate.metrics import per_query_value
 from ragtrail.index.base import HybridIndex, fetch_candidates
-from ragtrail.index.fusion import fuse
+from ragtrail.index.fusion import FusionTable
 from ragtrail.jsonsafe import JsonObject, mark_undefined
 from ragtrail.progress import ProgressSink, ProgressUpdate, no_progress
 from ragtrail.records import INCLUSIVE, LABELS, Candidates, QAItem
@@ -86,16 +86,7 @@ def resolve_level(items: Sequence[QAItem], level: Level) -> Literal["chunk", "do
 
 def ranking_for(candidates: Candidates, weight: float, level: str, depth: int) -> list[str]:
     """Top ids after fusion: chunk ids, or document ids ranked by their best chunk."""
-    fused = fuse(candidates, weight, len(candidates.lexical) + len(candidates.dense))
-    if level == "chunk":
-        return [hit.chunk_id for hit in fused[:depth]]
-    ranking: list[str] = []
-    for hit in fused:
-        if hit.doc_id not in ranking:
-            ranking.append(hit.doc_id)
-            if len(ranking) == depth:
-                break
-    return ranking
+    return FusionTable(candidates).ranking(weight, level, depth)
 
 
 def _first_relevant_rank(ranking: Sequence[str], relevant: set[str]) -> int | None:
@@ -132,8 +123,9 @@ def scan(
     for item, cands in zip(items, candidates, strict=True):
         relevant = set(item.ground_chunk_ids if level == "chunk" else item.ground_doc_ids)
         grades = dict.fromkeys(relevant, 1)
+        table = FusionTable(cands)  # laid out once; each weight is then one sort
         for weight in config.text_weights:
-            ranking = ranking_for(cands, weight, level, RANK_DEPTH)
+            ranking = table.ranking(weight, level, RANK_DEPTH)
             row = {
                 "qid": item.qid,
                 "label": item.label,
