@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -697,6 +698,8 @@ class FlowRun:
     state: JsonObject
     results: dict[str, JsonObject] = field(default_factory=dict)
     event: JsonObject | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Wall time per step (a mapped step's instances together), in run order."""
 
 
 Progress = Callable[[str, int, int], None]
@@ -720,25 +723,34 @@ def run_flow(
     """
     run = FlowRun(flow_, dict(state))
     for step in flow_.steps:
-        current = flow_state(flow_, run.state, run.results)
-        args = step_arguments(step, current)
-        if step.map_over:
-            assert step.map_as is not None
-            items = list(current[step.map_over] or [])
-            failed: list[EvaluationFailedError] = []
-            for done, item in enumerate(items, start=1):
-                try:
-                    checked_result(flow_, step, step.run(rt, **args, **{step.map_as: item}))
-                except EvaluationFailedError as exc:
-                    log.error("%s.%s failed: %s", flow_.dag_id, step.name, exc)
-                    failed.append(exc)
-                if progress:
-                    progress(step.name, done, len(items))
-            if failed:
-                raise combined(failed)
-            continue
-        result = checked_result(flow_, step, step.run(rt, **args))
-        if step.emits:
-            run.event = result.get("event")
-        run.results[step.name] = result
+        started = time.perf_counter()
+        try:
+            _run_step(rt, flow_, step, run, progress)
+        finally:
+            run.seconds[step.name] = round(time.perf_counter() - started, 3)
     return run
+
+
+def _run_step(rt: Any, flow_: Flow, step: Step, run: FlowRun, progress: Progress | None) -> None:
+    """One step of :func:`run_flow` (every instance of a mapped step)."""
+    current = flow_state(flow_, run.state, run.results)
+    args = step_arguments(step, current)
+    if step.map_over:
+        assert step.map_as is not None
+        items = list(current[step.map_over] or [])
+        failed: list[EvaluationFailedError] = []
+        for done, item in enumerate(items, start=1):
+            try:
+                checked_result(flow_, step, step.run(rt, **args, **{step.map_as: item}))
+            except EvaluationFailedError as exc:
+                log.error("%s.%s failed: %s", flow_.dag_id, step.name, exc)
+                failed.append(exc)
+            if progress:
+                progress(step.name, done, len(items))
+        if failed:
+            raise combined(failed)
+        return
+    result = checked_result(flow_, step, step.run(rt, **args))
+    if step.emits:
+        run.event = result.get("event")
+    run.results[step.name] = result

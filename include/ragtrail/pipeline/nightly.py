@@ -56,6 +56,8 @@ class NightlyResult:
     drift: DriftCheck | None = None
     retraining: GateOutcome | None = None
     budgets: list[StepBudgetNote] = field(default_factory=list)
+    step_seconds: dict[str, float] = field(default_factory=dict)
+    """Wall time of each step that ran, as ``<dag id>.<step>``, in run order."""
 
     @property
     def partial_steps(self) -> list[StepBudgetNote]:
@@ -80,6 +82,7 @@ class NightlyResult:
                 "partial": bool(self.partial_steps),
                 "steps": [n.to_json() for n in self.budgets],
             },
+            "step_seconds": dict(self.step_seconds),
         }
 
 
@@ -152,12 +155,15 @@ def _run_night(
 ) -> NightlyResult:
     """The body of :func:`run_nightly` for the night ``run_id``."""
     params = {"corpus": corpus, "qa_set": str(qa_set) if qa_set else None}
+    step_seconds: dict[str, float] = {}
 
     def run(flow: Flow, step: str, event: JsonObject | None, **extra: Any) -> FlowRun:
         log(f"[{step}] {flow.dag_id}")
         events = [{"timestamp": utcnow().isoformat(), "extra": event}] if event else []
         state = flow.resolve({**params, **extra}, events, run_id)
-        return run_flow(rt, flow, state, progress=progress)
+        flow_run = run_flow(rt, flow, state, progress=progress)
+        step_seconds.update({f"{flow.dag_id}.{k}": v for k, v in flow_run.seconds.items()})
+        return flow_run
 
     # This process runs every step of the ingest: its death frees the corpus's ingest lock.
     ingested = run(
@@ -222,6 +228,7 @@ def _run_night(
         golden_refused=list(ingested.results["golden"]["refused"]),
         drift=_drift_check(evaluated.results.get("drift")),
         retraining=retraining,
+        step_seconds=step_seconds,
     )
 
 
