@@ -162,7 +162,33 @@ class GenerationSettings(BaseModel):
         description="'builtin:smollm2-135m-instruct', 'hf:<id or path>', 'openai:<model>@<base_url>' "
         "or 'vllm:<model>'",
     )
-    llm_batch_size: int = Field(8, ge=1)
+    llm_batch_size: int = Field(
+        8,
+        ge=1,
+        description="requests per forward pass of a local model (builtin:, hf:, registry:); an "
+        "OpenAI-compatible endpoint gets every independent request of a step at once, up to "
+        "llm_max_concurrency in flight",
+    )
+    llm_max_concurrency: int = Field(
+        8,
+        ge=1,
+        description="requests in flight against one OpenAI-compatible endpoint (base URL + key), "
+        "all roles of the process together",
+    )
+    llm_requests_per_minute: float | None = Field(
+        None, gt=0, description="the endpoint's requests-per-minute limit; null = none"
+    )
+    llm_tokens_per_minute: float | None = Field(
+        None,
+        gt=0,
+        description="the endpoint's tokens-per-minute limit (prompt + completion, estimated "
+        "before a call and corrected with the reported usage); null = none",
+    )
+    llm_json_schema: bool = Field(
+        False,
+        description="send each prompt's JSON schema as response_format (structured outputs of "
+        "vLLM and OpenAI) to OpenAI-compatible endpoints; otherwise it is only in the prompt",
+    )
     llm_dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32",
         description="precision of local models (builtin:, hf:, registry:): bfloat16 halves "

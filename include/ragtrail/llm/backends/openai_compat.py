@@ -9,8 +9,11 @@ Robustness rules, per request:
 * a refusal or empty content is a normal result with ``text=""`` and the server's finish_reason,
   not an error; deciding what a refusal means is the client's job.
 
-Requests of a batch run concurrently on a thread pool of ``max_concurrency`` workers; results keep
-the input order. With ``supports_json_schema=True`` a request's ``json_schema`` is sent as
+Requests of a batch run concurrently on a thread pool; results keep the input order. The limits
+are the endpoint's, not the backend's: every backend of the process with the same base URL and key
+shares one :class:`~ragtrail.llm.rate_limit.EndpointLimiter` (``max_concurrency`` requests in
+flight, optional requests and tokens per minute), and a 429 pauses all of them for its
+``Retry-After`` (:mod:`ragtrail.llm.rate_limit`). With ``supports_json_schema=True`` a request's ``json_schema`` is sent as
 ``response_format={"type": "json_schema", ...}`` (vLLM and OpenAI structured outputs); otherwise
 the schema is only in the prompt.
 """
@@ -31,6 +34,7 @@ import httpx
 
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
+from ragtrail.llm.rate_limit import EndpointLimiter, EndpointLimits, endpoint_key, endpoint_limiter
 from ragtrail.redact import redact
 
 log = logging.getLogger(__name__)
@@ -44,9 +48,12 @@ _SCHEMA_NAME_RE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, retry_after: float | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.status = status
 
 
 class _Fatal(Exception):
@@ -66,7 +73,10 @@ class OpenAICompatBackend:
         max_retries: retries after the first attempt (so at most ``max_retries + 1`` attempts).
         backoff_base_s / backoff_max_s: backoff ``uniform(0, min(max, base * 2**retry))``.
         retry_after_cap_s: upper bound on a server-requested ``Retry-After`` wait.
-        max_concurrency: requests in flight at once.
+        max_concurrency: requests in flight at once against this endpoint, all backends of the
+            process with the same base URL and key together.
+        requests_per_minute / tokens_per_minute: the endpoint's rate limits (None: none).
+        limiter: the endpoint limiter to use (default: the process-wide one of this endpoint).
         supports_json_schema: send ``response_format`` for requests that carry a schema.
         max_tokens_field: ``"max_tokens"`` (vLLM, most servers) or ``"max_completion_tokens"``.
         extra_body: extra JSON fields merged into every request (e.g. vLLM's ``top_k``).
@@ -87,6 +97,9 @@ class OpenAICompatBackend:
         backoff_max_s: float = 30.0,
         retry_after_cap_s: float = 60.0,
         max_concurrency: int = 4,
+        requests_per_minute: float | None = None,
+        tokens_per_minute: float | None = None,
+        limiter: EndpointLimiter | None = None,
         supports_json_schema: bool = False,
         max_tokens_field: str = "max_tokens",
         extra_body: JsonObject | None = None,
@@ -109,6 +122,10 @@ class OpenAICompatBackend:
         self.supports_json_schema = supports_json_schema
         self.max_tokens_field = max_tokens_field
         self.extra_body = dict(extra_body or {})
+        self.limiter = limiter or endpoint_limiter(
+            endpoint_key(self.base_url, api_key),
+            EndpointLimits(max_concurrency, requests_per_minute, tokens_per_minute),
+        )
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()
@@ -133,6 +150,11 @@ class OpenAICompatBackend:
         api_key = kwargs.pop("api_key", None) or os.environ.get(ENV_API_KEY)
         return cls(model, base_url, api_key, **kwargs)
 
+    @property
+    def concurrent_requests(self) -> int:
+        """Requests this endpoint serves at once (the client keeps that many in its hands)."""
+        return self.limiter.limits.max_concurrency
+
     def close(self) -> None:
         self._http.close()
 
@@ -147,9 +169,10 @@ class OpenAICompatBackend:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         if not requests:
             return []
-        if len(requests) == 1 or self.max_concurrency == 1:
+        workers = min(self.limiter.limits.max_concurrency, len(requests))
+        if workers == 1:
             return [self._one(r) for r in requests]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-http") as pool:
             return list(pool.map(self._one, requests))
 
     def payload(self, req: GenerationRequest) -> JsonObject:
@@ -182,11 +205,14 @@ class OpenAICompatBackend:
 
     def _one(self, req: GenerationRequest) -> GenerationResult:
         body = self.payload(req)
+        estimate = _token_estimate(req)
         started = time.perf_counter()
         last_error = "no attempt made"
         for attempt in range(self.max_retries + 1):
             try:
-                result = self._post(body)
+                with self.limiter.slot(estimate) as report_tokens:
+                    result = self._post(body)
+                    report_tokens(result.prompt_tokens + result.completion_tokens)
                 result.attempts = attempt + 1
                 result.latency_s = time.perf_counter() - started
                 return result
@@ -196,9 +222,11 @@ class OpenAICompatBackend:
                 )
             except _Retryable as exc:
                 last_error = redact(str(exc))  # an HTTP error may name the URL, credentials too
+                delay = self._delay(attempt, exc.retry_after)
+                if exc.status == 429:  # the endpoint is saturated: every sender pauses
+                    self.limiter.back_off(delay if exc.retry_after is not None else None)
                 if attempt == self.max_retries:
                     break
-                delay = self._delay(attempt, exc.retry_after)
                 log.info(
                     "retrying after %s (attempt %d, wait %.2fs)", last_error, attempt + 1, delay
                 )
@@ -228,7 +256,9 @@ class OpenAICompatBackend:
         status = resp.status_code
         if status in _RETRY_STATUSES or status >= 500:
             raise _Retryable(
-                f"HTTP {status}: {_snippet(resp)}", _retry_after(resp.headers.get("Retry-After"))
+                f"HTTP {status}: {_snippet(resp)}",
+                _retry_after(resp.headers.get("Retry-After")),
+                status,
             )
         if status >= 400:
             raise _Fatal(f"HTTP {status} (not retried): {_snippet(resp)}")
@@ -248,6 +278,11 @@ class OpenAICompatBackend:
             finish_reason=str(choice.get("finish_reason") or "stop"),
             refusal=refusal if isinstance(refusal, str) and refusal else None,
         )
+
+
+def _token_estimate(req: GenerationRequest) -> float:
+    """Tokens a request may use, before it is sent: prompt characters / 4 plus ``max_tokens``."""
+    return sum(len(m["content"]) for m in req.messages) / 4 + req.max_new_tokens
 
 
 def _split_credentials(url: str) -> tuple[str, httpx.BasicAuth | None]:
