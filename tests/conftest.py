@@ -7,6 +7,7 @@ isolated Airflow home/database per session so no test touches a user's ~/airflow
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,6 +23,13 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.dags._airflow_env import ensure_airflow_env
 
     ensure_airflow_env()
+    if "RAGTRAIL_MODEL_CACHE_DIR" not in os.environ:
+        # Converted and exported models (SmolLM2's safetensors copy, the embedder's ONNX export)
+        # are made once per session and shared by every fresh home, in this process and in the
+        # processes tests start, as one machine's model cache is shared by its users.
+        models = tempfile.mkdtemp(prefix="ragtrail-models-")
+        os.environ["RAGTRAIL_MODEL_CACHE_DIR"] = models
+        config.add_cleanup(lambda: shutil.rmtree(models, ignore_errors=True))
     if "RAGTRAIL_EVIDENCE__SCORER" not in os.environ:
         # The evidence step's helpfulness scorer defaults to the bundled SmolLM2 (a 25-60 s
         # conversion per fresh home); every flow a test runs scores with one tiny random Llama,

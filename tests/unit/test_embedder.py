@@ -193,10 +193,11 @@ def test_the_default_embedder_is_exported_and_agrees_with_torch(
 ) -> None:
     from ragtrail.embed.exported import ExportedEmbedder
 
-    embedder = load_embedder(Settings(home=tmp_path))
+    settings = Settings(home=tmp_path)
+    embedder = load_embedder(settings)
     assert isinstance(embedder, ExportedEmbedder) and embedder.backend == "openvino"
     assert embedder.model_id.startswith("sentence-transformers/all-MiniLM-L6-v2@openvino-")
-    assert embedder.export_dir.parent == tmp_path / "models" / "exports"
+    assert embedder.export_dir.parent == settings.resolved_model_cache_dir / "exports"
     cosines = np.sum(embedder.encode(TEXTS) * minilm.encode(TEXTS), axis=1)
     assert cosines.min() > 0.999
 

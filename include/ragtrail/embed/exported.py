@@ -214,20 +214,20 @@ def _describe(st_model: Any, model_ref: str) -> tuple[str, bool, bool]:
     return mode, len(names) == 3, bool(getattr(st_model[0], "do_lower_case", False))
 
 
-class _Wrapper:  # built lazily: torch is imported only when an export is needed
-    @staticmethod
-    def build(auto_model: Any, input_names: list[str]) -> Any:
-        import torch
+def _transformer_only(auto_model: Any, input_names: list[str]) -> Any:
+    """A module taking the inputs positionally and returning the last hidden state (what is
+    exported; torch is imported only when an export is needed)."""
+    import torch
 
-        class TransformerOnly(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.inner = auto_model
+    class TransformerOnly(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = auto_model
 
-            def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-                return self.inner(**dict(zip(input_names, inputs, strict=True)))[0]
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            return self.inner(**dict(zip(input_names, inputs, strict=True)))[0]
 
-        return TransformerOnly().eval()
+    return TransformerOnly().eval()
 
 
 def export_model(st_model: Any, model_id: str, digest: str, out_dir: Path, model_ref: str) -> None:
@@ -247,7 +247,7 @@ def export_model(st_model: Any, model_id: str, digest: str, out_dir: Path, model
         # Eager attention exports as plain MatMul/Softmax, which OpenVINO and onnxruntime fuse
         # better than the traced SDPA path (measured: BENCHMARKS.md, ingest section).
         auto_model.set_attn_implementation("eager")
-    wrapper = _Wrapper.build(auto_model, input_names)
+    wrapper = _transformer_only(auto_model, input_names)
     dynamic = {n: {0: "batch", 1: "sequence"} for n in input_names}
     dynamic["last_hidden_state"] = {0: "batch", 1: "sequence"}
     with torch.inference_mode(), warnings.catch_warnings():
