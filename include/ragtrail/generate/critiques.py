@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,6 +26,7 @@ from ragtrail.generate.steps import params_for
 from ragtrail.judges.contract import JudgeInput, JudgeRole, JudgeSpec, Verdict, VerdictType
 from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.prompts import Prompt
+from ragtrail.llm.together import together
 from ragtrail.records import (
     REJECT_REASONS_SEPARATOR,
     CandidateStatus,
@@ -201,7 +203,8 @@ def critique_candidates(
     *,
     budgets: Mapping[str, int] | None = None,
 ) -> dict[str, JudgeSpec]:
-    """Rate every pending candidate on each criterion; one batched stage per criterion.
+    """Rate every pending candidate on each criterion; one batched stage per criterion, all
+    criteria at once on a concurrent backend (:func:`ragtrail.llm.together.together`).
 
     ``client`` is the critic's (``Runtime.llm(ModelRole.CRITIC)`` in the pipeline), which may be
     a different model from the one that wrote the questions. Returns the judge of each criterion
@@ -214,6 +217,7 @@ def critique_candidates(
     if unknown:
         raise KeyError(f"unknown criteria {unknown}; known: {list(CRITERIA)}")
     specs: dict[str, JudgeSpec] = {}
+    work: list[tuple[str, list[QACandidate], LlmCritiqueJudge]] = []
     for name in criteria:
         crit = CRITERIA[name]
         judge = LlmCritiqueJudge(name, client, params, budgets=budgets)
@@ -225,7 +229,13 @@ def critique_candidates(
             and crit.applies_to(c)
             and c.critiques.get(name, {}).get("rating") is None
         ]
-        verdicts = judge.judge([_judge_input(c) for c in todo])
+        work.append((name, todo, judge))
+    # The criteria are independent: an HTTP endpoint gets all of them at once.
+    results = together(
+        [partial(judge.judge, [_judge_input(c) for c in todo]) for _, todo, judge in work],
+        concurrent=client.concurrent,
+    )
+    for (name, todo, _), verdicts in zip(work, results, strict=True):
         for cand, verdict in zip(todo, verdicts, strict=True):
             if verdict.ok:
                 cand.critiques[name] = {

@@ -20,6 +20,7 @@ import json
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from ragtrail.generate.prompts import (
@@ -38,6 +39,7 @@ from ragtrail.generate.prompts import (
 )
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
 from ragtrail.llm.prompts import Prompt
+from ragtrail.llm.together import together
 from ragtrail.records import (
     STATEMENT_KINDS,
     CandidateStatus,
@@ -250,7 +252,8 @@ def extract_statements(
 ) -> list[StatementSet]:
     """Theme and facts for every context, then summaries and conclusions where possible.
 
-    Three stages (facts, summaries, conclusions), each one batched call. Statements sharing too
+    Three stages (facts, summaries, conclusions), each one batched call; summaries and
+    conclusions at once on a concurrent backend. Statements sharing too
     few words with their context (``min_support``, default :data:`MIN_SUPPORT`; 0 disables) are
     moved to ``dropped``; a facts reply left with no statement counts as a failure (cause
     ``ungrounded``). Summaries and conclusions are asked only for contexts with at least
@@ -287,18 +290,29 @@ def extract_statements(
     derived_inputs = [
         DerivedInput(context=s.context.text, theme=s.theme, facts=list(s.facts)) for s in eligible
     ]
-    for prompt, attr, kind in (
-        (SUMMARIES, "summaries", StatementKind.SUMMARY),
-        (CONCLUSIONS, "conclusions", StatementKind.CONCLUSION),
-    ):
-        if not eligible:
-            break
-        outs = client.run(
-            prompt,
-            derived_inputs,
-            stage=STAGES[prompt.name],
-            params=params_for(prompt.name, params, budgets),
-        )
+    derived = (
+        [
+            (SUMMARIES, "summaries", StatementKind.SUMMARY),
+            (CONCLUSIONS, "conclusions", StatementKind.CONCLUSION),
+        ]
+        if eligible
+        else []
+    )
+    # Summaries and conclusions both build on the facts only: on a concurrent backend, at once.
+    all_outs = together(
+        [
+            partial(
+                client.run,
+                prompt,
+                derived_inputs,
+                stage=STAGES[prompt.name],
+                params=params_for(prompt.name, params, budgets),
+            )
+            for prompt, _, _ in derived
+        ],
+        concurrent=client.concurrent,
+    )
+    for (prompt, attr, kind), outs in zip(derived, all_outs, strict=True):
         for sset, out in zip(eligible, outs, strict=True):
             if out.ok and out.value is not None:
                 cleaned = clean_statements(out.value.statements, exclude=sset.facts)

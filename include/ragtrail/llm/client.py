@@ -1,7 +1,8 @@
 """Run a typed prompt over many inputs: cache, batch, parse, retry, and account for every call.
 
 :meth:`LLMClient.run` renders each input, serves what it can from the cache, sends the misses to
-the backend as one batch, and parses each completion into the prompt's output model. An output
+the backend as one batch (several calls at once for a backend that serves requests
+concurrently, such as an HTTP endpoint), and parses each completion into the prompt's output model. An output
 that cannot be used (backend error, refusal, unparsable or invalid JSON) is retried up to
 ``max_attempts`` times in total; each retry changes the seed deterministically (``seed + attempt``)
 and appends the unusable reply plus a short corrective message naming the problem (a reply cut
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, Literal, TypeVar
@@ -232,6 +234,12 @@ class LLMClient:
         self.report_every = max(1, report_every)
         self.gate = gate
 
+    @property
+    def concurrent(self) -> bool:
+        """Whether the backend serves requests concurrently (an HTTP endpoint), so that
+        independent :meth:`run` calls gain from running at once (:mod:`ragtrail.llm.together`)."""
+        return int(getattr(self.backend, "concurrent_requests", 1) or 1) > 1
+
     def run(
         self,
         prompt: Prompt[InT, OutT],
@@ -384,28 +392,78 @@ class LLMClient:
         self, requests: list[GenerationRequest], tally: _Tally, stage: str
     ) -> list[GenerationResult]:
         """The backend's results, :attr:`report_every` requests per call (progress is told after
-        each), with a crashing or misbehaving backend turned into errors for that call's requests."""
+        each), with a crashing or misbehaving backend turned into errors for that call's requests.
+
+        A backend that serves requests concurrently (``concurrent_requests`` > 1: an HTTP
+        endpoint) gets several calls at once (:meth:`_lanes`), so that the end of one call never
+        leaves its slots idle while requests wait; the budget gate is still asked before each.
+        """
+        parts = [
+            requests[i : i + self.report_every] for i in range(0, len(requests), self.report_every)
+        ]
+        lanes = min(self._lanes(), len(parts))
+        if lanes <= 1:
+            return self._call_in_turn(parts, tally, stage)
+        got: dict[int, list[GenerationResult]] = {}
+        why: str | None = None
+        sent = 0
+        with ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="llm-call") as pool:
+            running: dict[Future[list[GenerationResult]], int] = {}
+            while sent < len(parts) or running:
+                while why is None and sent < len(parts) and len(running) < lanes:
+                    why = self.gate.reason() if self.gate is not None else None
+                    if why is None:
+                        running[pool.submit(self._generate, parts[sent])] = sent
+                        sent += 1
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    i = running.pop(future)
+                    got[i] = future.result()
+                    self._record_call(stage, parts[i], got[i], tally)
+        results = [r for i in range(sent) for r in got[i]]
+        unsent = sum(len(p) for p in parts[sent:])
+        return results + [GenerationResult.failure(_BUDGET_ERROR + str(why))] * unsent
+
+    def _lanes(self) -> int:
+        """Backend calls in flight at once: 1, or for a concurrent backend enough calls of
+        :attr:`report_every` requests to fill its ``concurrent_requests`` slots, plus one."""
+        slots = int(getattr(self.backend, "concurrent_requests", 1) or 1)
+        return 1 if slots <= 1 else 1 + -(-slots // self.report_every)
+
+    def _call_in_turn(
+        self, parts: list[list[GenerationRequest]], tally: _Tally, stage: str
+    ) -> list[GenerationResult]:
         results: list[GenerationResult] = []
-        for start in range(0, len(requests), self.report_every):
-            part = requests[start : start + self.report_every]
+        for i, part in enumerate(parts):
             why = self.gate.reason() if self.gate is not None else None
             if why:
-                rest = len(requests) - start
+                rest = sum(len(p) for p in parts[i:])
                 results += [GenerationResult.failure(_BUDGET_ERROR + why)] * rest
                 break
             got = self._generate(part)
             results += got
-            # recorded at once, so that the budget gate sees every call made so far
-            self.usage.record(
-                stage,
-                self.backend.name,
-                self.backend.model_id,
-                calls=len(part),
-                prompt_tokens=sum(r.prompt_tokens for r in got),
-                completion_tokens=sum(r.completion_tokens for r in got),
-            )
-            tally.advance(len(part))
+            self._record_call(stage, part, got, tally)
         return results
+
+    def _record_call(
+        self,
+        stage: str,
+        part: list[GenerationRequest],
+        got: list[GenerationResult],
+        tally: _Tally,
+    ) -> None:
+        # recorded at once, so that the budget gate sees every call made so far
+        self.usage.record(
+            stage,
+            self.backend.name,
+            self.backend.model_id,
+            calls=len(part),
+            prompt_tokens=sum(r.prompt_tokens for r in got),
+            completion_tokens=sum(r.completion_tokens for r in got),
+        )
+        tally.advance(len(part))
 
     def _generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         try:

@@ -28,6 +28,7 @@ import logging
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from ragtrail.judges.gate import GateDecision, bar_for, decide, default_bars
 from ragtrail.judges.recording import Calibration, store_calibration
 from ragtrail.judges.registry import JUDGES, CalibrationRequest, register_judge
 from ragtrail.llm.client import GenerationParams, LLMClient
+from ragtrail.llm.together import together
 from ragtrail.pipeline.champion_judges import build_trained
 from ragtrail.records import EntailmentJudgeName, ModelSpec, QAItem, QuestionLabel, sha256_json
 from ragtrail.runtime import Runtime
@@ -472,13 +474,25 @@ def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
     """
     store = JudgeStore(rt.engine)
     items, versions = golden_items(rt, corpus)
-    sources: list[ContrastSource] | None = None
     report: dict[str, JsonObject] = {}
+    todo: list[Judge] = []
     for judge in generation_judges(rt):
         spec = judge.spec
         if store.latest(spec.name, spec.version) is not None:
             report[spec.name] = {"status": "cached", "judge": spec.ref}
-            continue
+        else:
+            report[spec.name] = {}  # keeps the judges' order
+            todo.append(judge)
+    sources: list[ContrastSource] = []
+    no_sources: ValueError | None = None
+    if any(j.spec.role is not JudgeRole.LABELLER for j in todo):
+        try:
+            sources = contrast_sources(rt, corpus, items, accepted_items(rt, corpus))
+        except ValueError as exc:  # reported on each critique, as the labeller goes on
+            no_sources = exc
+
+    def calibrate(judge: Judge) -> JsonObject:
+        spec = judge.spec
         try:
             if spec.role is JudgeRole.LABELLER:
                 if not items:
@@ -487,15 +501,14 @@ def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
                     )
                 record = calibrate_labeller(rt, corpus, items)
             else:
-                if sources is None:
-                    sources = contrast_sources(rt, corpus, items, accepted_items(rt, corpus))
+                if no_sources is not None:
+                    raise no_sources
                 record = calibrate_critique(rt, str(criterion_of(spec.name)), sources)
         except ValueError as exc:  # CalibrationError included
             log.warning("%s not calibrated: %s", spec.ref, exc)
-            report[spec.name] = {"status": "not calibrated", "judge": spec.ref, "reason": str(exc)}
-            continue
+            return {"status": "not calibrated", "judge": spec.ref, "reason": str(exc)}
         log.info("%s calibrated: %s %s on n=%d", spec.ref, record.metric, record.value, record.n)
-        report[spec.name] = {
+        return {
             "status": "calibrated",
             "judge": spec.ref,
             "metric": record.metric,
@@ -503,6 +516,14 @@ def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
             "n": record.n,
             "golden_versions": versions,
         }
+
+    # The judges' calibrations are independent: on an HTTP endpoint they run at once.
+    entries = together(
+        [partial(calibrate, judge) for judge in todo],
+        concurrent=bool(todo) and rt.llm(ModelRole.CRITIC).concurrent,
+    )
+    for judge, entry in zip(todo, entries, strict=True):
+        report[judge.spec.name] = entry
     return report
 
 
