@@ -7,6 +7,7 @@ itself, so the choice between embedded and production backends lives in exactly 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from functools import cached_property
@@ -52,15 +53,18 @@ class Runtime:
         """Whether this process runs whole evaluation runs (the CLI, ``ragtrail nightly``), so
         that its death ends them at once; an Airflow worker runs one task and sets False."""
         self._held: dict[str, tuple[str | None, float]] = {}
+        self._report_lock = threading.Lock()
         self.budget_night: str | None = None
         """The night whose budgets the LLM steps count against (``ragtrail nightly`` sets its
         run id; None: an Airflow task finds its night in the ledger, ``pipeline/budgets.py``)."""
 
     def report(self, update: ProgressUpdate) -> None:
         """Hand ``update`` to the current :attr:`progress` sink (clients built earlier too), and
-        let the runs this process holds report that they are alive."""
-        self.progress(update)
-        self._heartbeat()
+        let the runs this process holds report that they are alive. Serialised: independent
+        model steps may run on threads at once (:mod:`ragtrail.llm.together`)."""
+        with self._report_lock:
+            self.progress(update)
+            self._heartbeat()
 
     def hold_run(self, run_id: str, night: str | None = None) -> None:
         """Send heartbeats for ``run_id`` (and every running run of its ``night``) while long

@@ -26,7 +26,7 @@ from ragtrail.pipeline.generate.report_data import generation_summary
 from ragtrail.pipeline.generate.rounds import initial_deficit, run_rounds, settle, undo_finalize
 from ragtrail.pipeline.judges import gate_decisions, generation_judges
 from ragtrail.progress import ProgressUpdate
-from ragtrail.records import LABELS, CandidateStatus
+from ragtrail.records import LABELS, CandidateStatus, ModelKind, ModelSpec
 from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.generation_summary import GenerationSummary
@@ -34,6 +34,17 @@ from ragtrail.testset.store import TestSetStore
 
 GENERATION_ROLES = (ModelRole.GENERATOR, ModelRole.LABELLER, ModelRole.CRITIC)
 """The model roles a generation run uses (recorded in the plan and the version's params)."""
+
+
+def shard_size_for(rt: Runtime) -> int:
+    """Contexts per mapped shard: a local generator's batch, or for an OpenAI-compatible
+    endpoint at least its concurrency (shards run one after the other in one process, so a
+    local model's batch size would cap what the endpoint gets at once)."""
+    gen = rt.settings.generation
+    spec = ModelSpec.try_parse(rt.settings.model_for(ModelRole.GENERATOR))
+    if spec is not None and spec.kind == ModelKind.OPENAI:
+        return max(gen.llm_batch_size, gen.llm_max_concurrency)
+    return max(1, gen.llm_batch_size)
 
 
 def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
@@ -111,7 +122,7 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
     first_round = [] if quotas_met else (first_pool or rest_pool)[: gen.contexts_per_round]
     in_first = set(first_round)
     pool = first_round + [c for c in first_pool + rest_pool if c not in in_first]
-    shard_size = max(1, gen.llm_batch_size)
+    shard_size = shard_size_for(rt)
     plan = GenerationPlan(
         corpus=corpus,
         run_id=request.run_id,
