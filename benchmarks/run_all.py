@@ -22,6 +22,7 @@ BENCHMARKS = [
     "bench_citations",
     "bench_sufficiency",
     "bench_nightly",
+    "bench_endpoint",
     "bench_budgets",
 ]
 

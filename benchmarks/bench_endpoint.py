@@ -1,0 +1,191 @@
+"""Driving an OpenAI-compatible endpoint at its concurrency: ``ragtrail nightly`` against the stub.
+
+Every LLM role is pointed at a local :class:`~ragtrail.llm.stub_server.StubServer` (a load-test
+double, not a model: 300 ms per request + 2 ms per completion token, ``C`` requests served at
+once, the rest queued) with ``openai:stub@http://127.0.0.1:<port>/v1``, structured outputs on
+(``generation.llm_json_schema``) and ``generation.llm_max_concurrency = C``. The shipped sample
+corpus is ingested once into a template home (embedding is not what is measured); each night
+runs ``ragtrail nightly --json`` as a user would, in a fresh copy of it. From the stub's timeline:
+
+* LLM-pending wall time: the union of every request's [arrival, end];
+* the ideal bound: the summed service time of the served requests / C (calls x mean service / C);
+  ratio ideal / actual (target >= 0.8);
+* requests in flight while LLM work is pending: time-weighted mean and p95, and a sparkline;
+* injected 429s (with Retry-After) and 5xx, and how many were retried to a success.
+
+    .venv/bin/python -m benchmarks.bench_endpoint [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import machine_line, write_section
+from benchmarks._timeline import Profile, dominant_tags, phases, profile, sparkline
+from ragtrail.llm.stub_server import StubServer
+from ragtrail.paths import sample_corpus_dir
+
+LATENCY_S = 0.3
+PER_TOKEN_S = 0.002
+TARGET_RATIO = 0.8
+
+
+@dataclass(frozen=True)
+class Night:
+    """One configuration of the stub and of the client."""
+
+    name: str
+    concurrency: int
+    fault_429: float = 0.0
+    fault_5xx: float = 0.0
+    retry_after_s: float = 1.0
+
+
+NIGHTS = (
+    Night("C=8", 8),
+    Night("C=32", 32),
+    Night("C=8, 5% 429 + 5% 5xx", 8, fault_429=0.05, fault_5xx=0.05),
+)
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "RAGTRAIL_HOME": str(home),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def _cli(env: dict[str, str], *args: str) -> tuple[dict[str, Any], float]:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ragtrail.cli", *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"ragtrail {args[0]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout), wall
+
+
+def _run_night(template: Path, work: Path, night: Night) -> tuple[Profile, Any, float]:
+    home = work / night.name.replace(" ", "").replace(",", "_").replace("%", "")
+    shutil.copytree(template, home)
+    stub = StubServer(
+        latency_s=LATENCY_S,
+        per_token_s=PER_TOKEN_S,
+        concurrency=night.concurrency,
+        fault_429=night.fault_429,
+        fault_5xx=night.fault_5xx,
+        retry_after_s=night.retry_after_s,
+        seed=7,
+    )
+    with stub as base_url:
+        env = {
+            **_env(home),
+            "RAGTRAIL_GENERATION__LLM": f"openai:stub@{base_url}",
+            "RAGTRAIL_GENERATION__LLM_JSON_SCHEMA": "true",
+            "RAGTRAIL_GENERATION__LLM_MAX_CONCURRENCY": str(night.concurrency),
+        }
+        result, wall = _cli(env, "nightly")
+    records = stub.records()
+    return profile(records, night.concurrency), (result, records), wall
+
+
+def _phase_rows(records: list[Any], concurrency: int) -> list[str]:
+    rows = []
+    for group in phases(records):
+        p = profile(group, concurrency)
+        if p.requests < 10:
+            continue
+        rows.append(
+            f"| {group[0].arrival:.0f} s | {p.requests} | {p.pending_s:.1f} s | {p.ideal_s:.1f} s "
+            f"| {p.ratio:.2f} | {p.mean_in_flight:.1f} | {dominant_tags(group)} |"
+        )
+    return rows
+
+
+def run() -> str:
+    uptime = _load()
+    with tempfile.TemporaryDirectory(prefix="ragtrail-bench-endpoint-") as tmp:
+        work = Path(tmp)
+        template = work / "template"
+        _cli(_env(template), "ingest", str(sample_corpus_dir()))
+        results = [(night, *_run_night(template, work, night)) for night in NIGHTS]
+    head = [
+        "| night | calls (served) | nightly wall | LLM-pending wall | ideal | ideal / actual "
+        "| in flight mean / p95 | 429 injected / received | 5xx injected | retried ok / lost |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines, sparks, details = [], [], []
+    for night, prof, (_result, records), wall in results:
+        received_429 = sum(1 for r in records if r.status == 429)
+        lines.append(
+            f"| {night.name} | {prof.requests} ({prof.served}) | {wall:.0f} s | "
+            f"{prof.pending_s:.1f} s | {prof.ideal_s:.1f} s | **{prof.ratio:.2f}** | "
+            f"{prof.mean_in_flight:.1f} / {prof.p95_in_flight:.0f} | "
+            f"{prof.faults.get('429', 0)} / {received_429} | {prof.faults.get('5xx', 0)} | "
+            f"{prof.retried_ok} / {prof.lost} |"
+        )
+        sparks.append(f"    {night.name:<22} {sparkline(prof)}")
+        if not night.fault_429 and not night.fault_5xx:
+            details.append(
+                f"\nPhases of the {night.name} night (requests less than 1 s apart; ≥ 10 calls):\n\n"
+                "| starts at | calls | pending | ideal | ratio | mean in flight | main prompts |\n"
+                "|---|---|---|---|---|---|---|\n"
+                + "\n".join(_phase_rows(records, night.concurrency))
+            )
+    best = max(prof.ratio for _, prof, _, _ in results[:2])
+    after = _load()
+    verdict = "met" if best >= TARGET_RATIO else "NOT met"
+    return (
+        "## LLM endpoint concurrency — `ragtrail nightly` against an OpenAI-compatible stub\n\n"
+        f"Machine: {machine_line()}; load average before the runs {uptime}, after {after}. Stub "
+        "server "
+        f"(`ragtrail.llm.stub_server`, a load-test double, not a model): {LATENCY_S * 1000:.0f} ms "
+        f"per request + {PER_TOKEN_S * 1000:.0f} ms per completion token, C requests served at "
+        "once, the rest queued; every role `openai:stub@http://127.0.0.1:<port>/v1`, "
+        "`generation.llm_json_schema: true`, `generation.llm_max_concurrency: C`. The sample "
+        "corpus is ingested once beforehand; each night runs in a fresh copy of that home "
+        "(judge calibration, test-set generation, citations, sufficiency, evidence).\n\n"
+        + "\n".join(head + lines)
+        + "\n\nRequests in flight over the LLM-pending time (each cell ~1/60 of it; █ = C):\n\n"
+        + "\n".join(sparks)
+        + "\n"
+        + "\n".join(details)
+        + f"\n\nTarget ideal / actual ≥ {TARGET_RATIO}: {verdict} (best {best:.2f}).\n"
+    )
+
+
+def _load() -> str:
+    """The 1/5/15-minute load averages, as ``uptime`` shows them."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    args = parser.parse_args()
+    section = run()
+    print(section)
+    if args.write:
+        write_section("endpoint", section)
+
+
+if __name__ == "__main__":
+    main()
