@@ -131,7 +131,7 @@ def test_queued_requests_beyond_the_limit_wait_for_a_slot() -> None:
 
 
 def test_rejecting_server_answers_429_beyond_the_limit() -> None:
-    stub = StubServer(latency_s=0.1, concurrency=1, overflow="reject")
+    stub = StubServer(latency_s=0.3, concurrency=1, overflow="reject")
     with stub as url:
         codes = _burst(url, 5)
     busy = [r for r in stub.records() if r.fault == "busy"]
