@@ -110,7 +110,9 @@ def test_real_embedder_on_hand_made_sentences(embedder) -> None:
         ),
     ]
     judge = EmbeddingEntailmentJudge(embedder)
-    assert judge.spec.model == "sentence-transformers/all-MiniLM-L6-v2"
+    # The judge is named by the embedder's identity, backend and precision included.
+    assert judge.spec.model == embedder.model_id
+    assert judge.spec.model.startswith("sentence-transformers/all-MiniLM-L6-v2")
     related, unrelated, contradicted = judge.judge(items)
     sentences = split_sentences(premise)
     vectors = embedder.encode([*sentences, items[0].hypothesis])
