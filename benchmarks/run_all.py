@@ -10,6 +10,7 @@ from benchmarks._common import SkipBenchmark, write_section
 BENCHMARKS = [
     "bench_ingest",
     "bench_retrieval",
+    "bench_embedding_backends",
     "bench_languages",
     "llm_throughput",
     "bench_generation",
