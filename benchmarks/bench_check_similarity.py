@@ -34,7 +34,7 @@ import numpy as np
 
 from benchmarks._common import machine_line, require_shared, write_section
 from ragtrail.config import load_settings
-from ragtrail.embed.embedder import load_embedder
+from ragtrail.embed.loading import load_embedder
 from ragtrail.generate.prompts import context_sentences
 from ragtrail.ingest.formats.common import QuarantineError
 from ragtrail.ingest.loaders import parse_document

@@ -70,7 +70,7 @@ def sample_corpus() -> Path:
 def embedder():
     """The real bundled all-MiniLM-L6-v2, loaded once per session."""
     from ragtrail.config import load_settings
-    from ragtrail.embed.embedder import load_embedder
+    from ragtrail.embed.loading import load_embedder
 
     return load_embedder(load_settings(home=Path(tempfile.mkdtemp(prefix="ragtrail-emb-"))))
 

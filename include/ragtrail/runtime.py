@@ -118,7 +118,7 @@ class Runtime:
 
     @cached_property
     def embedder(self) -> Embedder:
-        from ragtrail.embed.embedder import load_embedder
+        from ragtrail.embed.loading import load_embedder
 
         self.limit_torch_threads()
         return load_embedder(self.settings)
@@ -126,7 +126,7 @@ class Runtime:
     @cached_property
     def embedder_identity(self) -> str:
         """The embedder as index snapshots and metrics record it (model, backend, precision)."""
-        from ragtrail.embed.embedder import embedder_identity
+        from ragtrail.embed.loading import embedder_identity
 
         return embedder_identity(self.settings)
 

@@ -19,8 +19,8 @@ from ragtrail.embed.embedder import (
     Embedder,
     ModelLoadError,
     SentenceTransformerEmbedder,
-    load_embedder,
 )
+from ragtrail.embed.loading import load_embedder
 from ragtrail.models.store import COMPLETE_MARKER
 from ragtrail.records import sha256_text
 

@@ -16,10 +16,9 @@ from ragtrail.embed.embedder import (
     CachedEmbedder,
     ModelLoadError,
     SentenceTransformerEmbedder,
-    embedder_identity,
-    load_embedder,
 )
 from ragtrail.embed.exported import BackendNotEquivalent, ExportedEmbedder, model_digest
+from ragtrail.embed.loading import embedder_identity, load_embedder
 from tests.tiny_models import build_tiny_sentence_encoder
 from tests.unit.test_embedder import DictCache
 

@@ -10,16 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ragtrail.models.store import ModelFetchError, hub_offline, mirror_s3_prefix
 from ragtrail.records import sha256_text
 from ragtrail.storage.s3uri import is_s3_uri
-
-if TYPE_CHECKING:
-    from ragtrail.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -247,41 +244,3 @@ class CachedEmbedder:
         missed = set(misses)
         self.cache_hits += sum(1 for h in hashes if h not in missed)
         return _l2_normalise(np.stack([np.asarray(found[h], dtype=np.float32) for h in hashes]))
-
-
-def load_embedder(settings: Settings) -> Embedder:
-    """Build the configured embedder (torch, or an exported onnx/openvino one); downloaded (S3)
-    models and exports go to the model cache directory."""
-    if settings.embedding_backend != "torch":
-        from ragtrail.embed.exported import ExportedEmbedder, resolve_precision
-
-        return ExportedEmbedder(
-            settings.embedding_model,
-            backend=settings.embedding_backend,
-            precision=resolve_precision(settings.embedding_backend, settings.embedding_precision),
-            batch_size=settings.embedding_batch_size,
-            cache_dir=settings.resolved_model_cache_dir,
-            s3_endpoint_url=settings.s3_endpoint_url,
-            threads=settings.torch_threads,
-        )
-    if settings.embedding_precision == "bf16":
-        raise ValueError("embedding precision bf16 is supported by the openvino backend only")
-    return SentenceTransformerEmbedder(
-        settings.embedding_model,
-        device=settings.device,
-        batch_size=settings.embedding_batch_size,
-        cache_dir=settings.resolved_model_cache_dir,
-        s3_endpoint_url=settings.s3_endpoint_url,
-    )
-
-
-def embedder_identity(settings: Settings) -> str:
-    """What index snapshots, metrics and judges record as the embedder: the model reference,
-    plus ``@<backend>-<precision>`` for anything but torch at float32 (so indices built before
-    backends existed keep their identity)."""
-    backend = settings.embedding_backend
-    if backend == "torch":
-        return settings.embedding_model
-    from ragtrail.embed.exported import resolve_precision
-
-    return f"{settings.embedding_model}@{backend}-{resolve_precision(backend, settings.embedding_precision)}"

@@ -12,7 +12,7 @@ on a fixed probe set (:data:`PROBE_TEXTS`): every probe's cosine to the torch em
 is recorded in the export's manifest, so the check (and loading torch) happens once per model.
 
 The backend and precision are part of the embedder's identity
-(:func:`ragtrail.embed.embedder.embedder_identity`): cached
+(:func:`ragtrail.embed.loading.embedder_identity`): cached
 embeddings and index snapshots of one are never mixed with another's, and switching re-embeds the
 corpus on its next ingest.
 """
