@@ -34,15 +34,15 @@ from ragtrail.pipeline.ingest import ingest
 from ragtrail.runtime import Runtime
 
 STAGES = {
-    "parse (read + convert to text)": "shard.py:51(_parse)",
-    "language detection": "languages.py:116(detect_language)",
-    "chunking (incl. token counting)": "chunk.py:117(chunk_document)",
-    "embedding (tokenise + model + pool)": "embedder.py:228(encode_chunks)",
-    "index writes (tantivy + faiss)": "embedded.py:385(commit)",
-    "metadata DB writes": "document_store.py:119(upsert_document)",
-    "planning (list + hash the source)": "plan.py:181(plan_ingest)",
+    "parse (read + convert to text)": ("shard.py", "_parse"),
+    "language detection": ("languages.py", "detect_language"),
+    "chunking (incl. token counting)": ("chunk.py", "chunk_document"),
+    "embedding (tokenise + model + pool)": ("embedder.py", "encode_chunks"),
+    "index writes (tantivy + faiss)": ("embedded.py", "commit"),
+    "metadata DB writes": ("document_store.py", "upsert_document"),
+    "planning (list + hash the source)": ("plan.py", "plan_ingest"),
 }
-"""Stage -> the function whose cumulative time it is (file:line(name) as pstats prints it)."""
+"""Stage -> the (file name, function) whose cumulative time it is (no line numbers: they move)."""
 
 
 def _chunk_texts(rt: Runtime, corpus: str) -> list[str]:
@@ -53,15 +53,22 @@ def _peak_rss_mb(source: Path, models: Path) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "RAGTRAIL_HOME": tmp, "RAGTRAIL_MODEL_CACHE_DIR": str(models)}
         cmd = [sys.executable, "-m", "ragtrail.cli", "ingest", str(source), "--corpus", "f18"]
-        proc = subprocess.Popen(
-            [*cmd, "--json"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        # Started from a small wrapper process: a child forked from this one (several models
+        # loaded) would report this process's size as its peak, as Linux keeps the larger of
+        # the pre-exec and post-exec peaks.
+        wrapper = (
+            "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+            "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
         )
-        # wait4 gives this child's own peak (RUSAGE_CHILDREN would also count any other child
-        # this process ever had, e.g. a fork made while several models were loaded).
-        _, status, usage = os.wait4(proc.pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"ragtrail ingest failed (status {status})")
-    return usage.ru_maxrss / 1024.0
+        out = subprocess.run(
+            [sys.executable, "-c", wrapper, *cmd, "--json"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    return int(out.stdout.strip()) / 1024.0
 
 
 def _runtime(home: Path, models: Path, **overrides: object) -> Runtime:
@@ -78,12 +85,11 @@ def _top10_overlap(reference: np.ndarray, other: np.ndarray, sample: int = 500) 
 
 
 def _stage_seconds(stats: pstats.Stats) -> dict[str, float]:
-    found = {}
-    for (file, line, name), (_, _, _, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
-        key = f"{Path(file).name}:{line}({name})"
+    found: dict[str, float] = {}
+    for (file, _, name), (_, _, _, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
         for stage, target in STAGES.items():
-            if key == target:
-                found[stage] = cumulative
+            if (Path(file).name, name) == target:
+                found[stage] = found.get(stage, 0.0) + cumulative
     return found
 
 
