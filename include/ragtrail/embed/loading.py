@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ragtrail.embed.embedder import Embedder, SentenceTransformerEmbedder
-from ragtrail.embed.exported import ExportedEmbedder, resolve_precision
+from ragtrail.embed.exported import ExportedEmbedder, backend_key, resolve_precision
 
 if TYPE_CHECKING:
     from ragtrail.config import Settings
@@ -43,4 +43,4 @@ def embedder_identity(settings: Settings) -> str:
     if backend == "torch":
         return settings.embedding_model
     precision = resolve_precision(backend, settings.embedding_precision)
-    return f"{settings.embedding_model}@{backend}-{precision}"
+    return f"{settings.embedding_model}@{backend_key(backend, precision)}"
