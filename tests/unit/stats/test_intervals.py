@@ -17,6 +17,7 @@ from ragtrail.stats.intervals import (
     agreement_interval,
     bca_interval,
     mean_interval,
+    mean_intervals,
     method_label,
     proportion_interval,
     wilson_interval,
@@ -170,3 +171,29 @@ def test_method_labels() -> None:
         "no CI",
         "",
     ]
+
+
+def test_mean_intervals_equal_mean_interval_column_by_column() -> None:
+    """One shared bootstrap draw gives each column the interval mean_interval gives it alone."""
+    rng = np.random.default_rng(5)
+    n = 60
+    columns = np.column_stack(
+        [
+            rng.uniform(0, 1, n),  # bounded values: BCa
+            rng.integers(0, 2, n).astype(float),  # 0/1 outcomes: Wilson
+            np.full(n, 0.4),  # no spread: null with its reason
+            rng.choice([0.0, 0.5, 1.0], n),  # BCa again, sharing the draw
+        ]
+    )
+    together = mean_intervals(columns, n_resamples=500, seed=21)
+    alone = [mean_interval(col, n_resamples=500, seed=21) for col in columns.T]
+    assert [i.method for i in together] == ["bca", "wilson", "none", "bca"]
+    for got, want in zip(together, alone, strict=True):
+        assert (got.method, got.n, got.reason) == (want.method, want.n, want.reason)
+        assert got.bounds() == pytest.approx(want.bounds(), abs=1e-12)
+    small = mean_intervals(columns[:8], n_resamples=500, seed=21)  # below BOOTSTRAP_MIN_N: t
+    assert small[0].method == "t"
+    off = mean_intervals(columns, n_resamples=0)
+    assert off[0].reason == NO_BOOTSTRAP and off[1].method == "wilson"
+    with pytest.raises(ValueError, match="matrix"):
+        mean_intervals(columns[:, 0])
