@@ -20,6 +20,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Local LLMs run in float32 under test on every runner: 'auto' is bf16 on CPUs with bf16
+    # units only, and what a test expects must not depend on the machine (tests of 'auto' and
+    # of bf16 ask for them).
+    os.environ.setdefault("RAGTRAIL_GENERATION__LLM_DTYPE", "float32")
     from tests.dags._airflow_env import ensure_airflow_env
 
     ensure_airflow_env()
@@ -34,16 +38,17 @@ def pytest_configure(config: pytest.Config) -> None:
         # The evidence step's helpfulness scorer defaults to the bundled SmolLM2 (a 25-60 s
         # conversion per fresh home); every flow a test runs scores with one tiny random Llama,
         # built once here (its log-probabilities are real computations, their values meaningless).
-        os.environ["RAGTRAIL_EVIDENCE__SCORER"] = f"hf:{_tiny_scorer()}"
+        scorer_dir = tempfile.mkdtemp(prefix="ragtrail-scorer-")
+        config.add_cleanup(lambda: shutil.rmtree(scorer_dir, ignore_errors=True))
+        os.environ["RAGTRAIL_EVIDENCE__SCORER"] = f"hf:{_tiny_scorer(Path(scorer_dir))}"
 
 
-def _tiny_scorer() -> Path:
+def _tiny_scorer(folder: Path) -> Path:
     from ragtrail.paths import sample_corpus_dir
     from tests.tiny_models import build_tiny_llama
 
     texts = [p.read_text(encoding="utf-8") for p in sorted(sample_corpus_dir().rglob("*.md"))]
-    out = Path(tempfile.mkdtemp(prefix="ragtrail-scorer-")) / "tiny-scorer"
-    return build_tiny_llama(out, texts, vocab_size=600, max_positions=4096)
+    return build_tiny_llama(folder / "tiny-scorer", texts, vocab_size=600, max_positions=4096)
 
 
 @pytest.fixture(scope="session")
@@ -67,12 +72,12 @@ def sample_corpus() -> Path:
 
 
 @pytest.fixture(scope="session")
-def embedder():
+def embedder(tmp_path_factory: pytest.TempPathFactory):
     """The real bundled all-MiniLM-L6-v2, loaded once per session."""
     from ragtrail.config import load_settings
     from ragtrail.embed.loading import load_embedder
 
-    return load_embedder(load_settings(home=Path(tempfile.mkdtemp(prefix="ragtrail-emb-"))))
+    return load_embedder(load_settings(home=tmp_path_factory.mktemp("embedder-home")))
 
 
 @pytest.fixture

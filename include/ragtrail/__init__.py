@@ -33,11 +33,12 @@ function-local import::
                              typed records and closed vocabularies, text normalisation, progress
                              events, reading user files safely, checks on what users configure
                              (unknown keys, bad YAML), when a step's model calls mostly failed
-    jsonsafe | redact | stats | library_logs
+    jsonsafe | redact | stats | library_logs | hardware
                              strict JSON: no NaN leaves the process, undefined values with
                              reasons; credentials in URLs hidden before anything is written;
                              intervals valid at their n and the power behind every MDE; third-
-                             party log chatter kept out of task logs
+                             party log chatter kept out of task logs; whether the CPU computes
+                             in bf16
 
 dags/ and plugins/ are Airflow adapters outside the package: airflow.sdk plus
 ragtrail.pipeline / paths / records only (tests/dags checks them); the reports view's web app

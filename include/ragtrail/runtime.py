@@ -131,6 +131,13 @@ class Runtime:
         return embedder_identity(self.settings)
 
     @cached_property
+    def llm_dtype(self) -> str:
+        """The dtype local LLMs run in (``generation.llm_dtype`` with ``auto`` resolved)."""
+        from ragtrail.hardware import resolve_model_dtype
+
+        return resolve_model_dtype(self.settings.generation.llm_dtype)
+
+    @cached_property
     def cached_embedder(self) -> CachedEmbedder:
         from ragtrail.embed.embedder import CachedEmbedder
 
@@ -231,7 +238,7 @@ class Runtime:
         if parsed is not None and parsed.is_local:
             kwargs = {
                 "batch_size": self.settings.generation.llm_batch_size,
-                "dtype": self.settings.generation.llm_dtype,
+                "dtype": self.llm_dtype,
                 "cache_dir": self.settings.resolved_model_cache_dir,
                 "s3_endpoint_url": self.settings.s3_endpoint_url,
             }
@@ -279,11 +286,7 @@ class Runtime:
             "artifact store": "s3" if s.resolved_artifact_uri.startswith("s3://") else "local",
             **self.llm_models(),
             # named only when it differs from the float32 reference, as in the models' ids
-            **(
-                {"local model dtype": s.generation.llm_dtype}
-                if s.generation.llm_dtype != "float32"
-                else {}
-            ),
+            **({"local model dtype": self.llm_dtype} if self.llm_dtype != "float32" else {}),
         }
 
     def close(self) -> None:

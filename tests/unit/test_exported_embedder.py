@@ -19,6 +19,7 @@ from ragtrail.embed.embedder import (
 )
 from ragtrail.embed.exported import BackendNotEquivalent, ExportedEmbedder, model_digest
 from ragtrail.embed.loading import embedder_identity, load_embedder
+from ragtrail.hardware import cpu_has_bf16
 from tests.tiny_models import build_tiny_sentence_encoder
 from tests.unit.test_embedder import DictCache
 
@@ -63,7 +64,7 @@ def test_exported_backend_matches_torch(
 def test_bf16_runs_only_where_the_cpu_has_the_units(
     tiny: Path, torch_vectors: np.ndarray, tmp_path: Path
 ) -> None:
-    if not exported.cpu_has_bf16():
+    if not cpu_has_bf16():
         with pytest.raises(ValueError, match="bf16 units"):
             exported.resolve_precision("openvino", "bf16")
         assert exported.resolve_precision("openvino", "auto") == "f32"

@@ -19,7 +19,6 @@ corpus on its next ingest.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -36,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ragtrail.embed.embedder import ModelLoadError, _l2_normalise, resolve_model_ref
+from ragtrail.hardware import cpu_has_bf16
 from ragtrail.models.store import hub_offline
 
 log = logging.getLogger(__name__)
@@ -123,17 +123,6 @@ class ExportManifest:
 def backend_key(backend: str, precision: str) -> str:
     """The suffix that names a backend and precision in identities and manifests."""
     return f"{backend}-{precision}"
-
-
-@functools.cache
-def cpu_has_bf16() -> bool:
-    """True when OpenVINO reports bf16 compute units on this CPU (AVX512-BF16 or AMX)."""
-    try:
-        import openvino as ov
-    except ImportError:
-        return False
-    caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    return "BF16" in caps
 
 
 def resolve_precision(backend: str, precision: str) -> Precision:
