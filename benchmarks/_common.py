@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +31,36 @@ def require_shared(*parts: str) -> Path:
     if path is None or not path.exists():
         raise SkipBenchmark(f"shared data not found: {'/'.join(parts)} (set RAGTRAIL_SHARED_DIR)")
     return path
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a ``ragtrail`` subprocess run as a user would: its own home, offline
+    model hubs, no tokenizer thread pools."""
+    return {
+        **os.environ,
+        "RAGTRAIL_HOME": str(home),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **extra,
+    }
+
+
+def run_cli_json(env: dict[str, str], *args: str) -> tuple[dict[str, Any], float]:
+    """One ``ragtrail <args> --json`` subprocess: its JSON and wall seconds (raises with the end
+    of its stderr when it fails)."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ragtrail.cli", *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"ragtrail {args[0]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout), wall
 
 
 @contextmanager

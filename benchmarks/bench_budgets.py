@@ -23,17 +23,12 @@ set only, so the judges' calibration for generation does not run either) and sma
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_line, write_section
+from benchmarks._common import cli_env, machine_line, run_cli_json, write_section
 
 TARGET_RATIO = 0.30
 MARGIN_MIN = 0.5
@@ -45,22 +40,6 @@ QUICK_ENV = {
     "RAGTRAIL_SUFFICIENCY__MAX_ITEMS": "4",
     "RAGTRAIL_EVIDENCE__MAX_ITEMS": "2",
 }
-
-
-def _cli(env: dict[str, str], *args: str) -> tuple[dict[str, Any], float]:
-    """One ``ragtrail nightly ... --json``: its JSON and wall seconds."""
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "ragtrail.cli", "nightly", *args, "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"ragtrail nightly {args} failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout), wall
 
 
 def _real_by_step(night: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -94,25 +73,18 @@ def run(quick: bool = False) -> str:
     flags = ("--no-generate",) if quick else ()
     with tempfile.TemporaryDirectory(prefix="ragtrail-bench-budgets-") as tmp:
         home = Path(tmp) / "home"
-        env = {
-            **os.environ,
-            "RAGTRAIL_HOME": str(home),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            **(QUICK_ENV if quick else {}),
-        }
-        _first, first_s = _cli(env, *flags)
+        env = cli_env(home, **(QUICK_ENV if quick else {}))
+        _first, first_s = run_cli_json(env, "nightly", *flags)
         env2 = {**env, "RAGTRAIL_SEED": "14"}
-        dry, dry_s = _cli(env2, "--dry-run", *flags)
-        second, second_s = _cli(env2, *flags)
+        dry, dry_s = run_cli_json(env2, "nightly", "--dry-run", *flags)
+        second, second_s = run_cli_json(env2, "nightly", *flags)
         budget_min = round(second_s / 60.0 / 2.0, 1)
         env3 = {
             **env,
             "RAGTRAIL_SEED": "15",
             "RAGTRAIL_BUDGETS__NIGHT__MAX_MINUTES": str(budget_min),
         }
-        third, third_s = _cli(env3, *flags)
+        third, third_s = run_cli_json(env3, "nightly", *flags)
 
     est, real = _estimated_by_step(dry), _real_by_step(second)
     rows = [

@@ -19,18 +19,14 @@ runs ``ragtrail nightly --json`` as a user would, in a fresh copy of it. From th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_line, write_section
+from benchmarks._common import cli_env, machine_line, run_cli_json, write_section
 from benchmarks._timeline import Profile, dominant_tags, phases, profile, sparkline
 from ragtrail.llm.stub_server import StubServer
 from ragtrail.paths import sample_corpus_dir
@@ -58,31 +54,6 @@ NIGHTS = (
 )
 
 
-def _env(home: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "RAGTRAIL_HOME": str(home),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-
-
-def _cli(env: dict[str, str], *args: str) -> tuple[dict[str, Any], float]:
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "ragtrail.cli", *args, "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"ragtrail {args[0]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout), wall
-
-
 def _run_night(template: Path, work: Path, night: Night) -> tuple[Profile, Any, float]:
     home = work / night.name.replace(" ", "").replace(",", "_").replace("%", "")
     shutil.copytree(template, home)
@@ -97,12 +68,12 @@ def _run_night(template: Path, work: Path, night: Night) -> tuple[Profile, Any, 
     )
     with stub as base_url:
         env = {
-            **_env(home),
+            **cli_env(home),
             "RAGTRAIL_GENERATION__LLM": f"openai:stub@{base_url}",
             "RAGTRAIL_GENERATION__LLM_JSON_SCHEMA": "true",
             "RAGTRAIL_GENERATION__LLM_MAX_CONCURRENCY": str(night.concurrency),
         }
-        result, wall = _cli(env, "nightly")
+        result, wall = run_cli_json(env, "nightly")
     records = stub.records()
     return profile(records, night.concurrency), (result, records), wall
 
@@ -125,7 +96,7 @@ def run() -> str:
     with tempfile.TemporaryDirectory(prefix="ragtrail-bench-endpoint-") as tmp:
         work = Path(tmp)
         template = work / "template"
-        _cli(_env(template), "ingest", str(sample_corpus_dir()))
+        run_cli_json(cli_env(template), "ingest", str(sample_corpus_dir()))
         results = [(night, *_run_night(template, work, night)) for night in NIGHTS]
     head = [
         "| night | calls (served) | nightly wall | LLM-pending wall | ideal | ideal / actual "

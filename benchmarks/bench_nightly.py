@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from benchmarks._common import machine_line, write_section
+from benchmarks._common import cli_env, machine_line, write_section
 
 TARGET_S = 300.0
 
@@ -71,13 +71,7 @@ def _calibration_verdicts(home: Path) -> tuple[int, int]:
 def run() -> str:
     with tempfile.TemporaryDirectory(prefix="ragtrail-bench-nightly-") as tmp:
         home = Path(tmp) / "home"
-        env = {
-            **os.environ,
-            "RAGTRAIL_HOME": str(home),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
+        env = cli_env(home)
         cold, cold_s, cold_rss = _night(env)
         cold_cached = _cached_calls(home)
         warm, warm_s, warm_rss = _night(env)

@@ -169,3 +169,26 @@ def test_cached_vectors_of_two_backends_never_mix(
     onnx_cached.encode(TEXTS)
     assert onnx_cached.encoded == len(set(TEXTS))  # nothing served from torch's entries
     assert {model for model, _ in cache.data} == {torch_cached.model_id, onnx_cached.model_id}
+
+
+def test_the_digest_is_remembered_until_a_file_changes(tiny: Path, tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    model, memo = tmp_path / "model", tmp_path / "memo"
+    shutil.copytree(tiny, model)
+    digest = model_digest(model, memo_dir=memo)
+    assert digest == model_digest(model) and len(list(memo.iterdir())) == 1
+    # Same size and modification time: the memo answers without reading the bytes.
+    config = model / "config.json"
+    stat = config.stat()
+    data = bytearray(config.read_bytes())
+    data[-1:] = b" " if data[-1:] != b" " else b"\n"
+    config.write_bytes(bytes(data))
+    os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert model_digest(model, memo_dir=memo) == digest
+    # A newer modification time: hashed again, and the new digest remembered.
+    os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    changed = model_digest(model, memo_dir=memo)
+    assert changed == model_digest(model) != digest
+    assert model_digest(model, memo_dir=memo) == changed

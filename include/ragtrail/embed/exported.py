@@ -143,19 +143,46 @@ def resolve_precision(backend: str, precision: str) -> Precision:
     return precision  # type: ignore[return-value]
 
 
-def model_digest(model_dir: Path) -> str:
-    """sha256 over the model directory's files (relative path and bytes), exports excluded."""
+def model_digest(model_dir: Path, memo_dir: Path | None = None) -> str:
+    """sha256 over the model directory's files (relative path and bytes), exports excluded.
+
+    With ``memo_dir`` the digest is remembered there with each file's size and modification
+    time, and reused while none of them changed: a worker loading a multi-GB model then stats
+    its files instead of reading them all.
+    """
+    files = [
+        (path.relative_to(model_dir).as_posix(), path)
+        for path in sorted(p for p in model_dir.rglob("*") if p.is_file())
+    ]
+    files = [(rel, path) for rel, path in files if rel.split("/", 1)[0] not in _NOT_MODEL_FILES]
+    signature = [[rel, path.stat().st_size, path.stat().st_mtime_ns] for rel, path in files]
+    memo = None
+    if memo_dir is not None:
+        where = hashlib.sha256(str(model_dir.resolve()).encode()).hexdigest()[:24]
+        memo = memo_dir / f"{where}.json"
+        try:
+            known = json.loads(memo.read_text(encoding="utf-8"))
+            if known.get("files") == signature:
+                return str(known["digest"])
+        except (OSError, ValueError, KeyError):
+            pass  # no memo, or an unreadable one: hash the files
     h = hashlib.sha256()
-    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
-        rel = path.relative_to(model_dir).as_posix()
-        if rel.split("/", 1)[0] in {"onnx", "openvino", ".git", ".cache"}:
-            continue
+    for rel, path in files:
         h.update(rel.encode() + b"\0")
         with path.open("rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
         h.update(b"\0")
-    return h.hexdigest()
+    digest = h.hexdigest()
+    if memo is not None:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"files": signature, "digest": digest}), encoding="utf-8")
+        os.replace(tmp, memo)
+    return digest
+
+
+_NOT_MODEL_FILES = frozenset({"onnx", "openvino", ".git", ".cache"})
 
 
 def local_model_dir(target: str) -> Path:
@@ -406,7 +433,7 @@ def _ensure_export(
     An export is written to a temporary directory and renamed into place, so concurrent workers
     never see half an export.
     """
-    digest = model_digest(local_model_dir(target))
+    digest = model_digest(local_model_dir(target), memo_dir=root.parent / "model-digests")
     slug = model_id.replace("/", "--").replace(":", "-")[-80:]
     final = root / f"{slug}-{digest[:16]}-v{EXPORT_FORMAT_VERSION}"
     manifest_path = final / "manifest.json"
