@@ -191,15 +191,23 @@ class Runtime:
         """The fixed LM of the helpfulness expert (``settings.evidence.scorer``), its
         log-probabilities cached by content in the metadata database."""
         from ragtrail.llm.score_cache import SqlScoreCache
-        from ragtrail.llm.scoring import CachedLogProbScorer, TransformersLogProbScorer
-
-        self.limit_torch_threads()
-        inner = TransformersLogProbScorer(
-            self.settings.evidence.scorer,
-            cache_dir=self.settings.resolved_model_cache_dir,
-            batch_size=self.settings.evidence.scorer_batch_size,
+        from ragtrail.llm.scoring import (
+            CachedLogProbScorer,
+            LazyLogProbScorer,
+            TransformersLogProbScorer,
         )
-        return CachedLogProbScorer(inner, SqlScoreCache(self.engine))
+
+        def build() -> LogProbScorer:
+            self.limit_torch_threads()
+            return TransformersLogProbScorer(
+                self.settings.evidence.scorer,
+                cache_dir=self.settings.resolved_model_cache_dir,
+                batch_size=self.settings.evidence.scorer_batch_size,
+            )
+
+        # built on the first score the cache lacks: a warm night loads no scorer model
+        lazy = LazyLogProbScorer(self.settings.evidence.scorer, build)
+        return CachedLogProbScorer(lazy, SqlScoreCache(self.engine))
 
     def use_scorer(self, scorer: LogProbScorer) -> None:
         """Serve helpfulness with an already built scorer (tests, benchmarks)."""

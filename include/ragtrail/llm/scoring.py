@@ -25,7 +25,8 @@ torch and transformers are imported only when a :class:`TransformersLogProbScore
 from __future__ import annotations
 
 import math
-from collections.abc import MutableMapping, Sequence
+import threading
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -215,6 +216,29 @@ class TransformersLogProbScorer:
                 for i, value in zip(chunk, values.tolist(), strict=True):
                     out[i] = float(value)
         return out
+
+
+class LazyLogProbScorer:
+    """A :class:`LogProbScorer` whose model is built on its first request: a night whose scores
+    are all cached (the warm night) never loads it. ``model_id`` must be the id the built
+    scorer will report (it keys the cache before the model exists); a mismatch raises."""
+
+    def __init__(self, model_id: str, build: Callable[[], LogProbScorer]) -> None:
+        self.model_id = model_id
+        self._build = build
+        self._inner: LogProbScorer | None = None
+        self._lock = threading.Lock()
+
+    def log_probs(self, requests: Sequence[ScoreRequest]) -> list[float]:
+        with self._lock:
+            if self._inner is None:
+                inner = self._build()
+                if inner.model_id != self.model_id:
+                    raise ValueError(
+                        f"the scorer built for {self.model_id!r} reports {inner.model_id!r}"
+                    )
+                self._inner = inner
+        return self._inner.log_probs(requests)
 
 
 # --------------------------------------------------------------------------- cache

@@ -15,6 +15,7 @@ from sqlalchemy import create_engine
 from ragtrail.llm.score_cache import SqlScoreCache
 from ragtrail.llm.scoring import (
     CachedLogProbScorer,
+    LazyLogProbScorer,
     ScoreRequest,
     TransformersLogProbScorer,
     encode_continuation,
@@ -154,3 +155,26 @@ def test_non_finite_values_are_not_cached() -> None:
     with pytest.raises(ValueError, match=r"nan.*'At the harbour"):
         CachedLogProbScorer(fake, store).log_probs(REQUESTS[:2])
     assert list(store.values()) == [-1.5]
+
+
+def test_a_lazy_scorer_loads_its_model_only_for_an_uncached_score(
+    scorer: TransformersLogProbScorer,
+) -> None:
+    built: list[int] = []
+
+    def build() -> TransformersLogProbScorer:
+        built.append(1)
+        return scorer
+
+    request = ScoreRequest(({"role": "user", "content": "a question"},), " an answer")
+    store: dict[str, float] = {}
+    warm = CachedLogProbScorer(LazyLogProbScorer(scorer.model_id, build), store)
+    cold_value = CachedLogProbScorer(scorer, store).log_probs([request])
+    assert warm.log_probs([request]) == cold_value and built == []  # all cached: no model
+    other = ScoreRequest(({"role": "user", "content": "another question"},), " an answer")
+    assert warm.log_probs([other]) == scorer.log_probs([other]) and built == [1]
+    warm.log_probs([ScoreRequest(({"role": "user", "content": "a third"},), " x")])
+    assert built == [1]  # built once
+    wrong = LazyLogProbScorer("another-model", build)
+    with pytest.raises(ValueError, match="reports"):
+        wrong.log_probs([request])
