@@ -58,6 +58,26 @@ class Runtime:
         """The night whose budgets the LLM steps count against (``ragtrail nightly`` sets its
         run id; None: an Airflow task finds its night in the ledger, ``pipeline/budgets.py``)."""
 
+    def sibling(self) -> Runtime:
+        """A runtime for one of several instances of a step run at once on threads (see
+        :meth:`llm_calls_overlap`): the same settings, progress sink, night and run holding, but
+        its own usage meter, budget checks and model clients, so each instance accounts for its
+        own calls as it would on its own Airflow worker. Close it after the instance."""
+        child = Runtime(self.settings)
+        child.progress = self.report
+        child.holds_runs = self.holds_runs
+        child.budget_night = self.budget_night
+        return child
+
+    def llm_calls_overlap(self) -> bool:
+        """Whether independent LLM steps may run at once in this process: every role's model is
+        an OpenAI-compatible endpoint, whose shared limiter (:mod:`ragtrail.llm.rate_limit`)
+        holds the requests in flight. A local model computes on this machine's cores, which
+        one step already keeps busy."""
+        specs = {self.settings.model_for(role) for role in ModelRole}
+        parsed = [ModelSpec.try_parse(spec) for spec in specs]
+        return all(p is not None and p.kind == ModelKind.OPENAI for p in parsed)
+
     def report(self, update: ProgressUpdate) -> None:
         """Hand ``update`` to the current :attr:`progress` sink (clients built earlier too), and
         let the runs this process holds report that they are alive. Serialised: independent

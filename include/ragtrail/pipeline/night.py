@@ -719,7 +719,10 @@ def run_flow(
     evaluation failed (:class:`~ragtrail.failures.EvaluationFailedError`: most of its model calls
     failed) does not stop the other instances of its step; the flow stops after that step, as
     the DAG's later tasks do not run after a failed one, raising every failure in one error.
-    Any other error stops the flow at once.
+    Any other error stops the flow at once (after the instances already running, when they run
+    at once). A mapped LLM step runs its instances at once, as Airflow's pool slots do, when
+    every model is a remote endpoint (:meth:`Runtime.llm_calls_overlap`): the endpoint then
+    gets every set's requests together instead of one set's at a time.
     """
     run = FlowRun(flow_, dict(state))
     for step in flow_.steps:
@@ -731,6 +734,52 @@ def run_flow(
     return run
 
 
+def _overlapping(rt: Any, step: Step, instances: int) -> bool:
+    """Whether a mapped step's instances run at once, as Airflow runs them in their pool's
+    slots: LLM-bound steps (pool ``llm_api``) whose every model is a remote endpoint."""
+    return (
+        instances > 1
+        and step.pool == "llm_api"
+        and not step.one_at_a_time
+        and bool(getattr(rt, "llm_calls_overlap", lambda: False)())
+    )
+
+
+def _run_instances_at_once(
+    rt: Any,
+    flow_: Flow,
+    step: Step,
+    args: Mapping[str, Any],
+    map_as: str,
+    items: Sequence[Any],
+    progress: Progress | None,
+) -> list[Exception]:
+    """Every instance of ``step`` on its own thread and its own sibling runtime (its own usage
+    meter and budget checks, as on separate workers); their errors, in item order. As in
+    Airflow, one instance's error does not stop the others."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    def one(item: Any) -> None:
+        child = rt.sibling()
+        try:
+            checked_result(flow_, step, step.run(child, **args, **{map_as: item}))
+        finally:
+            child.close()
+
+    errors: dict[int, Exception] = {}
+    with ThreadPoolExecutor(len(items), thread_name_prefix=f"{step.name}-") as pool:
+        futures = {pool.submit(one, item): i for i, item in enumerate(items)}
+        for done, future in enumerate(as_completed(futures), start=1):
+            exc = future.exception()
+            if isinstance(exc, Exception):
+                errors[futures[future]] = exc
+            elif exc is not None:  # KeyboardInterrupt, SystemExit: not an instance's failure
+                raise exc
+            if progress:
+                progress(step.name, done, len(items))
+    return [errors[i] for i in sorted(errors)]
+
+
 def _run_step(rt: Any, flow_: Flow, step: Step, run: FlowRun, progress: Progress | None) -> None:
     """One step of :func:`run_flow` (every instance of a mapped step)."""
     current = flow_state(flow_, run.state, run.results)
@@ -738,15 +787,24 @@ def _run_step(rt: Any, flow_: Flow, step: Step, run: FlowRun, progress: Progress
     if step.map_over:
         assert step.map_as is not None
         items = list(current[step.map_over] or [])
-        failed: list[EvaluationFailedError] = []
-        for done, item in enumerate(items, start=1):
-            try:
-                checked_result(flow_, step, step.run(rt, **args, **{step.map_as: item}))
-            except EvaluationFailedError as exc:
-                log.error("%s.%s failed: %s", flow_.dag_id, step.name, exc)
-                failed.append(exc)
-            if progress:
-                progress(step.name, done, len(items))
+        map_as = step.map_as
+        if _overlapping(rt, step, len(items)):
+            errors = _run_instances_at_once(rt, flow_, step, args, map_as, items, progress)
+        else:
+            errors = []
+            for done, item in enumerate(items, start=1):
+                try:
+                    checked_result(flow_, step, step.run(rt, **args, **{map_as: item}))
+                except EvaluationFailedError as exc:
+                    errors.append(exc)
+                if progress:
+                    progress(step.name, done, len(items))
+        failed = [exc for exc in errors if isinstance(exc, EvaluationFailedError)]
+        for exc in failed:
+            log.error("%s.%s failed: %s", flow_.dag_id, step.name, exc)
+        other = next((exc for exc in errors if exc not in failed), None)
+        if other is not None:
+            raise other
         if failed:
             raise combined(failed)
         return

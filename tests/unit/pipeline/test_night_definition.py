@@ -115,3 +115,71 @@ def test_a_failed_evaluation_of_one_set_lets_the_others_run_then_stops_the_flow(
     calls.clear()
     run_flow(None, flow_, {"items": ["b"]})
     assert calls == ["evaluate b", "publish"]
+
+
+def test_llm_steps_of_remote_endpoints_run_their_instances_at_once(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every role on an OpenAI-compatible endpoint, a mapped ``llm_api`` step's instances
+    run on threads at once, each on its own sibling runtime (its own usage meter); a failed
+    instance lets the others finish, and the flow stops after the step with every failure. With
+    a local model they run one after another on the runtime itself."""
+    import threading
+
+    from ragtrail.config import load_settings
+    from ragtrail.failures import EvaluationFailedError, FailedStepsError, FailureCount
+    from ragtrail.pipeline.night import run_flow
+    from ragtrail.runtime import Runtime
+
+    barrier = threading.Barrier(3, timeout=10)  # breaks unless all three wait at once
+    seen: dict[str, object] = {}
+
+    def evaluate(rt: Runtime, *, item: str) -> dict[str, str]:
+        seen[item] = rt
+        barrier.wait()
+        if item == "c":
+            raise EvaluationFailedError(
+                "citation evaluation",
+                [FailureCount("answers", 4, 4, "connection refused")],
+                max_share=0.5,
+                setting="citations.max_failed_share",
+                run_id="night.c",
+            )
+        return {}
+
+    monkeypatch.setattr(Step, "function", lambda self: evaluate)
+    flow_ = Flow(
+        dag_id="test_flow",
+        doc="",
+        run_prefix="t",
+        steps=(Step("evaluate", "evaluate", "", pool="llm_api", map_over="xs", map_as="item"),),
+        params={},
+        resolver=lambda params, extra, run_id: {},
+    )
+    remote = load_settings(home=tmp_path / "remote")
+    remote.generation.llm = "openai:some-model@http://127.0.0.1:9/v1"
+    rt = Runtime(remote)
+    assert rt.llm_calls_overlap()
+    progress: list[int] = []
+    with pytest.raises(EvaluationFailedError) as failed:
+        run_flow(
+            rt, flow_, {"xs": ["a", "b", "c"]}, progress=lambda s, done, n: progress.append(done)
+        )
+    assert not isinstance(failed.value, FailedStepsError) and failed.value.run_id == "night.c"
+    assert sorted(seen) == ["a", "b", "c"] and progress == [1, 2, 3]
+    children = list(seen.values())
+    assert rt not in children and len({id(c) for c in children}) == 3
+    assert len({id(c.llm_usage) for c in children}) == 3  # each instance counts its own calls
+    assert all(c.settings is remote and c.budget_night == rt.budget_night for c in children)
+
+    local = Runtime(load_settings(home=tmp_path / "local"))  # the bundled SmolLM2
+    assert not local.llm_calls_overlap()
+    barrier.reset()
+    seen.clear()
+    with pytest.raises(threading.BrokenBarrierError):
+        barrier_short = threading.Barrier(3, timeout=0.2)
+        monkeypatch.setattr(barrier, "wait", barrier_short.wait)
+        run_flow(local, flow_, {"xs": ["a", "b", "c"]})
+    assert list(seen.values()) == [local]  # one after another, on the runtime itself
+    rt.close()
+    local.close()
