@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import create_engine, text
 
 from benchmarks._common import cli_env, machine_line, write_section
+from ragtrail.hardware import resolve_model_dtype
 
 TARGET_S = 300.0
 
@@ -68,7 +69,7 @@ def _calibration_verdicts(home: Path) -> tuple[int, int]:
     return sum(n if kind == "categorical" else 2 * n for kind, n in rows), len(rows)
 
 
-def run() -> str:
+def run(keep_json: Path | None = None) -> str:
     with tempfile.TemporaryDirectory(prefix="ragtrail-bench-nightly-") as tmp:
         home = Path(tmp) / "home"
         env = cli_env(home)
@@ -77,6 +78,10 @@ def run() -> str:
         warm, warm_s, warm_rss = _night(env)
         warm_new = _cached_calls(home) - cold_cached
         verdicts, calibrations = _calibration_verdicts(home)
+    if keep_json is not None:
+        keep_json.mkdir(parents=True, exist_ok=True)
+        for name, result in (("cold", cold), ("warm", warm)):
+            (keep_json / f"{name}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     generation = cold["generation"] or {}
     accepted = generation.get("accepted") or {}
     sets = ", ".join(
@@ -107,7 +112,8 @@ def run() -> str:
         "## Nightly end to end — `ragtrail nightly` on the shipped sample corpus\n\n"
         f"Machine: {machine_line()}. Default settings: embedded index, all-MiniLM-L6-v2 on the "
         "default embedding backend (OpenVINO, bf16 where the CPU has the units), "
-        "SmolLM2-135M-Instruct (local transformers, CPU) for every LLM role, SQLite; both nights "
+        f"SmolLM2-135M-Instruct (local transformers, CPU, {_llm_dtype()}) for every LLM role, "
+        "SQLite; both nights "
         "in one run, one after the other, nothing else running.\n\n"
         + "\n".join(rows)
         + f"\n\nWarm / cold wall-time ratio: {warm_s / cold_s:.2f}. Target: the cold night under "
@@ -124,11 +130,18 @@ def run() -> str:
     )
 
 
+def _llm_dtype() -> str:
+    setting = os.environ.get("RAGTRAIL_GENERATION__LLM_DTYPE", "auto")
+    resolved = resolve_model_dtype(setting)
+    return f"llm_dtype {setting}: {resolved}" if setting == "auto" else resolved
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    parser.add_argument("--keep-json", type=Path, help="write both nights' --json results here")
     args = parser.parse_args()
-    section = run()
+    section = run(args.keep_json)
     print(section)
     if args.write:
         write_section("nightly", section)

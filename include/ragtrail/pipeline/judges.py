@@ -145,7 +145,7 @@ def _embedding_judge(rt: Runtime, name: str) -> Judge:
 
     threshold = rt.settings.judges.embedding_entailment_threshold
     return EmbeddingEntailmentJudge(
-        rt.embedder,
+        rt.cached_embedder,  # premises and hypotheses recur night after night
         threshold=DEFAULT_EMBEDDING_THRESHOLD if threshold is None else threshold,
         model_id=rt.embedder_identity,
     )

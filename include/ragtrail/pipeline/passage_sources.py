@@ -46,7 +46,7 @@ def corpus_from_runtime(
     def dense_search(questions: Sequence[str], k: int) -> list[list[SearchHit]]:
         if not questions:
             return []
-        vectors = rt.embedder.encode(list(questions))
+        vectors = rt.cached_embedder.encode(list(questions))
         return [list(index.search_dense(vectors[i], k)) for i in range(len(questions))]
 
     def hybrid_search(questions: Sequence[str], k: int) -> list[list[SearchHit]]:
@@ -54,7 +54,7 @@ def corpus_from_runtime(
             return []
         items = [QAItem(qid=str(i), question=q, label="") for i, q in enumerate(questions)]
         depth = max(k, candidates_per_modality)
-        candidates = collect_candidates(index, rt.embedder.encode, items, depth)
+        candidates = collect_candidates(index, rt.cached_embedder.encode, items, depth)
         return [fuse(c, text_weight, k) for c in candidates]
 
     return MixtureCorpus(chunks=chunks, dense_search=dense_search, hybrid_search=hybrid_search)
@@ -74,4 +74,6 @@ def scenario_corpus(
             for c in store.get_chunks(corpus, doc_id)
         ]
 
-    return IndexedCorpus(rt.index(corpus), rt.embedder.encode, chunks_of, candidates_per_modality)
+    return IndexedCorpus(
+        rt.index(corpus), rt.cached_embedder.encode, chunks_of, candidates_per_modality
+    )

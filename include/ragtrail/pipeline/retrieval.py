@@ -129,7 +129,11 @@ def _scan(
     settings = rt.settings
     runs = RunStore(rt.engine)
     candidates = collect_candidates(
-        rt.index(corpus), rt.embedder.encode, items, config.candidates_per_modality, rt.report
+        rt.index(corpus),
+        rt.cached_embedder.encode,
+        items,
+        config.candidates_per_modality,
+        rt.report,
     )
     evaluator = RetrievalEvaluator(config)
     result = evaluator.scan(RetrievalInputs(items=items, candidates=candidates))

@@ -411,7 +411,7 @@ def _extractive(rt: Runtime, cases: Sequence[Case]) -> None:
                 case.item.question,
                 case.passages,
                 budget_tokens=budgets.get(case.item.qid, fallback),
-                encode=rt.embedder.encode,
+                encode=rt.cached_embedder.encode,
             )
 
 
@@ -509,7 +509,7 @@ def _conciseness(rt: Runtime, cases: Sequence[Case], seed: int) -> None:
         else:
             scored.append((case, full.sentence))
     values = conciseness_scores(
-        rt.embedder.encode, [(full, c.evidence or "") for c, full in scored]
+        rt.cached_embedder.encode, [(full, c.evidence or "") for c, full in scored]
     )
     for (case, _), value in zip(scored, values, strict=True):
         case.set_score("conciseness", value, "a zero embedding")
