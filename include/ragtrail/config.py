@@ -762,7 +762,8 @@ class EvidenceSettings(BaseModel):
     scorer: str = Field(
         "builtin:smollm2-135m-instruct",
         description="the fixed causal LM whose log-probabilities define helpfulness "
-        "(builtin:..., hf:<id or path>, a local path or s3:// URI)",
+        "(builtin:..., hf:<id or path>, a local path or s3:// URI); it runs in "
+        "generation.llm_dtype, and a precision other than float32 is part of its id",
     )
     scorer_batch_size: int = Field(4, ge=1, le=256)
     bootstrap_samples: int = Field(1000, ge=0)

@@ -210,6 +210,7 @@ class Runtime:
     def scorer(self) -> LogProbScorer:
         """The fixed LM of the helpfulness expert (``settings.evidence.scorer``), its
         log-probabilities cached by content in the metadata database."""
+        from ragtrail.llm.backends.model_store import dtype_tag
         from ragtrail.llm.score_cache import SqlScoreCache
         from ragtrail.llm.scoring import (
             CachedLogProbScorer,
@@ -223,10 +224,12 @@ class Runtime:
                 self.settings.evidence.scorer,
                 cache_dir=self.settings.resolved_model_cache_dir,
                 batch_size=self.settings.evidence.scorer_batch_size,
+                dtype=self.llm_dtype,
             )
 
         # built on the first score the cache lacks: a warm night loads no scorer model
-        lazy = LazyLogProbScorer(self.settings.evidence.scorer, build)
+        scorer_id = self.settings.evidence.scorer + dtype_tag(self.llm_dtype)
+        lazy = LazyLogProbScorer(scorer_id, build)
         return CachedLogProbScorer(lazy, SqlScoreCache(self.engine))
 
     def use_scorer(self, scorer: LogProbScorer) -> None:

@@ -149,7 +149,8 @@ def continuation_log_probs(
 
 
 class TransformersLogProbScorer:
-    """Scores continuations with a local causal LM (float32, eval mode, no grad).
+    """Scores continuations with a local causal LM (eval mode, no grad; log-softmax in float32
+    whatever the weights' dtype).
 
     Args:
         spec_or_path: a model spec as the transformers backend takes it (local directory, HF id,
@@ -159,6 +160,9 @@ class TransformersLogProbScorer:
         max_length: longest sequence scored (default: the model's position limit); longer ones
             lose prompt tokens from the left.
         device: torch device (default: CUDA when available, else CPU).
+        dtype: the weights' precision (``float32``, ``bfloat16``, ``float16``); other than
+            float32 it is part of ``model_id``, so scores of one precision are never served for
+            another.
     """
 
     def __init__(
@@ -169,22 +173,23 @@ class TransformersLogProbScorer:
         batch_size: int = 8,
         max_length: int | None = None,
         device: str | None = None,
+        dtype: str = "float32",
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from ragtrail.llm.backends.model_store import resolve_model_source
+        from ragtrail.llm.backends.model_store import dtype_tag, model_dtype, resolve_model_source
         from ragtrail.models.store import cache_root
 
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if max_length is not None and max_length < 2:
             raise ValueError("max_length must be >= 2")
-        self.model_id = spec_or_path
+        self.model_id = spec_or_path + dtype_tag(dtype)
         self.batch_size = batch_size
         source, _ = resolve_model_source(spec_or_path, cache_root(cache_dir))
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=model_dtype(dtype))
         self.model = model.to(self.device).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         pad = self.tokenizer.pad_token_id

@@ -178,3 +178,14 @@ def test_a_lazy_scorer_loads_its_model_only_for_an_uncached_score(
     wrong = LazyLogProbScorer("another-model", build)
     with pytest.raises(ValueError, match="reports"):
         wrong.log_probs([request])
+
+
+def test_a_bf16_scorer_names_its_precision_and_stays_close_to_float32(
+    llama: Path, scorer: TransformersLogProbScorer
+) -> None:
+    bf16 = TransformersLogProbScorer(str(llama), batch_size=4, device="cpu", dtype="bfloat16")
+    assert bf16.model_id == f"{llama}+dtype:bfloat16" and scorer.model_id == str(llama)
+    assert next(bf16.model.parameters()).dtype == torch.bfloat16
+    requests = [req("when does the ferry leave?", " at nine")]
+    (half,), (full,) = bf16.log_probs(requests), scorer.log_probs(requests)
+    assert math.isfinite(half) and half == pytest.approx(full, abs=0.5)

@@ -51,7 +51,7 @@ def model_dtype(value: torch.dtype | str) -> torch.dtype:
     return dtype
 
 
-def dtype_tag(dtype: torch.dtype) -> str:
+def dtype_tag(dtype: torch.dtype | str) -> str:
     """The suffix a model id carries when it runs in a precision other than float32: outputs
     change with it, so cached answers of one precision are never served for another."""
     name = str(dtype).removeprefix("torch.")
