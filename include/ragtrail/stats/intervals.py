@@ -208,21 +208,19 @@ def mean_intervals(
     if data.ndim != 2:
         raise ValueError("columns must be an (items, columns) matrix")
     n, width = data.shape
-    needs_bootstrap = [
-        j
-        for j in range(width)
-        if n >= BOOTSTRAP_MIN_N
-        and n_resamples > 0
-        and np.ptp(data[:, j]) > 0.0
-        and not (bounds == (0.0, 1.0) and np.isin(data[:, j], (0.0, 1.0)).all())
-    ]
     out = [
         mean_interval(data[:, j], bounds=bounds, confidence=confidence, n_resamples=0, seed=seed)
         for j in range(width)
     ]
+    # mean_interval decides each column's method: those that need the bootstrap come back null
+    # for the lack of one
+    needs_bootstrap = (
+        [j for j, interval in enumerate(out) if interval.reason == NO_BOOTSTRAP]
+        if n_resamples > 0
+        else []
+    )
     if not needs_bootstrap:
         return out
-    _check_confidence(confidence)
     boot = data[:, needs_bootstrap]
     replicates = _shared_resample_means(boot, np.random.default_rng(seed), n_resamples)
     jackknives = (boot.sum(axis=0) - boot) / (n - 1)
@@ -236,8 +234,8 @@ def mean_intervals(
 def _shared_resample_means(
     data: np.ndarray, rng: np.random.Generator, n_resamples: int
 ) -> np.ndarray:
-    """Column means of ``data`` on each resample, the indices drawn as :func:`_replicates` draws
-    them (so one column's replicates equal the single-column path's)."""
+    """Column means of ``data`` on each resample: indices drawn in blocks of whole resamples, so
+    any number of columns consumes ``rng`` as one column does."""
     n = data.shape[0]
     out = np.empty((n_resamples, data.shape[1]))
     block = max(1, _MAX_BLOCK // n)
@@ -374,12 +372,7 @@ def _replicates(
     resample_means: np.ndarray | None,
 ) -> np.ndarray:
     if resample_means is not None:
-        out = np.empty(n_resamples)
-        block = max(1, _MAX_BLOCK // n)
-        for start in range(0, n_resamples, block):
-            stop = min(start + block, n_resamples)
-            out[start:stop] = resample_means[rng.integers(0, n, size=(stop - start, n))].mean(1)
-        return out
+        return _shared_resample_means(resample_means[:, None], rng, n_resamples)[:, 0]
     indices = rng.integers(0, n, size=(n_resamples, n))
     return np.array([_finite_or_nan(statistic(row)) for row in indices])
 
