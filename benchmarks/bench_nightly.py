@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import create_engine, text
 
 from benchmarks._common import cli_env, machine_line, write_section
+from ragtrail.config import load_settings
 from ragtrail.hardware import resolve_model_dtype
 
 TARGET_S = 300.0
@@ -78,6 +79,7 @@ def run(keep_json: Path | None = None) -> str:
         warm, warm_s, warm_rss = _night(env)
         warm_new = _cached_calls(home) - cold_cached
         verdicts, calibrations = _calibration_verdicts(home)
+        dtype = _llm_dtype(home)
     if keep_json is not None:
         keep_json.mkdir(parents=True, exist_ok=True)
         for name, result in (("cold", cold), ("warm", warm)):
@@ -112,7 +114,7 @@ def run(keep_json: Path | None = None) -> str:
         "## Nightly end to end — `ragtrail nightly` on the shipped sample corpus\n\n"
         f"Machine: {machine_line()}. Default settings: embedded index, all-MiniLM-L6-v2 on the "
         "default embedding backend (OpenVINO, bf16 where the CPU has the units), "
-        f"SmolLM2-135M-Instruct (local transformers, CPU, {_llm_dtype()}) for every LLM role, "
+        f"SmolLM2-135M-Instruct (local transformers, CPU, {dtype}) for every LLM role, "
         "SQLite; both nights "
         "in one run, one after the other, nothing else running.\n\n"
         + "\n".join(rows)
@@ -130,8 +132,9 @@ def run(keep_json: Path | None = None) -> str:
     )
 
 
-def _llm_dtype() -> str:
-    setting = os.environ.get("RAGTRAIL_GENERATION__LLM_DTYPE", "auto")
+def _llm_dtype(home: Path) -> str:
+    """The nights' LLM dtype as their settings give it (the environment and ``home``)."""
+    setting = load_settings(home=home).generation.llm_dtype
     resolved = resolve_model_dtype(setting)
     return f"llm_dtype {setting}: {resolved}" if setting == "auto" else resolved
 

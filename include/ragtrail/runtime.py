@@ -210,12 +210,12 @@ class Runtime:
     def scorer(self) -> LogProbScorer:
         """The fixed LM of the helpfulness expert (``settings.evidence.scorer``), its
         log-probabilities cached by content in the metadata database."""
-        from ragtrail.llm.backends.model_store import dtype_tag
         from ragtrail.llm.score_cache import SqlScoreCache
         from ragtrail.llm.scoring import (
             CachedLogProbScorer,
             LazyLogProbScorer,
             TransformersLogProbScorer,
+            scorer_model_id,
         )
 
         def build() -> LogProbScorer:
@@ -228,8 +228,9 @@ class Runtime:
             )
 
         # built on the first score the cache lacks: a warm night loads no scorer model
-        scorer_id = self.settings.evidence.scorer + dtype_tag(self.llm_dtype)
-        lazy = LazyLogProbScorer(scorer_id, build)
+        lazy = LazyLogProbScorer(
+            scorer_model_id(self.settings.evidence.scorer, self.llm_dtype), build
+        )
         return CachedLogProbScorer(lazy, SqlScoreCache(self.engine))
 
     def use_scorer(self, scorer: LogProbScorer) -> None:

@@ -151,11 +151,14 @@ def model_digest(model_dir: Path, memo_dir: Path | None = None) -> str:
     its files instead of reading them all.
     """
     files = [
-        (path.relative_to(model_dir).as_posix(), path)
+        (rel, path)
         for path in sorted(p for p in model_dir.rglob("*") if p.is_file())
+        if (rel := path.relative_to(model_dir).as_posix()).split("/", 1)[0] not in _NOT_MODEL_FILES
     ]
-    files = [(rel, path) for rel, path in files if rel.split("/", 1)[0] not in _NOT_MODEL_FILES]
-    signature = [[rel, path.stat().st_size, path.stat().st_mtime_ns] for rel, path in files]
+    stats = [path.stat() for _, path in files]
+    signature = [
+        [rel, st.st_size, st.st_mtime_ns] for (rel, _), st in zip(files, stats, strict=True)
+    ]
     memo = None
     if memo_dir is not None:
         where = hashlib.sha256(str(model_dir.resolve()).encode()).hexdigest()[:24]

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ragtrail.llm.backends.base import Message, _freeze_messages
+from ragtrail.llm.backends.model_store import dtype_tag
 from ragtrail.llm.cache import canonical_json
 from ragtrail.llm.score_cache import MappingScoreCache, ScoreStore
 from ragtrail.records import sha256_text
@@ -148,6 +149,12 @@ def continuation_log_probs(
 # --------------------------------------------------------------------------- transformers
 
 
+def scorer_model_id(spec_or_path: str, dtype: str) -> str:
+    """The id a :class:`TransformersLogProbScorer` of ``spec_or_path`` in ``dtype`` reports (its
+    scores' cache key), known without loading the model."""
+    return spec_or_path + dtype_tag(dtype)
+
+
 class TransformersLogProbScorer:
     """Scores continuations with a local causal LM (eval mode, no grad; log-softmax in float32
     whatever the weights' dtype).
@@ -178,14 +185,14 @@ class TransformersLogProbScorer:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from ragtrail.llm.backends.model_store import dtype_tag, model_dtype, resolve_model_source
+        from ragtrail.llm.backends.model_store import model_dtype, resolve_model_source
         from ragtrail.models.store import cache_root
 
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if max_length is not None and max_length < 2:
             raise ValueError("max_length must be >= 2")
-        self.model_id = spec_or_path + dtype_tag(dtype)
+        self.model_id = scorer_model_id(spec_or_path, dtype)
         self.batch_size = batch_size
         source, _ = resolve_model_source(spec_or_path, cache_root(cache_dir))
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
