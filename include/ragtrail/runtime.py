@@ -261,10 +261,26 @@ class Runtime:
         )
 
     def _load_llm_backend(self, spec: str) -> LLMBackend:
+        """The backend of ``spec``; a plain local model (builtin or ``hf:``) loads on its first
+        request the cache lacks (:mod:`ragtrail.llm.backends.lazy_local`), so a warm night loads
+        no model."""
         import ragtrail.train  # noqa: F401  (registers the ``generator:`` LLM spec kind)
         from ragtrail.llm import load_llm_backend
+        from ragtrail.llm.backends.lazy_local import LazyLocalBackend, planned_local_model_id
 
-        self.limit_torch_threads()
+        kwargs = self._llm_backend_kwargs(spec)
+
+        def load() -> LLMBackend:
+            self.limit_torch_threads()
+            return load_llm_backend(spec, **kwargs)
+
+        parsed = ModelSpec.try_parse(spec)
+        if parsed is not None and parsed.kind in (ModelKind.BUILTIN, ModelKind.HF):
+            return LazyLocalBackend(planned_local_model_id(spec, **kwargs), load)
+        return load()
+
+    def _llm_backend_kwargs(self, spec: str) -> dict[str, object]:
+        """The constructor arguments the settings give ``spec``'s backend."""
         kwargs: dict[str, object] = {}
         parsed = ModelSpec.try_parse(spec)  # None: malformed, and load_llm_backend says how
         if parsed is not None and parsed.is_local:
@@ -284,7 +300,7 @@ class Runtime:
             }
         if parsed is not None and parsed.kind == ModelKind.REGISTRY:
             kwargs["settings"] = self.settings
-        return load_llm_backend(spec, **kwargs)
+        return kwargs
 
     def llm_models(self) -> dict[str, str]:
         """The LLM of every role, one entry per distinct spec: ``{"llm": spec}`` when all roles

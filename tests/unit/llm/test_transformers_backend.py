@@ -19,6 +19,7 @@ from transformers import LlamaForCausalLM, LogitsProcessorList
 
 from ragtrail.llm.backends import model_store, transformers_local
 from ragtrail.llm.backends.base import GenerationRequest
+from ragtrail.llm.backends.lazy_local import LazyLocalBackend
 from ragtrail.llm.backends.transformers_local import (
     PREFILL_ALONE_PADDING,
     TransformersBackend,
@@ -372,7 +373,9 @@ def test_runtime_loads_local_models_in_the_configured_precision(
     )
     rt = Runtime(settings)
     try:
-        backend = rt.llm(ModelRole.ANSWERER).backend
+        lazy = rt.llm(ModelRole.ANSWERER).backend
+        assert isinstance(lazy, LazyLocalBackend)
+        backend = lazy.load()
         assert isinstance(backend, TransformersBackend)
         assert next(backend.model.parameters()).dtype == torch.bfloat16
         assert "+dtype:bfloat16" in backend.model_id

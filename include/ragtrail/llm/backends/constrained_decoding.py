@@ -48,9 +48,7 @@ import torch
 from transformers import LogitsProcessor
 
 from ragtrail.jsonsafe import JsonObject
-
-DEFAULT_MAX_STRING_CHARS = 200
-"""``maxLength`` given to schema strings that have none (about one long sentence)."""
+from ragtrail.llm.backends.model_store import DEFAULT_MAX_STRING_CHARS
 
 DEFAULT_NO_REPEAT_NGRAM = 6
 """Length of generated token spans a guided row may not repeat (0 disables)."""

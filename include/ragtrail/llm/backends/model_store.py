@@ -58,6 +58,23 @@ def dtype_tag(dtype: torch.dtype | str) -> str:
     return "" if name == "float32" else f"+dtype:{name}"
 
 
+DEFAULT_MAX_STRING_CHARS = 200
+"""``maxLength`` given to schema strings that have none (about one long sentence)."""
+
+
+def local_model_id(
+    base_id: str,
+    dtype: torch.dtype | str,
+    *,
+    guided_json: bool,
+    max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
+) -> str:
+    """The id a local transformers backend records in cache keys: the model (and adapters) it
+    loaded, then the precision and the JSON guide, both of which change its outputs."""
+    model_id = base_id + dtype_tag(dtype)
+    return model_id + (f"+guided:{max_string_chars}" if guided_json else "")
+
+
 # --------------------------------------------------------------------------- builtin SmolLM2
 
 

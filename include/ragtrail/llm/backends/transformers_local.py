@@ -63,11 +63,7 @@ from ragtrail.llm.backends.base import (
     Message,
     apply_stop_strings,
 )
-from ragtrail.llm.backends.constrained_decoding import (
-    DEFAULT_MAX_STRING_CHARS,
-    ConstrainedRows,
-    DecodingConstraints,
-)
+from ragtrail.llm.backends.constrained_decoding import ConstrainedRows, DecodingConstraints
 from ragtrail.llm.backends.kv_cache import (
     attended_from,
     growing_cache_layers,
@@ -75,7 +71,8 @@ from ragtrail.llm.backends.kv_cache import (
     stack_batches,
 )
 from ragtrail.llm.backends.model_store import (
-    dtype_tag,
+    DEFAULT_MAX_STRING_CHARS,
+    local_model_id,
     model_dtype,
     resolve_model_dir,
     resolve_model_source,
@@ -281,10 +278,12 @@ class TransformersBackend:
         self.eos_ids = self._eos_ids()
         self.max_positions = self._max_positions(config, max_input_tokens)
         self._explicit_max_input = max_input_tokens
-        self.model_id = (model_id or derived_id) + dtype_tag(dtype)
-        if guided_json:
-            # The guide changes outputs, so it is part of the identity used by cache keys.
-            self.model_id += f"+guided:{max_string_chars}"
+        self.model_id = local_model_id(
+            model_id or derived_id,
+            dtype,
+            guided_json=guided_json,
+            max_string_chars=max_string_chars,
+        )
         self._init_decoding(
             guided_json=guided_json,
             max_string_chars=max_string_chars,
