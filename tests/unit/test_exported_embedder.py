@@ -14,12 +14,14 @@ from ragtrail.config import Settings
 from ragtrail.embed import exported
 from ragtrail.embed.embedder import (
     CachedEmbedder,
+    Embedder,
     ModelLoadError,
     SentenceTransformerEmbedder,
 )
 from ragtrail.embed.exported import BackendNotEquivalent, ExportedEmbedder, model_digest
 from ragtrail.embed.loading import embedder_identity, load_embedder
 from ragtrail.hardware import cpu_has_bf16
+from ragtrail.ingest.chunk import as_token_counter
 from tests.tiny_models import build_tiny_sentence_encoder
 from tests.unit.test_embedder import DictCache
 
@@ -100,6 +102,31 @@ def test_export_is_cached_by_the_model_digest(
     again = ExportedEmbedder(str(tiny), backend="onnx", cache_dir=tmp_path)
     assert again.export_dir == first.export_dir
     np.testing.assert_array_equal(again.encode(TEXTS), first.encode(TEXTS))
+
+
+def test_an_exported_model_counts_tokens_as_its_own_tokenizer_and_loads_its_graph_lazily(
+    tiny: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    """The chunker's counts from ``tokenizer.json`` alone equal the Hugging Face tokenizer's, on
+    the tiny model and the real MiniLM; a reloaded export compiles nothing until it encodes."""
+    from transformers import AutoTokenizer
+
+    texts = [*TEXTS, "Élan vital, naïve café — «déjà vu» 42 % of 3.5 kB", "Tabs\tand\nlines  "]
+    first = ExportedEmbedder(str(tiny), backend="onnx", cache_dir=tmp_path)
+    real = [
+        e for e in (embedder, getattr(embedder, "inner", None)) if isinstance(e, ExportedEmbedder)
+    ]
+    for emb in [first, *real]:
+        hf = as_token_counter(AutoTokenizer.from_pretrained(str(emb.export_dir / "tokenizer")))
+        own = as_token_counter(emb.tokenizer)
+        assert [own.encode(t) for t in texts] == [hf.encode(t) for t in texts]
+        assert [own.offsets(t) for t in texts] == [hf.offsets(t) for t in texts]
+        assert own.count_batch(texts) == hf.count_batch(texts)
+
+    again = ExportedEmbedder(str(tiny), backend="onnx", cache_dir=tmp_path)
+    assert again.tokenizer is not None and again._loaded is None  # counted, nothing compiled
+    np.testing.assert_array_equal(again.encode(TEXTS), first.encode(TEXTS))
+    assert again._loaded is not None
 
 
 def test_a_changed_model_is_exported_again(tiny: Path, tmp_path: Path) -> None:

@@ -41,7 +41,8 @@ class Embedder(Protocol):
 
     @property
     def tokenizer(self) -> Any:
-        """The model's Hugging Face tokenizer (the chunker counts tokens with it)."""
+        """The model's tokenizer, a Hugging Face fast tokenizer or its ``tokenizers.Tokenizer``
+        (the chunker and context budgets count tokens with it)."""
         ...
 
 

@@ -25,10 +25,12 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -339,10 +341,9 @@ class ExportedEmbedder:
             model_ref, target, base_id, root
         )
         self.dim = self.manifest.dim
-        from transformers import AutoTokenizer
-
-        self._tokenizer = AutoTokenizer.from_pretrained(str(self.export_dir / "tokenizer"))
-        self._run = _session(self.export_dir / "model.onnx", backend, precision, threads)
+        self._threads = threads
+        self._loaded: tuple[Any, Callable[[dict[str, np.ndarray]], np.ndarray]] | None = None
+        self._load_lock = threading.Lock()
         key = backend_key(backend, precision)
         if key not in self.manifest.equivalence:
             torch_model = torch_model or _torch_model(target)
@@ -358,9 +359,29 @@ class ExportedEmbedder:
             )
         self.equivalence = result
 
-    @property
+    def _graph(self) -> tuple[Any, Callable[[dict[str, np.ndarray]], np.ndarray]]:
+        """The tokenizer and the compiled graph, loaded on the first use: a night whose
+        embeddings all come from the cache imports no transformers and compiles nothing."""
+        with self._load_lock:
+            if self._loaded is None:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(str(self.export_dir / "tokenizer"))
+                run = _session(
+                    self.export_dir / "model.onnx", self.backend, self.precision, self._threads
+                )
+                self._loaded = (tokenizer, run)
+            return self._loaded
+
+    @cached_property
     def tokenizer(self) -> Any:
-        return self._tokenizer
+        """The model's fast tokenizer as a ``tokenizers.Tokenizer`` (what the chunker and the
+        context budgets count with), read from its ``tokenizer.json``: no transformers import,
+        so a night whose embeddings are all cached still cuts contexts in seconds."""
+        from tokenizers import Tokenizer
+
+        path = self.export_dir / "tokenizer" / "tokenizer.json"
+        return Tokenizer.from_file(str(path)) if path.is_file() else self._graph()[0]
 
     @property
     def max_seq_length(self) -> int:
@@ -381,9 +402,10 @@ class ExportedEmbedder:
             prepared = [t.lower() for t in prepared]
         order = sorted(range(len(prepared)), key=lambda i: len(prepared[i]), reverse=True)
         out = np.empty((len(prepared), self.dim), dtype=np.float32)
+        tokenizer, run = self._graph()
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
-            enc = self._tokenizer(
+            enc = tokenizer(
                 [prepared[i] for i in idx],
                 padding=True,
                 truncation="longest_first",
@@ -391,7 +413,7 @@ class ExportedEmbedder:
                 return_tensors="np",
             )
             feeds = {n: np.asarray(enc[n], dtype=np.int64) for n in self.manifest.input_names}
-            hidden = self._run(feeds)
+            hidden = run(feeds)
             out[np.asarray(idx)] = _pool(hidden, feeds["attention_mask"], self.manifest.pooling)
         return _l2_normalise(out)
 

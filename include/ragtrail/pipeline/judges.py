@@ -206,10 +206,10 @@ def ground_context(rt: Runtime, corpus: str, item: QAItem) -> str | None:
         if holding:
             return holding[0].text
     probe = f"{item.question} {item.answer}" if answerable else item.question
-    # chunk vectors through the embedding cache: the same ground documents come up for many
-    # items (labeller examples, then contrast sources)
+    # through the embedding cache: the same ground documents come up for many items (labeller
+    # examples, then contrast sources), and a warm night embeds nothing
     chunk_vectors = rt.cached_embedder.encode_chunks([c.text for c in chunks])
-    best = int(np.argmax(chunk_vectors @ rt.embedder.encode([probe])[0]))
+    best = int(np.argmax(chunk_vectors @ rt.cached_embedder.encode_chunks([probe])[0]))
     return chunks[best].text
 
 
