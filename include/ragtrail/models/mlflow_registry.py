@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,9 +96,6 @@ class MlflowModelRegistry:
         s3_endpoint_url: str | None = None,
         experiment: str = "ragtrail-model-lineage",
     ) -> None:
-        _disable_telemetry()
-        from mlflow import MlflowClient
-
         if tracking_uri.startswith("sqlite:///"):
             Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.tracking_uri = tracking_uri
@@ -106,9 +104,20 @@ class MlflowModelRegistry:
         self.prefix = prefix.strip("/")
         self.s3_endpoint_url = s3_endpoint_url
         self.experiment = experiment
-        self.client: MlflowClient = MlflowClient(
-            tracking_uri=tracking_uri, registry_uri=tracking_uri
-        )
+
+    @cached_property
+    def client(self) -> MlflowClient:
+        """The MLflow client, made on first use (importing MLflow takes seconds)."""
+        _disable_telemetry()
+        from mlflow import MlflowClient
+
+        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
+
+    def _never_written(self) -> bool:
+        """Whether this is a SQLite registry whose file does not exist yet: it holds no models,
+        so a read answers without importing MLflow (which would create the file)."""
+        path = self.tracking_uri.removeprefix("sqlite:///")
+        return path != self.tracking_uri and not Path(path).exists()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MlflowModelRegistry:
@@ -220,6 +229,8 @@ class MlflowModelRegistry:
     # ------------------------------------------------------------------ reading
 
     def list_models(self) -> list[RegisteredModel]:
+        if self._never_written():
+            return []
         out = []
         for model in self._paged(self.client.search_registered_models):
             versions = [int(v.version) for v in self._versions_raw(model.name)]
@@ -262,9 +273,11 @@ class MlflowModelRegistry:
         return replace(version, lineage=lineage)
 
     def _registered(self, name: str) -> Any:
+        check_model_name(name)
+        if self._never_written():
+            raise RegistryError(f"no registered model {name!r} (known: none)")
         from mlflow.exceptions import MlflowException
 
-        check_model_name(name)
         try:
             return self.client.get_registered_model(name)
         except MlflowException as exc:

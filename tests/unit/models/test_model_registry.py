@@ -310,3 +310,23 @@ def test_s3_artifacts(s3_store: S3ArtifactStore, tmp_path: Path) -> None:
     _, path = registry.download_bundle(NAME, 1)
     assert (path / "adapters" / "sft" / "adapter_model.safetensors").read_bytes() == b"s" * 100
     assert json.loads((path / "bundle.json").read_text())["kind"] == "citation_answerer"
+
+
+def test_a_sqlite_registry_never_written_is_read_without_mlflow(tmp_path: Path) -> None:
+    """Reading a SQLite registry whose file does not exist answers "no models" without making
+    an MLflow client (a night that only asks for a champion stays MLflow-free); the first
+    registration creates the file, and reads then go through MLflow."""
+    db = tmp_path / "registry" / "mlflow.db"
+    registry = MlflowModelRegistry(
+        f"sqlite:///{db}", LocalArtifactStore(tmp_path / "artifacts"), cache_dir=tmp_path / "c"
+    )
+    assert registry.list_models() == []
+    with pytest.raises(RegistryError, match="no registered model"):
+        registry.list_versions(NAME)
+    with pytest.raises(RegistryError, match="no registered model"):
+        registry.get_version(NAME, CHAMPION)
+    assert "client" not in registry.__dict__ and not db.exists()
+
+    registry.register_bundle(NAME, make_bundle(tmp_path, "a"))
+    assert db.exists() and [m.name for m in registry.list_models()] == [NAME]
+    assert [v.version for v in registry.list_versions(NAME)] == [1]
