@@ -164,6 +164,23 @@ def test_killed_run_resumes_from_cache_and_matches_a_clean_run(make_runtime, cor
     ]
 
 
+def test_the_same_seed_on_the_same_corpus_gives_the_same_set_in_any_run(
+    make_runtime, corpus_dir, tmp_path
+):
+    """Two fresh homes, two run ids, one seed: the same statements are drawn, the same foreign
+    contexts paired, so the version and its questions are the same (a run's id seeds nothing)."""
+    versions, questions = [], []
+    for n, run_id in enumerate(("gen-1", "gen-7")):
+        home = make_runtime(home=tmp_path / f"home{n}", generation={"per_label": 2})
+        ingest(home, str(corpus_dir), "hb")
+        _client(home, _backend())
+        summary = generate_testset(home, _request(run_id))
+        versions.append(summary.version)
+        items = TestSetStore(home.engine).version_items(summary.version)
+        questions.append(sorted((c.question, c.context.chunk_id) for c in items))
+    assert versions[0] == versions[1] and questions[0] == questions[1]
+
+
 def test_changed_document_retires_its_items_and_regenerates_only_there(rt, corpus_dir):
     _client(rt, _backend())
     first = generate_testset(rt, _request())

@@ -118,5 +118,7 @@ def interleave(contexts: Sequence[Context], rng: random.Random) -> list[Context]
 
 
 def step_rng(plan: GenerationPlan, *salt: object) -> random.Random:
-    """A seeded generator per step, so mapped shards are reproducible in any order."""
-    return random.Random(json.dumps([plan.seed, plan.run_id, *map(str, salt)]))
+    """A generator per step, seeded by the plan's seed and the step alone: mapped shards are
+    reproducible in any order, and the same seed on the same corpus draws the same statements
+    in any run (the run id seeds nothing; a new draw is a new seed)."""
+    return random.Random(json.dumps([plan.seed, *map(str, salt)]))
