@@ -268,21 +268,20 @@ class Runtime:
         from ragtrail.llm import load_llm_backend
         from ragtrail.llm.backends.lazy_local import LazyLocalBackend, planned_local_model_id
 
-        kwargs = self._llm_backend_kwargs(spec)
+        parsed = ModelSpec.try_parse(spec)  # None: malformed, and load_llm_backend says how
+        kwargs = self._llm_backend_kwargs(parsed)
 
         def load() -> LLMBackend:
             self.limit_torch_threads()
             return load_llm_backend(spec, **kwargs)
 
-        parsed = ModelSpec.try_parse(spec)
         if parsed is not None and parsed.kind in (ModelKind.BUILTIN, ModelKind.HF):
             return LazyLocalBackend(planned_local_model_id(spec, **kwargs), load)
         return load()
 
-    def _llm_backend_kwargs(self, spec: str) -> dict[str, object]:
-        """The constructor arguments the settings give ``spec``'s backend."""
+    def _llm_backend_kwargs(self, parsed: ModelSpec | None) -> dict[str, object]:
+        """The constructor arguments the settings give the backend of the spec ``parsed``."""
         kwargs: dict[str, object] = {}
-        parsed = ModelSpec.try_parse(spec)  # None: malformed, and load_llm_backend says how
         if parsed is not None and parsed.is_local:
             kwargs = {
                 "batch_size": self.settings.generation.llm_batch_size,

@@ -25,13 +25,13 @@ torch and transformers are imported only when a :class:`TransformersLogProbScore
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ragtrail.llm.backends.base import Message, _freeze_messages
+from ragtrail.llm.backends.lazy_local import BuiltOnFirstUse
 from ragtrail.llm.backends.model_store import dtype_tag
 from ragtrail.llm.cache import canonical_json
 from ragtrail.llm.score_cache import MappingScoreCache, ScoreStore
@@ -237,20 +237,10 @@ class LazyLogProbScorer:
 
     def __init__(self, model_id: str, build: Callable[[], LogProbScorer]) -> None:
         self.model_id = model_id
-        self._build = build
-        self._inner: LogProbScorer | None = None
-        self._lock = threading.Lock()
+        self._inner = BuiltOnFirstUse(build, model_id, lambda scorer: scorer.model_id)
 
     def log_probs(self, requests: Sequence[ScoreRequest]) -> list[float]:
-        with self._lock:
-            if self._inner is None:
-                inner = self._build()
-                if inner.model_id != self.model_id:
-                    raise ValueError(
-                        f"the scorer built for {self.model_id!r} reports {inner.model_id!r}"
-                    )
-                self._inner = inner
-        return self._inner.log_probs(requests)
+        return self._inner.get().log_probs(requests)
 
 
 # --------------------------------------------------------------------------- cache

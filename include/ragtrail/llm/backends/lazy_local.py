@@ -16,8 +16,8 @@ This module imports neither torch nor transformers.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Generic, TypeVar
 
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult, LLMBackend
 from ragtrail.llm.backends.model_store import (
@@ -26,9 +26,45 @@ from ragtrail.llm.backends.model_store import (
     resolve_model_source,
 )
 
+T = TypeVar("T")
 
-class LoadedModelMismatch(RuntimeError):
+
+class LoadedModelMismatch(ValueError):
     """The loaded model's id differs from the id computed before loading it."""
+
+
+class BuiltOnFirstUse(Generic[T]):
+    """``build()``, run once on the first :meth:`get` (thread-safely), for a model whose cache
+    identity is known before it exists: what was built must report ``expected`` as
+    ``identity(built)``, or :class:`LoadedModelMismatch` is raised and nothing is kept (its
+    replies would sit under another model's cache keys). The lazy LLM backend below and the
+    lazy helpfulness scorer (:class:`ragtrail.llm.scoring.LazyLogProbScorer`) both build so."""
+
+    def __init__(
+        self, build: Callable[[], T], expected: Hashable, identity: Callable[[T], Hashable]
+    ) -> None:
+        self._build = build
+        self.expected = expected
+        self._identity = identity
+        self._built: T | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        """Whether :meth:`get` has built the model."""
+        return self._built is not None
+
+    def get(self) -> T:
+        """The model, built on the first call."""
+        with self._lock:
+            if self._built is None:
+                built = self._build()
+                if (got := self._identity(built)) != self.expected:
+                    raise LoadedModelMismatch(
+                        f"the model built for {self.expected!r} reports {got!r}"
+                    )
+                self._built = built
+            return self._built
 
 
 def planned_local_model_id(model: str, **kwargs: Any) -> str:
@@ -61,27 +97,18 @@ class LazyLocalBackend:
 
     def __init__(self, model_id: str, build: Callable[[], LLMBackend]) -> None:
         self.model_id = model_id
-        self._build = build
-        self._backend: LLMBackend | None = None
-        self._lock = threading.Lock()
+        self._backend = BuiltOnFirstUse(
+            build, (self.name, model_id), lambda built: (built.name, built.model_id)
+        )
 
     @property
     def loaded(self) -> bool:
         """Whether the real backend has been built."""
-        return self._backend is not None
+        return self._backend.built
 
     def load(self) -> LLMBackend:
         """The real backend, built on the first call."""
-        with self._lock:
-            if self._backend is None:
-                built = self._build()
-                if (built.name, built.model_id) != (self.name, self.model_id):
-                    raise LoadedModelMismatch(
-                        f"the loaded model is {built.name}:{built.model_id}, but its cache keys "
-                        f"were made for {self.name}:{self.model_id}"
-                    )
-                self._backend = built
-            return self._backend
+        return self._backend.get()
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """The real backend's results (building it first if need be)."""
