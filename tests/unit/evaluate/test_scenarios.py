@@ -8,6 +8,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -33,7 +34,7 @@ from ragtrail.evaluate.attribution.subqueries import (
     usable_queries,
 )
 from ragtrail.jsonsafe import dumps
-from ragtrail.llm.backends.base import GenerationRequest
+from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.llm.cache import MemoryLLMCache
 from ragtrail.llm.client import LLMClient
 from ragtrail.llm.testing import ScriptedBackend
@@ -135,6 +136,17 @@ def scripted(
         return cited(question, _PASSAGE_RE.findall(user))
 
     return ScriptedBackend(responder)
+
+
+@dataclass
+class BatchRecording(ScriptedBackend):
+    """Also records the prompt names of each backend call."""
+
+    batches: list[list[str]] = field(default_factory=list)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.batches.append([_NAMES[r.messages[0]["content"]] for r in requests])
+        return super().generate(requests)
 
 
 def run(
@@ -295,6 +307,21 @@ def test_every_scenario_reruns_from_the_cache_with_zero_model_calls() -> None:
     text = dumps(_without_timings(first.as_json()), "first")
     assert text == dumps(_without_timings(again.as_json()), "again")
     assert json.loads(text)["scenarios"]["RTG-query-gen"]["n_ok"] == 3
+
+
+def test_cited_scenarios_are_answered_in_one_batched_call_with_shared_questions_once() -> None:
+    backend = BatchRecording(scripted().responder)
+    result = run(backend, scenarios=["RTG-vanilla", "RTG-gold", "RTG-query-gen"])
+    cited = [b for b in backend.batches if CITED_ANSWER_PROMPT.name in b]
+    # one call: 3 vanilla and 3 gold questions; query-gen's fused lists equal vanilla's here
+    assert cited == [[CITED_ANSWER_PROMPT.name] * 6]
+    for name in ("RTG-vanilla", "RTG-gold", "RTG-query-gen"):
+        assert result.scenarios[name].count("ok") == 3
+        assert result.scenarios[name].seconds > 0
+    assert (
+        result.scenarios["RTG-query-gen"].answers[0].record.answer
+        == result.scenarios["RTG-vanilla"].answers[0].record.answer
+    )
 
 
 def _without_timings(summary: dict[str, object]) -> dict[str, object]:

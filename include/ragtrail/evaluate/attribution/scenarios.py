@@ -20,8 +20,9 @@ names ground chunks, else per document; a passage's ``docid`` is then the chunk 
 document id. Unanswerable items have no relevant id and are left out of the retrieval metrics
 (every such metric would be 0 by definition).
 
-Model calls are batched per prompt and go through :meth:`LLMClient.run`, so a rerun with a cache
-makes none. A failed call keeps its item: the record has an empty answer, and the scenario answer
+Model calls go through :meth:`LLMClient.run`, so a rerun with a cache makes none, and are batched
+across scenarios: the closed-book answers and the sub-queries first, then one call answers every
+cited scenario's questions (a question with the same passages in two scenarios is asked once). A failed call keeps its item: the record has an empty answer, and the scenario answer
 holds the cause, the error and every raw attempt. An item with no passage to answer from (no
 ground chunk, say) is recorded as ``skipped`` without a model call.
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,7 @@ from ragtrail.evaluate.attribution.subqueries import (
 from ragtrail.evaluate.retrieval.evaluator import resolve_level
 from ragtrail.index.rank_fusion import fuse_rankings
 from ragtrail.llm.client import CallOutcome, GenerationParams, LLMClient
+from ragtrail.llm.together import together
 from ragtrail.records import (
     FUSION_METHODS,
     SCENARIOS,
@@ -108,31 +110,54 @@ def run_scenarios(
     bootstrap_samples: int = 1000,
     seed: int = 13,
 ) -> ScenarioRun:
-    """Answer every item in every requested scenario (see the module docstring)."""
+    """Answer every item in every requested scenario (see the module docstring).
+
+    The model is asked in two rounds, not scenario by scenario: first the calls no answer
+    depends on (closed-book answers, sub-queries; at once on a concurrent backend), then every
+    cited scenario's questions in one batched call (:meth:`_Runner.answer_cited`). A scenario's
+    ``seconds`` are its own work (retrieval, its first-round call) plus its share of that
+    answering call, in proportion to the questions it asked.
+    """
     _check_settings(items, scenarios, k, text_weight, subqueries, fusion)
     params = params or GenerationParams(seed=seed)
     level = resolve_level(items, "auto")
     runner = _Runner(items, corpus, client, level, k, text_weight, params)
+    first_round: list[Callable[[], object]] = []
+    if Scenario.G in scenarios or Scenario.GTR in scenarios:
+        first_round.append(runner.closed_outcomes)
+    if Scenario.RTG_QUERY_GEN in scenarios:
+        first_round.append(lambda: runner.subqueries(subqueries))
+    together(first_round, concurrent=client.concurrent)
+
     written: dict[str, Subqueries] = {}
-    results: dict[str, ScenarioResult] = {}
+    answers: dict[str, list[ScenarioAnswer]] = {}
+    prepared: dict[str, list[_Prepared]] = {}
+    seconds: dict[str, float] = {}
     for name in scenarios:
-        start, closed_before = time.perf_counter(), runner.closed_seconds
+        start = time.perf_counter()
         if name == Scenario.G:
-            answers = runner.closed_book()
+            answers[name] = runner.closed_book()
         elif name == Scenario.GTR:
-            answers = runner.generate_then_retrieve()
+            answers[name] = runner.generate_then_retrieve()
+        elif name == Scenario.RTG_QUERY_GEN:
+            prepared[name] = runner.query_gen(fusion, written)
+        elif name == Scenario.RTG_VANILLA:
+            prepared[name] = runner.vanilla()
         else:
-            prepared = {
-                Scenario.RTG_VANILLA: runner.vanilla,
-                Scenario.RTG_GOLD: runner.gold,
-                Scenario.RTG_QUERY_GEN: lambda: runner.query_gen(subqueries, fusion, written),
-            }[name]()
-            answers = runner.answer_cited(prepared)
-        # The closed-book pass counts in G and in GTR alike: each needs it on its own.
-        seconds = time.perf_counter() - start - (runner.closed_seconds - closed_before)
-        if name in (Scenario.G, Scenario.GTR):
-            seconds += runner.closed_seconds
-        results[name] = _result(name, answers, bootstrap_samples, seed, seconds)
+            prepared[name] = runner.gold()
+        seconds[name] = time.perf_counter() - start + runner.first_round_seconds(name)
+
+    start = time.perf_counter()
+    answers.update(runner.answer_cited(prepared))
+    answering = time.perf_counter() - start
+    asked = {name: sum(1 for p in prep if p.passages) for name, prep in prepared.items()}
+    for name, count in asked.items():
+        seconds[name] += answering * count / sum(asked.values()) if count else 0.0
+
+    results = {
+        name: _result(name, answers[name], bootstrap_samples, seed, seconds[name])
+        for name in scenarios
+    }
     settings = {
         "scenarios": list(scenarios),
         "k": k,
@@ -198,6 +223,16 @@ class _Runner:
         self.params = params
         self._closed: list[CallOutcome[ClosedBookOutput]] | None = None
         self.closed_seconds = 0.0
+        self._subqueries: list[Subqueries] | None = None
+        self.subquery_seconds = 0.0
+
+    def first_round_seconds(self, scenario: str) -> float:
+        """The time of the first-round call ``scenario`` builds on: the closed-book answers
+        count in G and in GTR alike (each needs them on its own), the sub-queries in
+        RTG-query-gen."""
+        if scenario in (Scenario.G, Scenario.GTR):
+            return self.closed_seconds
+        return self.subquery_seconds if scenario == Scenario.RTG_QUERY_GEN else 0.0
 
     # -- closed book -------------------------------------------------------------------------
 
@@ -271,12 +306,19 @@ class _Runner:
         ranked = self.corpus.search(questions, self.k, self.text_weight)
         return [_Prepared(tuple(r[: self.k]), (q,)) for q, r in zip(questions, ranked, strict=True)]
 
-    def query_gen(
-        self, count: int, fusion: FusionMethod, written: dict[str, Subqueries]
-    ) -> list[_Prepared]:
-        subs = write_subqueries(
-            self.client, [item.question for item in self.items], count, self.params
-        )
+    def subqueries(self, count: int) -> list[Subqueries]:
+        """Every item's sub-queries (one batched call, made once)."""
+        if self._subqueries is None:
+            start = time.perf_counter()
+            questions = [item.question for item in self.items]
+            self._subqueries = write_subqueries(self.client, questions, count, self.params)
+            self.subquery_seconds = time.perf_counter() - start
+        return self._subqueries
+
+    def query_gen(self, fusion: FusionMethod, written: dict[str, Subqueries]) -> list[_Prepared]:
+        """Passages of RTG-query-gen, from the sub-queries written by :meth:`subqueries`."""
+        assert self._subqueries is not None, "the sub-queries are written in the first round"
+        subs = self._subqueries
         flat = [q for s in subs for q in s.retrieval_queries]
         lists = iter(self.corpus.search(flat, self.k, self.text_weight))
         out = []
@@ -313,45 +355,61 @@ class _Runner:
 
     # -- answering with citations ------------------------------------------------------------
 
-    def answer_cited(self, prepared: Sequence[_Prepared]) -> list[ScenarioAnswer]:
-        asked = [i for i, p in enumerate(prepared) if p.passages]
-        inputs = [
-            CitedAnswerInput(
-                question=self.items[i].question, passages=[p.text for p in prepared[i].passages]
-            )
-            for i in asked
-        ]
+    def answer_cited(
+        self, prepared: Mapping[str, Sequence[_Prepared]]
+    ) -> dict[str, list[ScenarioAnswer]]:
+        """The answers of every cited scenario in ``prepared``, from one batched call: each
+        distinct (question, passages) pair is asked once, whichever scenarios share it."""
+        inputs: dict[tuple[str, tuple[str, ...]], CitedAnswerInput] = {}
+        for prep in prepared.values():
+            for item, p in zip(self.items, prep, strict=True):
+                if p.passages:
+                    texts = tuple(passage.text for passage in p.passages)
+                    inputs.setdefault(
+                        (item.question, texts),
+                        CitedAnswerInput(question=item.question, passages=list(texts)),
+                    )
         outcomes = dict(
             zip(
-                asked,
-                self.client.run(CITED_ANSWER_PROMPT, inputs, stage=CITED_STAGE, params=self.params),
+                inputs,
+                self.client.run(
+                    CITED_ANSWER_PROMPT,
+                    list(inputs.values()),
+                    stage=CITED_STAGE,
+                    params=self.params,
+                ),
                 strict=True,
             )
         )
-        out = []
-        for i, (item, prep) in enumerate(zip(self.items, prepared, strict=True)):
-            outcome = outcomes.get(i)
-            if outcome is None:
-                note = "; ".join(n for n in (prep.note, NOTHING_TO_CITE) if n)
-                record = self._record(item, "", (), ())
-                out.append(
-                    ScenarioAnswer(record, "skipped", retrieval_queries=prep.queries, note=note)
+        return {
+            name: [
+                self._cited(
+                    item, p, outcomes.get((item.question, tuple(x.text for x in p.passages)))
                 )
-            elif not outcome.ok or outcome.value is None:
-                out.append(self._failed(item, outcome, prep.passages, prep.queries, prep.note))
-            else:
-                statements = tuple(statements_of(outcome.value))
-                record = self._record(item, render_answer(statements), prep.passages, statements)
-                out.append(
-                    ScenarioAnswer(
-                        record,
-                        "ok",
-                        raw=tuple(outcome.raw_texts),
-                        retrieval_queries=prep.queries,
-                        note=prep.note,
-                    )
-                )
-        return out
+                for item, p in zip(self.items, prep, strict=True)
+            ]
+            for name, prep in prepared.items()
+        }
+
+    def _cited(
+        self, item: QAItem, prep: _Prepared, outcome: CallOutcome[Any] | None
+    ) -> ScenarioAnswer:
+        """One item's answer in a cited scenario (``outcome`` None: it had nothing to cite)."""
+        if outcome is None:
+            note = "; ".join(n for n in (prep.note, NOTHING_TO_CITE) if n)
+            record = self._record(item, "", (), ())
+            return ScenarioAnswer(record, "skipped", retrieval_queries=prep.queries, note=note)
+        if not outcome.ok or outcome.value is None:
+            return self._failed(item, outcome, prep.passages, prep.queries, prep.note)
+        statements = tuple(statements_of(outcome.value))
+        record = self._record(item, render_answer(statements), prep.passages, statements)
+        return ScenarioAnswer(
+            record,
+            "ok",
+            raw=tuple(outcome.raw_texts),
+            retrieval_queries=prep.queries,
+            note=prep.note,
+        )
 
     # -- records -----------------------------------------------------------------------------
 
