@@ -3,7 +3,9 @@ into ``label_and_critique``: rejected before any model call, with the reason sto
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
@@ -20,6 +22,8 @@ from ragtrail.generate.checks import (
     unrelated_statements,
 )
 from ragtrail.generate.critiques import CRITERIA
+from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
+from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.pipeline.generate.candidates import label_and_critique
 from ragtrail.pipeline.generate.plan import GenerationPlan
 from ragtrail.pipeline.generate.report_data import failures, funnel
@@ -262,8 +266,6 @@ def test_label_and_critique_rejects_failed_checks_before_any_model_call(make_run
 
 
 def test_a_question_not_in_a_french_contexts_language_is_rejected_and_counted(embedder) -> None:
-    from dataclasses import replace
-
     french = replace(
         sample_contexts()[0],
         language="fr",
@@ -280,3 +282,39 @@ def test_a_question_not_in_a_french_contexts_language_is_rejected_and_counted(em
     stages = {stage.stage: stage.count for stage in funnel(cands)}
     assert stages["parsed"] == 2 and stages["in the context's language"] == 1
     assert stages["model-free checks passed"] == 1
+
+
+@dataclass
+class _MeetingBackend(ScriptedBackend):
+    """A concurrent scripted backend whose label call waits (up to 5 s) for a critique call to
+    arrive: it sees one only when the two run at once."""
+
+    concurrent_requests: int = 8
+    critique_arrived: threading.Event = field(default_factory=threading.Event)
+    label_met_critique: bool = False
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        names = {prompt_name(r) for r in requests}
+        if any(n.startswith("critique_") for n in names):
+            self.critique_arrived.set()
+        if "label" in names:
+            self.label_met_critique = self.critique_arrived.wait(timeout=5)
+        return super().generate(requests)
+
+
+def test_an_advisory_labeller_and_the_critiques_reach_an_endpoint_at_once(make_runtime) -> None:
+    rt = make_runtime()
+    scripted = routed_backend({"label": label_by_kind})
+    backend = _MeetingBackend(scripted.responder, model_id=scripted.model_id)
+    rt.use_llm_backends({rt.settings.generation.llm: backend})
+    cands = _candidates()
+    label_and_critique(rt, replace(_plan(), judges={"labeller": {"mode": "advise"}}), cands)
+
+    assert backend.label_met_critique
+    by_id = {c.candidate_id: c for c in cands}
+    # the advisory verdict is stored, but the mismatch keeps its requested label and is critiqued
+    assert by_id["c5"].observed_label == "fact_single"
+    assert by_id["c5"].status == CandidateStatus.PENDING and by_id["c5"].critiques
+    assert by_id["c0"].critiques.keys() == {
+        name for name, crit in CRITERIA.items() if crit.applies_to(by_id["c0"])
+    }

@@ -8,6 +8,7 @@ the candidates, which the round algorithm (:mod:`.rounds`) then selects from.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 from ragtrail.config import ModelRole
 from ragtrail.generate.baseline import single_prompt_baseline
@@ -17,6 +18,7 @@ from ragtrail.generate.judges import critique_judge_name
 from ragtrail.generate.labeller import label_candidates
 from ragtrail.generate.steps import extract_statements, make_candidates, write_questions
 from ragtrail.llm import GenerationParams
+from ragtrail.llm.together import together
 from ragtrail.pipeline.generate.plan import GenerationPlan, step_rng
 from ragtrail.pipeline.judges import labeller_for, labeller_name
 from ragtrail.records import STATEMENT_KINDS, CandidateStatus, Context, QACandidate
@@ -95,20 +97,32 @@ def label_and_critique(rt: Runtime, plan: GenerationPlan, cands: list[QACandidat
     """Model-free checks, then label and critique every pending pair under the run's gates.
 
     The checks always gate and cost no model call. A labeller that gates rejects label mismatches
-    (only matches are critiqued); an advisory one leaves every item its requested label. Only
-    gating critiques reject; advisory ratings are recorded on the items all the same.
+    (only matches are critiqued); an advisory one leaves every item its requested label, so its
+    verdicts and the critiques do not depend on each other and an endpoint gets both at once.
+    Only gating critiques reject; advisory ratings are recorded on the items all the same.
     """
     run_checks(rt, cands)
     params = generation_params(rt, plan)
     labeller = labeller_for(rt)
-    label_candidates(labeller, pending(cands), params, gates=plan.gates(labeller_name(rt)))
-    matched = []
-    for c in pending(cands):
-        if c.label_matches:
-            matched.append(c)
-        else:
-            reject([c], f"label_mismatch:{c.requested_label}->{c.observed_label}")
-    critique_candidates(rt.llm(ModelRole.CRITIC), matched, params)
+    critic = rt.llm(ModelRole.CRITIC)
+    if plan.gates(labeller_name(rt)):
+        label_candidates(labeller, pending(cands), params, gates=True)
+        matched = []
+        for c in pending(cands):
+            if c.label_matches:
+                matched.append(c)
+            else:
+                reject([c], f"label_mismatch:{c.requested_label}->{c.observed_label}")
+        critique_candidates(critic, matched, params)
+    else:
+        matched = pending(cands)
+        together(
+            [
+                partial(label_candidates, labeller, matched, params, gates=False),
+                partial(critique_candidates, critic, matched, params),
+            ],
+            concurrent=critic.concurrent,
+        )
     gating = [name for name in CRITERIA if plan.gates(critique_judge_name(name))]
     apply_thresholds(matched, rt.settings.generation.critique_thresholds, gating)
 
