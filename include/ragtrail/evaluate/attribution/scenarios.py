@@ -22,8 +22,9 @@ document id. Unanswerable items have no relevant id and are left out of the retr
 
 Model calls go through :meth:`LLMClient.run`, so a rerun with a cache makes none, and are batched
 across scenarios: the closed-book answers and the sub-queries first, then one call answers every
-cited scenario's questions (a question with the same passages in two scenarios is asked once). A failed call keeps its item: the record has an empty answer, and the scenario answer
-holds the cause, the error and every raw attempt. An item with no passage to answer from (no
+cited scenario's questions (a question with the same passages in two scenarios is asked once). A
+failed call keeps its item: the record has an empty answer, and the scenario answer holds the
+cause, the error and every raw attempt. An item with no passage to answer from (no
 ground chunk, say) is recorded as ``skipped`` without a model call.
 """
 
