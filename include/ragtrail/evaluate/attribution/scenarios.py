@@ -365,10 +365,9 @@ class _Runner:
         for prep in prepared.values():
             for item, p in zip(self.items, prep, strict=True):
                 if p.passages:
-                    texts = tuple(passage.text for passage in p.passages)
+                    question, texts = _asked(item, p)
                     inputs.setdefault(
-                        (item.question, texts),
-                        CitedAnswerInput(question=item.question, passages=list(texts)),
+                        (question, texts), CitedAnswerInput(question=question, passages=list(texts))
                     )
         outcomes = dict(
             zip(
@@ -384,9 +383,7 @@ class _Runner:
         )
         return {
             name: [
-                self._cited(
-                    item, p, outcomes.get((item.question, tuple(x.text for x in p.passages)))
-                )
+                self._cited(item, p, outcomes.get(_asked(item, p)))
                 for item, p in zip(self.items, prep, strict=True)
             ]
             for name, prep in prepared.items()
@@ -451,6 +448,12 @@ class _Runner:
             retrieval_queries=queries,
             note=note,
         )
+
+
+def _asked(item: QAItem, prep: _Prepared) -> tuple[str, tuple[str, ...]]:
+    """What a cited answer is asked from: the question and its passages' texts (the key that
+    lets scenarios sharing them share one request)."""
+    return item.question, tuple(p.text for p in prep.passages)
 
 
 def _rescored(passage: CorpusPassage, score: float) -> CorpusPassage:
