@@ -948,7 +948,12 @@ class Settings(BaseSettings):
         "builtin:all-MiniLM-L6-v2",
         description="'builtin:all-MiniLM-L6-v2' (bundled), a local path, an HF id or an s3:// URI",
     )
-    embedding_batch_size: int = 64
+    embedding_batch_size: int = Field(
+        16,
+        ge=1,
+        description="texts per model call when embedding; batches group texts of like length. "
+        "16 beat 64 on the 18F handbook's chunks on a 2-core CPU (OpenVINO bf16 and torch alike)",
+    )
     embedding_backend: Literal["torch", "onnx", "openvino"] = Field(
         "openvino",
         description="what runs the embedding model: 'torch' (sentence-transformers), or the "

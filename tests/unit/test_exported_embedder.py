@@ -63,6 +63,51 @@ def test_exported_backend_matches_torch(
     np.testing.assert_allclose(emb.encode_queries(TEXTS[:2]), torch_vectors[:2], atol=1e-4)
 
 
+def test_batches_hold_rows_of_like_token_counts_padded_to_a_multiple_of_eight(
+    tiny: Path, torch_vectors: np.ndarray, tmp_path: Path
+) -> None:
+    """Rows are batched by their exact token counts, longest first, each batch padded to a
+    multiple of 8 (never past the model's limit); the vectors do not depend on the batching."""
+    emb = ExportedEmbedder(str(tiny), backend="onnx", batch_size=2, cache_dir=tmp_path)
+    tokenizer, run = emb._graph()
+    widths: list[tuple[int, list[int]]] = []
+
+    def recording(feeds: dict[str, np.ndarray]) -> np.ndarray:
+        widths.append((feeds["input_ids"].shape[1], feeds["attention_mask"].sum(axis=1).tolist()))
+        return run(feeds)
+
+    emb._loaded = (tokenizer, recording)
+    texts = ["a b c d e f g h i j", "a", "a b c", *TEXTS]
+    vectors = emb.encode(texts)
+    counts = [
+        len(tokenizer(t, truncation=True, max_length=emb.max_seq_length)["input_ids"])
+        for t in texts
+    ]
+    batched = [n for _, lengths in widths for n in lengths]
+    assert batched == sorted(counts, reverse=True)
+    limit = emb.max_seq_length
+    for width, lengths in widths:
+        assert width == max(max(lengths), min(-(-max(lengths) // 8) * 8, limit))
+    assert any(width > max(lengths) for width, lengths in widths)  # some batch was padded
+    one_by_one = ExportedEmbedder(str(tiny), backend="onnx", batch_size=1, cache_dir=tmp_path)
+    np.testing.assert_allclose(vectors, one_by_one.encode(texts), atol=1e-5)
+    np.testing.assert_allclose(vectors[3:], torch_vectors, atol=1e-4)
+
+
+def test_padding_follows_the_tokenizer_side() -> None:
+    rows = [
+        {"input_ids": [5, 6, 7], "attention_mask": [1, 1, 1]},
+        {"input_ids": [9], "attention_mask": [1]},
+    ]
+    right = exported._padded(rows, pad_id=0, max_length=512)
+    assert right["input_ids"].tolist() == [[5, 6, 7, 0, 0, 0, 0, 0], [9, 0, 0, 0, 0, 0, 0, 0]]
+    left = exported._padded(rows, pad_id=1, max_length=6, left=True)
+    assert left["input_ids"].tolist() == [[1, 1, 1, 5, 6, 7], [1, 1, 1, 1, 1, 9]]
+    assert left["attention_mask"].tolist() == [[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1]]
+    long = [{"input_ids": list(range(10)), "attention_mask": [1] * 10}]
+    assert exported._padded(long, pad_id=0, max_length=4)["input_ids"].shape == (1, 10)
+
+
 def test_bf16_runs_only_where_the_cpu_has_the_units(
     tiny: Path, torch_vectors: np.ndarray, tmp_path: Path
 ) -> None:
