@@ -952,7 +952,7 @@ class Settings(BaseSettings):
         16,
         ge=1,
         description="texts per model call when embedding; batches group texts of like length. "
-        "16 beat 64 on the 18F handbook's chunks on a 2-core CPU (OpenVINO bf16 and torch alike)",
+        "16 beat 64 on the 18F handbook's chunks on a 2-core CPU (every backend, torch included)",
     )
     embedding_backend: Literal["torch", "onnx", "openvino"] = Field(
         "openvino",
