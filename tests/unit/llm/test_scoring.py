@@ -85,6 +85,24 @@ def test_batched_equals_alone(scorer: TransformersLogProbScorer) -> None:
     assert batched == pytest.approx(alone, abs=1e-4)
 
 
+def test_only_continuation_positions_get_logits(scorer: TransformersLogProbScorer) -> None:
+    """The head runs on the positions that predict some row's continuation, not on every prompt
+    token; every value still equals the hand computation over full logits."""
+    shapes: list[tuple[int, ...]] = []
+    head = scorer.model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda _m, _i, out: shapes.append(tuple(out.shape)))
+    try:
+        values = scorer.log_probs(REQUESTS)
+    finally:
+        hook.remove()
+    encoded = [scorer.encode(r) for r in REQUESTS]
+    width = max(len(e.ids) for e in encoded)
+    wanted = {p for e in encoded for p in range(len(e.ids) - 1 - e.n_continuation, len(e.ids) - 1)}
+    assert shapes == [(len(REQUESTS), len(wanted), scorer.model.config.vocab_size)]
+    assert len(wanted) < width - 1
+    assert values == pytest.approx([by_hand(scorer, r) for r in REQUESTS], abs=1e-4)
+
+
 def test_prompt_is_cut_from_the_left_and_the_continuation_kept(llama: Path) -> None:
     short = TransformersLogProbScorer(str(llama), max_length=24, device="cpu")
     long_request = req(" ".join(["Tickets are sold at the harbour office."] * 6), "At nine.")
