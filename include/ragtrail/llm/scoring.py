@@ -144,10 +144,10 @@ def continuation_log_probs(
         scored[row, n - 1 - enc.n_continuation : n - 1] = True
     keep = scored.any(dim=0).nonzero().squeeze(1)  # positions whose logits some row scores
     scored, targets = scored[:, keep], ids[:, 1:][:, keep]
-    ids, mask, scored, targets = (t.to(device) for t in (ids, mask, scored, targets))
+    ids, mask, scored, targets, keep = (t.to(device) for t in (ids, mask, scored, targets, keep))
     if _keeps_logits(model):
         logits = model(
-            input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=keep.to(device)
+            input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=keep
         ).logits
     else:
         logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, keep]

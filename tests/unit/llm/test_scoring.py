@@ -103,6 +103,16 @@ def test_only_continuation_positions_get_logits(scorer: TransformersLogProbScore
     assert values == pytest.approx([by_hand(scorer, r) for r in REQUESTS], abs=1e-4)
 
 
+def test_a_model_without_logits_to_keep_gets_the_same_values(
+    scorer: TransformersLogProbScorer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragtrail.llm import scoring
+
+    kept = scorer.log_probs(REQUESTS)
+    monkeypatch.setattr(scoring, "_keeps_logits", lambda _model: False)
+    assert scorer.log_probs(REQUESTS) == pytest.approx(kept, abs=1e-5)
+
+
 def test_prompt_is_cut_from_the_left_and_the_continuation_kept(llama: Path) -> None:
     short = TransformersLogProbScorer(str(llama), max_length=24, device="cpu")
     long_request = req(" ".join(["Tickets are sold at the harbour office."] * 6), "At nine.")
