@@ -94,18 +94,22 @@ def test_batches_hold_rows_of_like_token_counts_padded_to_a_multiple_of_eight(
     np.testing.assert_allclose(vectors[3:], torch_vectors, atol=1e-4)
 
 
-def test_padding_follows_the_tokenizer_side() -> None:
-    rows = [
-        {"input_ids": [5, 6, 7], "attention_mask": [1, 1, 1]},
-        {"input_ids": [9], "attention_mask": [1]},
-    ]
-    right = exported._padded(rows, pad_id=0, max_length=512)
-    assert right["input_ids"].tolist() == [[5, 6, 7, 0, 0, 0, 0, 0], [9, 0, 0, 0, 0, 0, 0, 0]]
-    left = exported._padded(rows, pad_id=1, max_length=6, left=True)
-    assert left["input_ids"].tolist() == [[1, 1, 1, 5, 6, 7], [1, 1, 1, 1, 1, 9]]
+def test_padding_follows_the_tokenizer_side(tiny: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny))
+    pad = tokenizer.pad_token_id
+    rows = {"input_ids": [[5, 6, 7], [9]], "attention_mask": [[1, 1, 1], [1]]}
+    tokenizer.padding_side = "right"
+    right = exported._padded(tokenizer, rows, max_length=512)
+    assert right["input_ids"].tolist() == [[5, 6, 7] + [pad] * 5, [9] + [pad] * 7]
+    assert right["input_ids"].dtype == np.int64
+    tokenizer.padding_side = "left"
+    left = exported._padded(tokenizer, rows, max_length=6)
+    assert left["input_ids"].tolist() == [[pad] * 3 + [5, 6, 7], [pad] * 5 + [9]]
     assert left["attention_mask"].tolist() == [[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1]]
-    long = [{"input_ids": list(range(10)), "attention_mask": [1] * 10}]
-    assert exported._padded(long, pad_id=0, max_length=4)["input_ids"].shape == (1, 10)
+    long = {"input_ids": [list(range(10))], "attention_mask": [[1] * 10]}
+    assert exported._padded(tokenizer, long, max_length=4)["input_ids"].shape == (1, 10)
 
 
 def test_bf16_runs_only_where_the_cpu_has_the_units(

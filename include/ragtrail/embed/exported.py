@@ -401,19 +401,17 @@ class ExportedEmbedder:
         if self.manifest.do_lower_case:
             prepared = [t.lower() for t in prepared]
         tokenizer, run = self._graph()
-        enc = tokenizer(
-            prepared, truncation="longest_first", max_length=self.manifest.max_seq_length
-        )
-        names = self.manifest.input_names
-        rows = [{n: enc[n][i] for n in names} for i in range(len(prepared))]
+        limit = self.manifest.max_seq_length
+        enc = tokenizer(prepared, truncation="longest_first", max_length=limit)
+        counts = [len(ids) for ids in enc["input_ids"]]
         # Batches of rows of nearly equal token counts: the characters of a text say little
         # about its tokens (code, URLs, tables), and every padded position costs a full row.
-        order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]), reverse=True)
+        order = sorted(range(len(prepared)), key=lambda i: counts[i], reverse=True)
         out = np.empty((len(prepared), self.dim), dtype=np.float32)
-        pad_id, left = tokenizer.pad_token_id or 0, tokenizer.padding_side == "left"
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
-            feeds = _padded([rows[i] for i in idx], pad_id, self.manifest.max_seq_length, left=left)
+            rows = {n: [enc[n][i] for i in idx] for n in self.manifest.input_names}
+            feeds = _padded(tokenizer, rows, limit)
             hidden = run(feeds)
             out[np.asarray(idx)] = _pool(hidden, feeds["attention_mask"], self.manifest.pooling)
         return _l2_normalise(out)
@@ -425,25 +423,15 @@ PAD_MULTIPLE = 8
 
 
 def _padded(
-    rows: Sequence[dict[str, list[int]]], pad_id: int, max_length: int, *, left: bool = False
+    tokenizer: Any, rows: dict[str, list[list[int]]], max_length: int
 ) -> dict[str, np.ndarray]:
-    """The rows' token arrays padded (on the tokenizer's side: right, or ``left``; ``input_ids``
-    with ``pad_id``, the others with 0) to the longest row, rounded up to :data:`PAD_MULTIPLE`
-    but never past ``max_length`` (or the longest row, when that is longer)."""
-    longest = max(len(r["input_ids"]) for r in rows)
+    """``rows`` (token arrays by input name) padded by the tokenizer, on its side and with its
+    pad ids, to the longest row rounded up to :data:`PAD_MULTIPLE`, but never past
+    ``max_length`` (or the longest row, when that is longer)."""
+    longest = max(len(ids) for ids in rows["input_ids"])
     width = max(longest, min(-(-longest // PAD_MULTIPLE) * PAD_MULTIPLE, max_length))
-    feeds = {}
-    for name in rows[0]:
-        fill = pad_id if name == "input_ids" else 0
-        arr = np.full((len(rows), width), fill, dtype=np.int64)
-        for i, row in enumerate(rows):
-            values = row[name]
-            if left:
-                arr[i, width - len(values) :] = values
-            else:
-                arr[i, : len(values)] = values
-        feeds[name] = arr
-    return feeds
+    padded = tokenizer.pad(rows, padding="max_length", max_length=width, return_tensors="np")
+    return {n: np.asarray(padded[n], dtype=np.int64) for n in rows}
 
 
 def _session(
