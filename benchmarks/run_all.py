@@ -13,6 +13,7 @@ BENCHMARKS = [
     "bench_embedding_backends",
     "bench_languages",
     "llm_throughput",
+    "bench_decode_weights",
     "bench_generation",
     "bench_generator_finetune",
     "bench_check_similarity",

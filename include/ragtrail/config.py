@@ -196,6 +196,14 @@ class GenerationSettings(BaseModel):
         "float32 elsewhere (emulated bf16 is slower); outputs differ from float32 by rounding, "
         "and cached answers are kept apart per precision. Pin one value on a mixed fleet",
     )
+    llm_decode_weights: Literal["native", "int8"] = Field(
+        "native",
+        description="'int8' makes local models on the CPU read their decoder layers' weights "
+        "in int8 in decoding steps (prompts are still read in llm_dtype): a decoding step takes "
+        "about 0.85x the time, but the next token differs from the native model's about 1.7x as "
+        "often as bfloat16's differs from float32's (BENCHMARKS.md 'Int8 decoding weights'). "
+        "Outputs change, and cached answers are kept apart per setting",
+    )
     max_attempts: int = Field(2, ge=1, le=5)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     extractive_facts: bool = Field(

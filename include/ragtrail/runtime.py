@@ -286,6 +286,7 @@ class Runtime:
             kwargs = {
                 "batch_size": self.settings.generation.llm_batch_size,
                 "dtype": self.llm_dtype,
+                "decode_weights": self.settings.generation.llm_decode_weights,
                 "cache_dir": self.settings.resolved_model_cache_dir,
                 "s3_endpoint_url": self.settings.s3_endpoint_url,
             }
@@ -334,6 +335,11 @@ class Runtime:
             **self.llm_models(),
             # named only when it differs from the float32 reference, as in the models' ids
             **({"local model dtype": self.llm_dtype} if self.llm_dtype != "float32" else {}),
+            **(
+                {"local decoding weights": "int8"}
+                if self.settings.generation.llm_decode_weights == "int8"
+                else {}
+            ),
         }
 
     def close(self) -> None:

@@ -65,6 +65,7 @@ REQUEST = GenerationRequest(
         {"guided_json": False},
         {"max_string_chars": 80, "batch_size": 2},
         {"model_id": "team/ferry-model", "dtype": "float32"},
+        {"decode_weights": "int8", "dtype": "bfloat16"},
     ],
 )
 def test_the_planned_id_is_the_loaded_backends_id(tiny_llama: Path, kwargs: dict) -> None:

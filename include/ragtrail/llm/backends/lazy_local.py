@@ -81,6 +81,7 @@ def planned_local_model_id(model: str, **kwargs: Any) -> str:
         kwargs.get("dtype", "float32"),
         guided_json=kwargs.get("guided_json", True),
         max_string_chars=kwargs.get("max_string_chars", DEFAULT_MAX_STRING_CHARS),
+        decode_weights=kwargs.get("decode_weights", "native"),
     )
 
 

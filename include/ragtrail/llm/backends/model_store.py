@@ -68,10 +68,14 @@ def local_model_id(
     *,
     guided_json: bool,
     max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
+    decode_weights: str = "native",
 ) -> str:
     """The id a local transformers backend records in cache keys: the model (and adapters) it
-    loaded, then the precision and the JSON guide, both of which change its outputs."""
+    loaded, then the precision, int8 decoding weights and the JSON guide, all of which change
+    its outputs."""
     model_id = base_id + dtype_tag(dtype)
+    if decode_weights != "native":
+        model_id += f"+decode:{decode_weights}"
     return model_id + (f"+guided:{max_string_chars}" if guided_json else "")
 
 

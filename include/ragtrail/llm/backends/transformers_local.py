@@ -64,6 +64,7 @@ from ragtrail.llm.backends.base import (
     apply_stop_strings,
 )
 from ragtrail.llm.backends.constrained_decoding import ConstrainedRows, DecodingConstraints
+from ragtrail.llm.backends.int8_decoding import use_int8_for_decoding
 from ragtrail.llm.backends.kv_cache import (
     attended_from,
     growing_cache_layers,
@@ -211,6 +212,9 @@ class TransformersBackend:
         prefix_caching: run the prompt prefix shared by a call's requests once and reuse its KV
             cache (causal models; outputs are unchanged).
         max_string_chars: ``maxLength`` given to schema strings that have none (guided only).
+        decode_weights: ``native``, or ``int8`` to read the decoder layers' weights in int8 in
+            decoding steps on the CPU (:mod:`ragtrail.llm.backends.int8_decoding`; outputs
+            change, and the id says so).
     """
 
     name = "transformers"
@@ -231,6 +235,7 @@ class TransformersBackend:
         guided_json: bool = True,
         max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
         prefix_caching: bool = True,
+        decode_weights: str = "native",
     ) -> None:
         from transformers import (
             AutoConfig,
@@ -241,6 +246,10 @@ class TransformersBackend:
 
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if decode_weights not in ("native", "int8"):
+            raise ValueError(f"decode_weights must be 'native' or 'int8', not {decode_weights!r}")
+        if decode_weights == "int8" and torch.device(device).type != "cpu":
+            raise ValueError("decode_weights='int8' is for CPU decoding; use 'native' on " + device)
         self.batch_size = batch_size
         self.device = torch.device(device)
         cache_root = resolve_cache_root(cache_dir)
@@ -269,6 +278,8 @@ class TransformersBackend:
             derived_id = f"{derived_id}+adapter:{adapter_digest[:12]}"
 
         self.model = net.to(self.device).eval()
+        if decode_weights == "int8":
+            use_int8_for_decoding(self.model)
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         self.tokenizer.padding_side = "right" if self.is_encoder_decoder else "left"
         if self.tokenizer.pad_token_id is None:
@@ -283,6 +294,7 @@ class TransformersBackend:
             dtype,
             guided_json=guided_json,
             max_string_chars=max_string_chars,
+            decode_weights=decode_weights,
         )
         self._init_decoding(
             guided_json=guided_json,
