@@ -200,7 +200,7 @@ class GenerationSettings(BaseModel):
         "native",
         description="'int8' makes local models on the CPU read their decoder layers' weights "
         "in int8 in decoding steps (prompts are still read in llm_dtype): a decoding step takes "
-        "about 0.85x the time, but the next token differs from the native model's about 1.7x as "
+        "0.73-0.87x the time, but the next token differs from the native model's about 1.6x as "
         "often as bfloat16's differs from float32's (BENCHMARKS.md 'Int8 decoding weights'). "
         "Outputs change, and cached answers are kept apart per setting",
     )

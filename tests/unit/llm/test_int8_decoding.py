@@ -38,6 +38,19 @@ def test_per_channel_quantisation_by_hand() -> None:
     assert ((values.float() * scales[:, None] - weight).abs() <= scales[:, None] / 2 + 1e-7).all()
 
 
+def test_bf16_values_are_rounded_against_the_bf16_scale() -> None:
+    torch.manual_seed(0)
+    weight = (torch.randn(64, 96) * 0.05).to(torch.bfloat16)
+    values, scales = quantise_per_channel(weight)
+    assert scales.dtype == torch.bfloat16
+    step = scales.float()[:, None]
+    error = (values.float() * step - weight.float()).abs()
+    # half a step, except where a rounded-down scale clips the row's largest weight at 127
+    clipped = values.abs() == 127
+    assert (error[~clipped] <= step.expand_as(error)[~clipped] / 2 + 1e-6).all()
+    assert (error[clipped] <= step.expand_as(error)[clipped]).all()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_narrow_inputs_use_the_int8_copy_and_wide_ones_the_weight(dtype: torch.dtype) -> None:
     torch.manual_seed(0)

@@ -10,9 +10,9 @@ int8-weight kernel (``aten._weight_int8pack_mm``), which reads half the bytes. L
 would be slower than the bf16 matmul.
 
 The output embedding (the vocabulary projection) stays in its own precision: in int8 too, it
-raised the share of next tokens that differ from the native model's from 4.1% to 4.9% on the
+raised the share of next tokens that differ from the native model's from 3.9% to 4.3% on the
 sample corpus (BENCHMARKS.md, "Int8 decoding weights"). Even without it the outputs change more
-than bf16 changes them from float32 (4.1% against 2.4% there), so the option is off by default
+than bf16 changes them from float32 (3.9% against 2.4% there), so the option is off by default
 and part of a backend's model id (``+decode:int8``): cached completions of one setting are never
 served for the other.
 """
@@ -66,11 +66,14 @@ class Int8DecodingLinear(nn.Linear):
 
 def quantise_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``weight`` (out x in) as int8 values and one scale per output row, ``weight ~= values *
-    scales[:, None]``; the scales in the weight's dtype (the kernel's contract)."""
+    scales[:, None]``. The scales are in the weight's dtype (the kernel's contract), and the
+    values are rounded against those very scales, so a bf16 scale's rounding is not left as an
+    error of the whole row."""
     wide = weight.float()
-    scales = (wide.abs().amax(dim=1) / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
-    values = torch.round(wide / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
-    return values, scales.to(weight.dtype)
+    tiny = torch.finfo(weight.dtype).tiny
+    scales = (wide.abs().amax(dim=1) / 127.0).clamp(min=tiny).to(weight.dtype)
+    values = torch.round(wide / scales.float()[:, None]).clamp(-127, 127)
+    return values.to(torch.int8).contiguous(), scales
 
 
 def use_int8_for_decoding(model: Any, max_rows: int = INT8_MAX_ROWS) -> int:
