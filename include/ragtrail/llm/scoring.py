@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ragtrail.llm.backends.base import Message, _freeze_messages
 from ragtrail.llm.backends.lazy_local import BuiltOnFirstUse
-from ragtrail.llm.backends.model_store import dtype_tag
+from ragtrail.llm.backends.model_store import dtype_tag, keeps_logits
 from ragtrail.llm.cache import canonical_json
 from ragtrail.llm.score_cache import MappingScoreCache, ScoreStore
 from ragtrail.records import sha256_text
@@ -145,7 +145,7 @@ def continuation_log_probs(
     keep = scored.any(dim=0).nonzero().squeeze(1)  # positions whose logits some row scores
     scored, targets = scored[:, keep], ids[:, 1:][:, keep]
     ids, mask, scored, targets, keep = (t.to(device) for t in (ids, mask, scored, targets, keep))
-    if _keeps_logits(model):
+    if keeps_logits(model):
         logits = model(
             input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=keep
         ).logits
@@ -156,15 +156,6 @@ def continuation_log_probs(
     rows = torch.arange(len(batch), device=device)[:, None].expand_as(scored)[scored]
     out = torch.zeros(len(batch), dtype=token_lp.dtype, device=device)
     return out.index_add(0, rows, token_lp)
-
-
-def _keeps_logits(model: Any) -> bool:
-    """Whether the model's forward takes ``logits_to_keep`` (transformers' causal LMs do; a PEFT
-    wrapper hands it on to the model it wraps)."""
-    import inspect
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 # --------------------------------------------------------------------------- transformers

@@ -109,7 +109,7 @@ def test_a_model_without_logits_to_keep_gets_the_same_values(
     from ragtrail.llm import scoring
 
     kept = scorer.log_probs(REQUESTS)
-    monkeypatch.setattr(scoring, "_keeps_logits", lambda _model: False)
+    monkeypatch.setattr(scoring, "keeps_logits", lambda _model: False)
     assert scorer.log_probs(REQUESTS) == pytest.approx(kept, abs=1e-5)
 
 

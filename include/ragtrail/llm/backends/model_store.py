@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import logging
 import time
 from collections.abc import Iterator
@@ -80,6 +81,14 @@ def local_model_id(
     if decode_weights != "native":
         model_id += f"+decode:{decode_weights}"
     return model_id + (f"+guided:{max_string_chars}" if guided_json else "")
+
+
+def keeps_logits(model: Any) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (transformers' causal LMs do; a PEFT
+    wrapper hands it on to the model it wraps), so a caller can ask for some positions' logits
+    instead of a vocabulary-wide row per token."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 # --------------------------------------------------------------------------- builtin SmolLM2

@@ -43,7 +43,6 @@ change by rounding only; with ``batch_size`` 1 rows keep the prefix in their own
 from __future__ import annotations
 
 import copy
-import inspect
 import logging
 import time
 from collections import deque
@@ -73,6 +72,7 @@ from ragtrail.llm.backends.kv_cache import (
 )
 from ragtrail.llm.backends.model_store import (
     DEFAULT_MAX_STRING_CHARS,
+    keeps_logits,
     local_model_id,
     model_dtype,
     resolve_model_dir,
@@ -323,13 +323,9 @@ class TransformersBackend:
         self._prefix_attention = self._cache_layers is not None and prefix_attention.install(
             self.model
         )
-        # Prefill only needs the cache, not the logits of every prompt token (a PEFT wrapper
-        # passes the argument on to the model it wraps).
-        base = getattr(self.model, "get_base_model", lambda: self.model)()
+        # Prefill only needs the cache, not the logits of every prompt token.
         self._prefill_kwargs: dict[str, Any] = (
-            {"logits_to_keep": 1}
-            if "logits_to_keep" in inspect.signature(base.forward).parameters
-            else {}
+            {"logits_to_keep": 1} if keeps_logits(self.model) else {}
         )
 
     # ------------------------------------------------------------------ loading helpers
