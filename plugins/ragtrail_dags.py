@@ -7,7 +7,8 @@ Params); this module only translates it into Airflow objects:
   newest event wins; the choice itself is core code, shared with ``ragtrail nightly``);
 - one task per step, running the step's library function in the worker
   (:func:`~ragtrail.pipeline.night.run_step_in_worker`); its result (strict JSON, checked) is the
-  XCom;
+  XCom; it is downstream of the steps it waits for (``Step.after``, by default the step before
+  it), so steps that do not wait for each other run in parallel;
 - a mapped step is expanded over the list an earlier step returned (through a small task that
   publishes that list as a return value: Airflow maps only over those);
 - a step that emits an Asset yields its event extras as ``Metadata`` on its outlet; one marked
@@ -145,10 +146,10 @@ def build_dag(dag_id: str) -> DAG:
     )
     def build() -> None:
         state = task(task_id="resolve")(_resolve_callable(flow_))()
-        upstream: dict[str, Any] = {}
-        previous: Any = state
-        previous_may_skip = False
+        upstream: dict[str, Any] = {}  # the XComs of the unmapped steps, by step name
+        tasks: dict[str, Any] = {}
         for step in flow_.steps:
+            waits_for = flow_.upstream(step)
             options: dict[str, Any] = {"task_id": step.name}
             if step.pool:
                 options["pool"] = step.pool
@@ -156,24 +157,29 @@ def build_dag(dag_id: str) -> DAG:
                 options["queue"] = step.queue
             if step.emits:
                 options["outlets"] = [ASSETS_BY_KEY[step.emits]]
-            if step.after_mapped or previous_may_skip:
+            if step.after_mapped or any(flow_.step(n).skip_without_event for n in waits_for):
                 # A run with nothing to map (no changed files, quotas already met) or with
                 # nothing to announce (a skipped announcement) goes on.
                 options["trigger_rule"] = TriggerRule.NONE_FAILED
             if step.one_at_a_time:
                 options["max_active_tis_per_dagrun"] = 1
             operator = task(**options)(_step_callable(flow_, step))
+            # Only the results of the steps it waits for: any other XCom would make it wait.
+            ancestors = flow_.ancestors(step)
+            given = {name: xcom for name, xcom in upstream.items() if name in ancestors}
             if step.map_over:
                 items = task(task_id=f"list_{step.map_over}_for_{step.name}")(
                     _list_getter(flow_, step.map_over)
-                )(state=state, upstream=dict(upstream))
-                current = operator.partial(state=state, upstream=dict(upstream)).expand(item=items)
+                )(state=state, upstream=given)
+                current = operator.partial(state=state, upstream=given).expand(item=items)
             else:
-                current = operator(state=state, upstream=dict(upstream))
+                current = operator(state=state, upstream=given)
                 upstream[step.name] = current
-            previous >> current
-            previous = current
-            previous_may_skip = step.skip_without_event
+            for name in waits_for:
+                tasks[name] >> current
+            if not waits_for:
+                state >> current
+            tasks[step.name] = current
 
     return build()
 

@@ -258,14 +258,26 @@ def test_evaluate_wiring(dagbag: Any) -> None:
     announce = dag.get_task("announce_citations")
     assert announce.outlets == [CITATION_METRICS_ASSET]
     assert announce.trigger_rule == "none_failed"
-    # an announcement with no rated set ends skipped (no empty Asset event); what follows runs
-    for announcing, following in [
-        ("announce_citations", "sufficiency"),
-        ("announce_sufficiency", "evidence"),
-        ("announce_evidence", "drift"),
-    ]:
-        assert announcing in dag.get_task(following).upstream_task_ids
-        assert dag.get_task(following).trigger_rule == "none_failed", following
+    # citations, sufficiency and evidence each wait for retrieval only: parallel branches
+    for evaluation in ("cite", "sufficiency", "evidence"):
+        task_ = dag.get_task(evaluation)
+        assert "evaluate" in task_.upstream_task_ids  # and the XComs of resolve and plan
+        assert task_.upstream_task_ids <= {
+            "evaluate",
+            f"list_sets_for_{evaluation}",
+            "plan",
+            "resolve",
+        }
+        others = {"cite", "sufficiency", "evidence"} - {evaluation}
+        assert not others & task_.get_flat_relative_ids(upstream=True), evaluation
+    # drift waits for every branch's announcement; one with no rated set ends skipped (no
+    # empty Asset event), and drift still runs
+    drift = dag.get_task("drift")
+    announcements = {"announce_citations", "announce_sufficiency", "announce_evidence"}
+    assert announcements <= drift.upstream_task_ids <= announcements | {"plan", "resolve"}
+    assert drift.trigger_rule == "none_failed"
+    for announcing in announcements:
+        assert dag.get_task(announcing).trigger_rule == "none_failed"
     assert dag.get_task("publish").outlets == [RETRIEVAL_METRICS_ASSET]
     assert dag.get_task("drift").outlets == []  # every decision is stored, none announced here
     assert dag.get_task("announce_drift").outlets == [DRIFT_ASSET]  # only a fired one

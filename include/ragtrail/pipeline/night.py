@@ -5,14 +5,15 @@ Both ways of running the night are built from :data:`NIGHT` and nothing else:
 - ``ragtrail nightly`` runs the flows in process with :func:`run_flow` (mapped steps as loops, each
   flow's announcement handed to the next flow as its triggering event);
 - the Airflow adapter (``plugins/ragtrail_dags.py``) turns each :class:`Flow` into a DAG: one task
-  per step, mapped steps expanded over their list, pools and outlets from the step, the schedule
+  per step, downstream of the steps it waits for (:attr:`Step.after`; by default the step before
+  it), mapped steps expanded over their list, pools and outlets from the step, the schedule
   from the Asset the flow listens to, Params from :attr:`Flow.params`.
 
 This module is light on purpose (stdlib and ragtrail's bottom layer only): DAG files import it at
 parse time, and each step names its function in ``ragtrail.pipeline.tasks``, imported only when
 the step runs. A step reads its keyword arguments from the flow's *state*: the values :meth:`Flow.resolve` made
-from the Params and the triggering event, merged with the outputs of every earlier (unmapped)
-step. Mapped steps keep their results in the stores, not in the state. Adding a step (citations,
+from the Params and the triggering event, merged with the outputs of the (unmapped) steps it
+waits for. Mapped steps keep their results in the stores, not in the state. Adding a step (citations,
 sufficiency, drift) is one :class:`Step` in one flow here.
 """
 
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -75,6 +78,11 @@ class Step:
     after_mapped: bool = False
     emits: AssetKey | None = None
     skip_without_event: bool = False
+    after: tuple[str, ...] | None = None
+    """The steps this one waits for (every instance of a mapped one); None: the step before it.
+    Steps neither of which waits for the other, directly or not, may run side by side: as
+    parallel tasks in Airflow, and in ``ragtrail nightly`` when every model is a remote endpoint
+    (:func:`run_flow`)."""
 
     def function(self) -> StepFunction:
         """The step's function, imported on first use (never at DAG-parse time)."""
@@ -111,6 +119,59 @@ class Flow:
     listens_to: AssetKey | None = None
     tags: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        """Refuse wiring that cannot run: a step waiting for one that is not before it, or
+        reading a value that a step it does not wait for may write (which value it got would
+        depend on timing once steps run side by side)."""
+        names = [step.name for step in self.steps]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.dag_id}: step names repeat: {names}")
+        for index, step in enumerate(self.steps):
+            for name in step.after or ():
+                if name not in names[:index]:
+                    raise ValueError(
+                        f"{self.dag_id}.{step.name} waits for {name!r}, which is not a step "
+                        "before it"
+                    )
+            ancestors = self.ancestors(step)
+            for other in self.steps[:index]:
+                racing = set(step.inputs) & _writes(other)
+                if racing and other.name not in ancestors:
+                    raise ValueError(
+                        f"{self.dag_id}.{step.name} reads {sorted(racing)}, which "
+                        f"{other.name!r} writes, but does not wait for it"
+                    )
+
+    def step(self, name: str) -> Step:
+        return next(step for step in self.steps if step.name == name)
+
+    def upstream(self, step: Step) -> tuple[str, ...]:
+        """The steps ``step`` waits for directly (see :attr:`Step.after`)."""
+        if step.after is not None:
+            return step.after
+        index = self.steps.index(step)
+        return (self.steps[index - 1].name,) if index else ()
+
+    def ancestors(self, step: Step) -> frozenset[str]:
+        """Every step ``step`` waits for, directly or through others."""
+        seen: set[str] = set()
+        todo = list(self.upstream(step))
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(self.upstream(self.step(name)))
+        return frozenset(seen)
+
+    def side_by_side(self, step: Step) -> bool:
+        """Whether some other step may run at the same time as ``step`` (neither waits for
+        the other)."""
+        mine = self.ancestors(step)
+        return any(
+            other is not step and other.name not in mine and step.name not in self.ancestors(other)
+            for other in self.steps
+        )
+
     def run_id(self, scheduler_run_id: str) -> str:
         """A path- and key-safe run id, stable across retries of one scheduler run."""
         return f"{self.run_prefix}-{safe_name(scheduler_run_id)}"
@@ -125,6 +186,13 @@ class Flow:
         """
         merged = {name: spec.default for name, spec in self.params.items()} | dict(params)
         return self.resolver(merged, newest_extra(events), run_id)
+
+
+def _writes(step: Step) -> set[str]:
+    """The state keys ``step`` writes (a mapped step writes none: its results stay in stores)."""
+    if step.map_over:
+        return set()
+    return set(step.outputs) | ({step.output_as} if step.output_as else set())
 
 
 def newest_extra(events: Iterable[Mapping[str, Any]]) -> JsonObject | None:
@@ -364,9 +432,10 @@ EVALUATE = Flow(
     dag_id="evaluate_retrieval",
     doc="Recall@k per question label across the text-weight scan on every QA set of the corpus "
     "(each golden set's latest version and the announced test set, each its own stored run), "
-    "then the answering model's citation quality on each set, whether it answers when the "
-    "context suffices and abstains when it does not (golden sets by default), and whether any "
-    "primary metric drifted below its baseline (a fired decision emits the drift asset).",
+    "then, in three parallel branches, the answering model's citation quality on each set, "
+    "whether it answers when the context suffices and abstains when it does not (golden sets by "
+    "default) and the evidence extractor, and whether any primary metric drifted below its "
+    "baseline (a fired decision emits the drift asset).",
     run_prefix="retrieval",
     listens_to="testset",
     tags=("evaluation",),
@@ -438,6 +507,7 @@ EVALUATE = Flow(
             pool="llm_api",
             map_over="sets",
             map_as="qa_set_entry",
+            after=("evaluate",),
         ),
         Step(
             "announce_sufficiency",
@@ -459,6 +529,7 @@ EVALUATE = Flow(
             pool="llm_api",
             map_over="sets",
             map_as="qa_set_entry",
+            after=("evaluate",),
         ),
         Step(
             "announce_evidence",
@@ -477,6 +548,7 @@ EVALUATE = Flow(
             "QA items; every decision stored",
             inputs=("corpus", "run_id", "sets", "snapshot_id"),
             output_as="drift",
+            after=("announce_citations", "announce_sufficiency", "announce_evidence"),
         ),
         Step(
             "publish",
@@ -699,7 +771,8 @@ class FlowRun:
     results: dict[str, JsonObject] = field(default_factory=dict)
     event: JsonObject | None = None
     seconds: dict[str, float] = field(default_factory=dict)
-    """Wall time per step (a mapped step's instances together), in run order."""
+    """Wall time per step (a mapped step's instances together), in step order; steps run side
+    by side overlap."""
 
 
 Progress = Callable[[str, int, int], None]
@@ -713,18 +786,24 @@ def run_flow(
     *,
     progress: Progress | None = None,
 ) -> FlowRun:
-    """Run every step of ``flow_`` in order on one runtime, exactly as the DAG would.
+    """Run every step of ``flow_`` on one runtime, as the DAG would.
 
     As Airflow runs every instance of a mapped step whatever the others do, an instance whose
     evaluation failed (:class:`~ragtrail.failures.EvaluationFailedError`: most of its model calls
     failed) does not stop the other instances of its step; the flow stops after that step, as
     the DAG's later tasks do not run after a failed one, raising every failure in one error.
     Any other error stops the flow at once (after the instances already running, when they run
-    at once). A mapped LLM step runs its instances at once, as Airflow's pool slots do, when
-    every model is a remote endpoint (:meth:`Runtime.llm_calls_overlap`): the endpoint then
-    gets every set's requests together instead of one set's at a time.
+    at once). When every model is a remote endpoint (:meth:`Runtime.llm_calls_overlap`), a
+    mapped LLM step runs its instances at once, as Airflow's pool slots do, and steps that do
+    not wait for each other (:attr:`Step.after`) run side by side, as the DAG's parallel tasks
+    do (:func:`_run_side_by_side`): the endpoint then gets every set's and every evaluation's
+    requests together instead of one at a time. Otherwise the steps run one after another, in
+    their order.
     """
     run = FlowRun(flow_, dict(state))
+    if _overlapping_steps(rt, flow_):
+        _run_side_by_side(rt, flow_, run, progress)
+        return run
     for step in flow_.steps:
         started = time.perf_counter()
         try:
@@ -732,6 +811,103 @@ def run_flow(
         finally:
             run.seconds[step.name] = round(time.perf_counter() - started, 3)
     return run
+
+
+def _overlapping_steps(rt: Any, flow_: Flow) -> bool:
+    """Whether ``flow_``'s independent steps run side by side in this process (see
+    :func:`run_flow`)."""
+    return any(flow_.side_by_side(step) for step in flow_.steps) and bool(
+        getattr(rt, "llm_calls_overlap", lambda: False)()
+    )
+
+
+def _run_side_by_side(rt: Any, flow_: Flow, run: FlowRun, progress: Progress | None) -> None:
+    """Every step of ``flow_`` on threads, each as soon as the steps it waits for have ended.
+
+    A step that may overlap others runs on its own sibling runtime (its own usage meter and
+    budget checks, as on its own worker); the others on ``rt``. Each step sees the outputs of
+    the steps it waits for only. As in Airflow, a failed step's followers do not run while
+    independent branches go on, after an evaluation failure; any other error lets only the
+    steps already running end. Errors are raised as :func:`run_flow` raises them, in step
+    order; the flow's event is that of its last emitting step, as when run in order.
+    """
+    lock = threading.Lock()
+    told = _serialised(progress, threading.Lock())
+    done: set[str] = set()
+    never: set[str] = set()
+    failed: dict[str, BaseException] = {}
+    pending = list(flow_.steps)
+    with ThreadPoolExecutor(len(flow_.steps), thread_name_prefix=f"{flow_.dag_id}-") as pool:
+        running: dict[Future[None], Step] = {}
+        while pending or running:
+            stopping = any(not isinstance(e, EvaluationFailedError) for e in failed.values())
+            for step in list(pending):  # in step order: what a step waits for comes first
+                waits_for = flow_.upstream(step)
+                if stopping or any(name in failed or name in never for name in waits_for):
+                    never.add(step.name)
+                    pending.remove(step)
+                elif all(name in done for name in waits_for):
+                    pending.remove(step)
+                    future = pool.submit(_run_branch_step, rt, flow_, step, run, told, lock)
+                    running[future] = step
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                step = running.pop(future)
+                error = future.exception()
+                if error is None:
+                    done.add(step.name)
+                else:
+                    failed[step.name] = error
+    run.seconds = {s.name: run.seconds[s.name] for s in flow_.steps if s.name in run.seconds}
+    for step in flow_.steps:
+        if step.emits and step.name in run.results:
+            run.event = run.results[step.name].get("event")
+    errors = [failed[step.name] for step in flow_.steps if step.name in failed]
+    other = next((e for e in errors if not isinstance(e, EvaluationFailedError)), None)
+    if other is not None:
+        raise other
+    if errors:
+        raise combined(cast(list[EvaluationFailedError], errors))
+
+
+def _run_branch_step(
+    rt: Any,
+    flow_: Flow,
+    step: Step,
+    run: FlowRun,
+    progress: Progress | None,
+    lock: threading.Lock,
+) -> None:
+    """One step of :func:`_run_side_by_side`: on a sibling runtime when it may overlap
+    others, with the outputs of the steps it waits for; its result joins ``run``."""
+    ancestors = flow_.ancestors(step)
+    with lock:
+        view = FlowRun(flow_, run.state, {k: v for k, v in run.results.items() if k in ancestors})
+    own = rt.sibling() if flow_.side_by_side(step) else rt
+    started = time.perf_counter()
+    try:
+        _run_step(own, flow_, step, view, progress)
+    finally:
+        if own is not rt:
+            own.close()
+        with lock:
+            run.seconds[step.name] = round(time.perf_counter() - started, 3)
+            if step.name in view.results:
+                run.results[step.name] = view.results[step.name]
+
+
+def _serialised(progress: Progress | None, lock: threading.Lock) -> Progress | None:
+    """``progress``, told by one thread at a time."""
+    if progress is None:
+        return None
+
+    def told(step: str, done: int, total: int) -> None:
+        with lock:
+            progress(step, done, total)
+
+    return told
 
 
 def _overlapping(rt: Any, step: Step, instances: int) -> bool:
@@ -757,7 +933,6 @@ def _run_instances_at_once(
     """Every instance of ``step`` on its own thread and its own sibling runtime (its own usage
     meter and budget checks, as on separate workers); their errors, in item order. As in
     Airflow, one instance's error does not stop the others."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
 
     def one(item: Any) -> None:
         child = rt.sibling()

@@ -4,6 +4,7 @@ must take exactly what its step hands it (the flow's state, the mapped element).
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -183,3 +184,176 @@ def test_llm_steps_of_remote_endpoints_run_their_instances_at_once(
     assert list(seen.values()) == [local]  # one after another, on the runtime itself
     rt.close()
     local.close()
+
+
+def _flow(*steps: Step) -> Flow:
+    return Flow(
+        dag_id="test_flow",
+        doc="",
+        run_prefix="t",
+        steps=steps,
+        params={},
+        resolver=lambda params, extra, run_id: {},
+    )
+
+
+def test_a_flow_refuses_wiring_that_cannot_run() -> None:
+    with pytest.raises(ValueError, match="waits for 'b', which is not a step before it"):
+        _flow(Step("a", "a", "", after=("b",)), Step("b", "b", ""))
+    with pytest.raises(ValueError, match="step names repeat"):
+        _flow(Step("a", "a", ""), Step("a", "b", ""))
+    # c reads x, which b writes, but c waits for a only: which x it got would depend on timing
+    with pytest.raises(ValueError, match=r"test_flow.c reads \['x'\], which 'b' writes"):
+        _flow(
+            Step("a", "a", ""),
+            Step("b", "b", "", outputs=("x",)),
+            Step("c", "c", "", inputs=("x",), after=("a",)),
+        )
+    chain = _flow(Step("a", "a", ""), Step("b", "b", "", outputs=("x",)), Step("c", "c", ""))
+    assert chain.upstream(chain.step("a")) == () and chain.upstream(chain.step("c")) == ("b",)
+    assert chain.ancestors(chain.step("c")) == {"a", "b"}
+    assert not any(chain.side_by_side(s) for s in chain.steps)
+
+
+def test_the_evaluations_of_a_night_are_parallel_branches() -> None:
+    """Citations, sufficiency and evidence wait for retrieval only; drift for all three."""
+    from ragtrail.pipeline.night import EVALUATE
+
+    branches = {"cite", "sufficiency", "evidence"}
+    for name in branches:
+        step = EVALUATE.step(name)
+        assert EVALUATE.upstream(step) == ("evaluate",)
+        assert EVALUATE.side_by_side(step)
+        assert not branches & EVALUATE.ancestors(step)
+    drift = EVALUATE.ancestors(EVALUATE.step("drift"))
+    assert branches | {"announce_citations", "announce_sufficiency", "announce_evidence"} <= drift
+    for name in ("plan", "evaluate", "drift", "publish", "announce_drift"):
+        assert not EVALUATE.side_by_side(EVALUATE.step(name)), name
+
+
+def _remote_runtime(home: Any) -> Any:
+    from ragtrail.config import load_settings
+    from ragtrail.runtime import Runtime
+
+    settings = load_settings(home=home)
+    settings.generation.llm = "openai:some-model@http://127.0.0.1:9/v1"
+    rt = Runtime(settings)
+    assert rt.llm_calls_overlap()
+    return rt
+
+
+def _headlines(run_id: str) -> dict[str, Any]:
+    return {"run_id": run_id, "corpus": "k", "snapshot_id": "s", "sets": {}, "metrics_uri": "m"}
+
+
+def _branching_flow() -> Flow:
+    """a, then b and c side by side (c announces), then d after both."""
+    return _flow(
+        Step("a", "a", "", outputs=("x",)),
+        Step("b", "b", "", inputs=("x",), outputs=("y",)),
+        Step("c", "c", "", inputs=("x",), after=("a",), emits="citation_metrics"),
+        Step("d", "d", "", inputs=("y",), after=("b", "c"), emits="sufficiency_metrics"),
+    )
+
+
+def test_independent_steps_run_side_by_side_on_endpoints(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every model on an endpoint, b and c run at once (the barrier breaks otherwise),
+    each on its own sibling runtime; a and d, which overlap nothing, on the runtime itself; each
+    step sees what the steps it waits for wrote; the flow's event is its last emitting step's.
+    With a local model the steps run one after another on the runtime."""
+    import threading
+
+    from ragtrail.config import load_settings
+    from ragtrail.pipeline.night import run_flow
+    from ragtrail.runtime import Runtime
+
+    barrier = threading.Barrier(2, timeout=10)
+    seen: dict[str, Any] = {}
+    order: list[str] = []
+
+    def step_function(name: str) -> Any:
+        def run(rt: Any, **kwargs: Any) -> dict[str, Any]:
+            seen[name] = (rt, dict(kwargs))
+            if name in ("b", "c"):
+                barrier.wait()
+            order.append(name)
+            return {
+                "a": {"x": 1},
+                "b": {"y": 2},
+                "c": {"event": _headlines("c")},
+                "d": {"event": None},
+            }[name]
+
+        return run
+
+    monkeypatch.setattr(Step, "function", lambda self: step_function(self.task))
+    flow_ = _branching_flow()
+    rt = _remote_runtime(tmp_path / "remote")
+    run = run_flow(rt, flow_, {})
+    assert order[0] == "a" and order[-1] == "d" and set(order[1:3]) == {"b", "c"}
+    assert seen["a"][0] is rt and seen["d"][0] is rt
+    assert len({id(seen["b"][0]), id(seen["c"][0]), id(rt)}) == 3  # a sibling each
+    assert seen["b"][1] == {"x": 1} and seen["c"][1] == {"x": 1} and seen["d"][1] == {"y": 2}
+    assert run.event is None  # d's (the last emitting step), not c's
+    assert list(run.seconds) == ["a", "b", "c", "d"]  # in step order, however they ended
+
+    local = Runtime(load_settings(home=tmp_path / "local"))
+    order.clear()
+    monkeypatch.setattr(barrier, "wait", lambda: None)
+    run_flow(local, flow_, {})
+    assert order == ["a", "b", "c", "d"]
+    assert all(seen[name][0] is local for name in "abcd")
+    rt.close()
+    local.close()
+
+
+def test_a_failed_branch_stops_only_what_waits_for_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b's evaluation fails: c, on the other branch, still runs; d, which waits for b, does not;
+    the flow raises b's failure. Any other error stops every step not yet started."""
+    from ragtrail.failures import EvaluationFailedError, FailureCount
+    from ragtrail.pipeline.night import run_flow
+
+    ran: list[str] = []
+    error: dict[str, BaseException] = {}
+
+    def step_function(name: str) -> Any:
+        def run(rt: Any, **kwargs: Any) -> dict[str, Any]:
+            if name in error:
+                raise error[name]
+            ran.append(name)
+            return {"x": 1, "y": 2}
+
+        return run
+
+    monkeypatch.setattr(Step, "function", lambda self: step_function(self.task))
+    flow_ = _flow(
+        Step("a", "a", "", outputs=("x",)),
+        Step("b", "b", "", inputs=("x",), outputs=("y",)),
+        Step("c", "c", "", inputs=("x",), after=("a",)),
+        Step("c2", "c2", "", after=("c",)),
+        Step("d", "d", "", inputs=("y",), after=("b", "c2")),
+    )
+    rt = _remote_runtime(tmp_path / "remote")
+    error["b"] = EvaluationFailedError(
+        "citation evaluation",
+        [FailureCount("answers", 4, 4, "connection refused")],
+        max_share=0.5,
+        setting="citations.max_failed_share",
+        run_id="night.b",
+    )
+    with pytest.raises(EvaluationFailedError) as failed:
+        run_flow(rt, flow_, {})
+    assert failed.value is error["b"]
+    assert sorted(ran) == ["a", "c", "c2"]  # the other branch ran to its end; d did not
+
+    ran.clear()
+    error.clear()
+    error["a"] = RuntimeError("bug")
+    with pytest.raises(RuntimeError, match="bug"):
+        run_flow(rt, flow_, {})
+    assert ran == []
+    rt.close()
