@@ -85,6 +85,29 @@ def test_batched_equals_alone(scorer: TransformersLogProbScorer) -> None:
     assert batched == pytest.approx(alone, abs=1e-4)
 
 
+def test_long_sequences_are_scored_alone_and_short_ones_batched(
+    llama: Path, scorer: TransformersLogProbScorer
+) -> None:
+    """With ``alone_from`` at the second-longest request's length, the two longest get a forward
+    pass each and the rest one batch; the values are the batched scorer's and the hand
+    computation's."""
+    lengths = sorted((len(scorer.encode(r).ids) for r in REQUESTS), reverse=True)
+    assert lengths[1] > lengths[2]
+    split = TransformersLogProbScorer(str(llama), batch_size=4, device="cpu", alone_from=lengths[1])
+    widths: list[int] = []
+    hook = split.model.register_forward_pre_hook(
+        lambda _m, _args, kwargs: widths.append(int(kwargs["input_ids"].shape[0])),
+        with_kwargs=True,
+    )
+    try:
+        values = split.log_probs(REQUESTS)
+    finally:
+        hook.remove()
+    assert widths == [1, 1, len(REQUESTS) - 2]
+    assert values == pytest.approx(scorer.log_probs(REQUESTS), abs=1e-4)
+    assert values == pytest.approx([by_hand(split, r) for r in REQUESTS], abs=1e-4)
+
+
 def test_only_continuation_positions_get_logits(scorer: TransformersLogProbScorer) -> None:
     """The head runs on the positions that predict some row's continuation, not on every prompt
     token; every value still equals the hand computation over full logits."""
