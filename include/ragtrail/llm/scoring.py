@@ -192,7 +192,7 @@ class TransformersLogProbScorer:
             float32 it is part of ``model_id``, so scores of one precision are never served for
             another.
         alone_from: on the CPU, sequences of at least this many tokens are scored one per
-            forward pass (:data:`SCORE_ALONE_FROM`).
+            forward pass (:data:`SCORE_ALONE_FROM`); None batches every sequence.
     """
 
     def __init__(
@@ -204,7 +204,7 @@ class TransformersLogProbScorer:
         max_length: int | None = None,
         device: str | None = None,
         dtype: str = "float32",
-        alone_from: int = SCORE_ALONE_FROM,
+        alone_from: int | None = SCORE_ALONE_FROM,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer

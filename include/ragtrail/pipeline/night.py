@@ -813,12 +813,16 @@ def run_flow(
     return run
 
 
+def _llm_calls_overlap(rt: Any) -> bool:
+    """Whether ``rt``'s model calls may run at once (:meth:`Runtime.llm_calls_overlap`; a
+    runtime without that method, as in tests, says no)."""
+    return bool(getattr(rt, "llm_calls_overlap", lambda: False)())
+
+
 def _overlapping_steps(rt: Any, flow_: Flow) -> bool:
     """Whether ``flow_``'s independent steps run side by side in this process (see
     :func:`run_flow`)."""
-    return any(flow_.side_by_side(step) for step in flow_.steps) and bool(
-        getattr(rt, "llm_calls_overlap", lambda: False)()
-    )
+    return any(flow_.side_by_side(step) for step in flow_.steps) and _llm_calls_overlap(rt)
 
 
 def _run_side_by_side(rt: Any, flow_: Flow, run: FlowRun, progress: Progress | None) -> None:
@@ -917,7 +921,7 @@ def _overlapping(rt: Any, step: Step, instances: int) -> bool:
         instances > 1
         and step.pool == "llm_api"
         and not step.one_at_a_time
-        and bool(getattr(rt, "llm_calls_overlap", lambda: False)())
+        and _llm_calls_overlap(rt)
     )
 
 

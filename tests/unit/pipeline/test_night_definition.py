@@ -44,6 +44,28 @@ def test_every_input_is_provided_before_its_step(flow_: Flow) -> None:
             available |= set(step.outputs) | ({step.output_as} if step.output_as else set())
 
 
+def _flow(*steps: Step) -> Flow:
+    return Flow(
+        dag_id="test_flow",
+        doc="",
+        run_prefix="t",
+        steps=steps,
+        params={},
+        resolver=lambda params, extra, run_id: {},
+    )
+
+
+def _remote_runtime(home: Any) -> Any:
+    from ragtrail.config import load_settings
+    from ragtrail.runtime import Runtime
+
+    settings = load_settings(home=home)
+    settings.generation.llm = "openai:some-model@http://127.0.0.1:9/v1"
+    rt = Runtime(settings)
+    assert rt.llm_calls_overlap()
+    return rt
+
+
 def test_ingest_state_carries_the_mass_removal_guard_and_the_owner() -> None:
     """The Param (validated boolean, off by default) reaches the plan step; ``in_process`` is
     only set by ``ragtrail nightly``, which runs every step in its own process."""
@@ -89,16 +111,9 @@ def test_a_failed_evaluation_of_one_set_lets_the_others_run_then_stops_the_flow(
 
     functions = {"evaluate": evaluate, "publish": publish}
     monkeypatch.setattr(Step, "function", lambda self: functions[self.task])
-    flow_ = Flow(
-        dag_id="test_flow",
-        doc="",
-        run_prefix="t",
-        steps=(
-            Step("evaluate", "evaluate", "", map_over="items", map_as="item"),
-            Step("publish", "publish", "", after_mapped=True),
-        ),
-        params={},
-        resolver=lambda params, extra, run_id: {},
+    flow_ = _flow(
+        Step("evaluate", "evaluate", "", map_over="items", map_as="item"),
+        Step("publish", "publish", "", after_mapped=True),
     )
     with pytest.raises(FailedStepsError) as failed:
         run_flow(None, flow_, {"items": ["a", "b", "c"]})
@@ -149,18 +164,9 @@ def test_llm_steps_of_remote_endpoints_run_their_instances_at_once(
         return {}
 
     monkeypatch.setattr(Step, "function", lambda self: evaluate)
-    flow_ = Flow(
-        dag_id="test_flow",
-        doc="",
-        run_prefix="t",
-        steps=(Step("evaluate", "evaluate", "", pool="llm_api", map_over="xs", map_as="item"),),
-        params={},
-        resolver=lambda params, extra, run_id: {},
-    )
-    remote = load_settings(home=tmp_path / "remote")
-    remote.generation.llm = "openai:some-model@http://127.0.0.1:9/v1"
-    rt = Runtime(remote)
-    assert rt.llm_calls_overlap()
+    flow_ = _flow(Step("evaluate", "evaluate", "", pool="llm_api", map_over="xs", map_as="item"))
+    rt = _remote_runtime(tmp_path / "remote")
+    remote = rt.settings
     progress: list[int] = []
     with pytest.raises(EvaluationFailedError) as failed:
         run_flow(
@@ -184,17 +190,6 @@ def test_llm_steps_of_remote_endpoints_run_their_instances_at_once(
     assert list(seen.values()) == [local]  # one after another, on the runtime itself
     rt.close()
     local.close()
-
-
-def _flow(*steps: Step) -> Flow:
-    return Flow(
-        dag_id="test_flow",
-        doc="",
-        run_prefix="t",
-        steps=steps,
-        params={},
-        resolver=lambda params, extra, run_id: {},
-    )
 
 
 def test_a_flow_refuses_wiring_that_cannot_run() -> None:
@@ -229,17 +224,6 @@ def test_the_evaluations_of_a_night_are_parallel_branches() -> None:
     assert branches | {"announce_citations", "announce_sufficiency", "announce_evidence"} <= drift
     for name in ("plan", "evaluate", "drift", "publish", "announce_drift"):
         assert not EVALUATE.side_by_side(EVALUATE.step(name)), name
-
-
-def _remote_runtime(home: Any) -> Any:
-    from ragtrail.config import load_settings
-    from ragtrail.runtime import Runtime
-
-    settings = load_settings(home=home)
-    settings.generation.llm = "openai:some-model@http://127.0.0.1:9/v1"
-    rt = Runtime(settings)
-    assert rt.llm_calls_overlap()
-    return rt
 
 
 def _headlines(run_id: str) -> dict[str, Any]:
