@@ -14,6 +14,7 @@ BENCHMARKS = [
     "bench_languages",
     "llm_throughput",
     "bench_decode_weights",
+    "bench_decode_attention",
     "bench_scorer",
     "bench_generation",
     "bench_generator_finetune",

@@ -107,3 +107,32 @@ def test_rows_decoding_apart_from_the_shared_prefix_match_each_row_alone(models:
     for i, row in enumerate(rows):
         alone = plain(input_ids=torch.cat([prefix, torch.tensor([row])], dim=1)).logits[0, -1]
         torch.testing.assert_close(logits[i], alone, rtol=1e-5, atol=1e-6)
+
+
+@torch.inference_mode()
+def test_decoding_without_a_shared_prefix_groups_the_query_heads(models: tuple) -> None:
+    """``decoding_over(None)``: rows whose caches hold their whole prompts decode through the
+    grouped-query path (no copied key/value heads) and get plain attention's logits."""
+    split, plain, taken = models
+    torch.manual_seed(3)
+    rows = [torch.randint(3, 60, (n,)).tolist() for n in (9, 3, 14)]
+    parts = []
+    for row in rows:
+        out = split(input_ids=torch.tensor([row[:-1]]), use_cache=True)
+        parts.append((out.past_key_values, torch.ones((1, len(row) - 1), dtype=torch.bool)))
+    layers = growing_cache_layers(split)
+    assert layers is not None
+    cache, mask = stack_batches(parts, 32, layers)
+    taken.clear()
+    step = torch.cat([mask, torch.ones((3, 1), dtype=torch.bool)], dim=1)
+    with prefix_attention.decoding_over(None):
+        logits = split(
+            input_ids=torch.tensor([[row[-1]] for row in rows]),
+            attention_mask=step,
+            position_ids=torch.tensor([[len(row) - 1] for row in rows]),
+            past_key_values=cache,
+        ).logits[:, -1]
+    assert taken == ["_decode"] * 2
+    for i, row in enumerate(rows):
+        alone = plain(input_ids=torch.tensor([row])).logits[0, -1]
+        torch.testing.assert_close(logits[i], alone, rtol=1e-5, atol=1e-6)

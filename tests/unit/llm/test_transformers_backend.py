@@ -17,7 +17,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM, LogitsProcessorList
 
-from ragtrail.llm.backends import model_store, transformers_local
+from ragtrail.llm.backends import model_store, prefix_attention, transformers_local
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.backends.lazy_local import LazyLocalBackend
 from ragtrail.llm.backends.transformers_local import (
@@ -116,6 +116,30 @@ def test_shared_prompt_prefix_is_computed_once_and_changes_nothing(
     assert cached._prefix_attention and decoded_over and max(decoded_over) < len(prefix)
     assert with_prefix == [r.text for r in plain.generate(reqs)]
     assert with_prefix == [plain.generate([r])[0].text for r in reqs]
+
+
+def test_a_lone_request_decodes_through_grouped_query_attention(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call of one request has no shared prefix; its decoding steps still take the
+    grouped-query path (not transformers' SDPA with copied key/value heads), same text."""
+    grouped = TransformersBackend(str(tiny_llama), batch_size=2)
+    plain = TransformersBackend(str(tiny_llama), batch_size=2)
+    plain._prefix_attention = False  # transformers' SDPA for every step
+    taken: list[int] = []
+    real = prefix_attention._decode
+
+    def counted(*args: object) -> object:
+        taken.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(prefix_attention, "_decode", counted)
+    req = requests(1, max_new_tokens=8, temperature=0.0)[0]
+    text = grouped.generate([req])[0].text
+    assert grouped._prefix_attention and taken  # every layer of every step
+    steps = len(taken)
+    assert plain.generate([req])[0].text == text
+    assert len(taken) == steps  # the plain backend never took it
 
 
 @pytest.mark.parametrize("model_fixture", ["tiny_llama", "tiny_t5"])

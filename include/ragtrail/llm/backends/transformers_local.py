@@ -36,8 +36,10 @@ length, padded, until the batch's last row ends.
 
 Shared-prefix attention (:mod:`ragtrail.llm.backends.prefix_attention`, CPU models on SDPA): a
 row's prompt is prefilled with its attention split at the prefix, and a batch (``batch_size``
-above 1) keeps the prefix out of its rows' caches and attends to it once for all rows. Outputs
-change by rounding only; with ``batch_size`` 1 rows keep the prefix in their own cache.
+above 1) keeps the prefix out of its rows' caches and attends to it once for all rows. Every
+decoding step, with a shared prefix or not, runs grouped-query attention without copied
+key/value heads. Outputs change by rounding only; with ``batch_size`` 1 rows keep the prefix in
+their own cache.
 """
 
 from __future__ import annotations
@@ -558,10 +560,11 @@ class TransformersBackend:
     ) -> list[int]:
         """One token for every row: a forward pass of the rows' next tokens over ``cache`` and
         themselves (``mask``: the columns each row attends to, the new one included) and, when
-        given, the ``shared`` prefix cache; then the rows' constraints and samplers, then the
-        highest score (greedy, as ``generate``)."""
+        given, the ``shared`` prefix cache (grouped-query attention, see
+        :mod:`~ragtrail.llm.backends.prefix_attention`); then the rows' constraints and
+        samplers, then the highest score (greedy, as ``generate``)."""
         index = [row.request for row in rows]
-        with prefix_attention.decoding_over(shared) if shared is not None else nullcontext():
+        with prefix_attention.decoding_over(shared) if self._prefix_attention else nullcontext():
             out = self.model(
                 input_ids=torch.tensor([[row.next_token] for row in rows], device=self.device),
                 attention_mask=mask,
@@ -753,7 +756,11 @@ class TransformersBackend:
         first use."""
         key = tuple(prefix)
         if key not in self._prefixes:
-            out = self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
+            out = self.model(
+                input_ids=torch.tensor([prefix], device=self.device),
+                use_cache=True,
+                **self._prefill_kwargs,  # its cache is wanted, not its logits
+            )
             self._prefixes[key] = out.past_key_values
             while len(self._prefixes) > _MAX_CACHED_PREFIXES:
                 self._prefixes.pop(next(iter(self._prefixes)))
