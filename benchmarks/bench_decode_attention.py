@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import machine_line, write_section
+from benchmarks._decoding import differing_share, timed_decode_steps
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "builtin:smollm2-135m-instruct"
-RESAMPLES = 2000
 
 
 def _requests() -> list[Any]:
@@ -62,22 +62,10 @@ def _requests() -> list[Any]:
 
 def _timed_alone(backend: Any, requests: list[Any]) -> tuple[float, float, list[Any]]:
     """Wall seconds, mean decoding-step ms and results of one ``generate`` call per request."""
-    steps: list[float] = []
-    decode = backend._decode_step
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        out = decode(*args, **kwargs)
-        steps.append(time.perf_counter() - start)
-        return out
-
-    backend._decode_step = counted
-    try:
+    with timed_decode_steps(backend) as steps:
         start = time.perf_counter()
         results = [backend.generate([r])[0] for r in requests]
         wall = time.perf_counter() - start
-    finally:
-        del backend._decode_step
     return wall, 1000 * statistics.fmean(steps), results
 
 
@@ -98,17 +86,6 @@ def _forced_picks(model: Any, prompt: list[int], answer: list[int], grouped: boo
             cache = out.past_key_values
             picks.append(int(out.logits[0, -1].argmax()))
     return np.array(picks)
-
-
-def _disagreement(a: list[np.ndarray], b: list[np.ndarray]) -> tuple[float, float, float, int]:
-    """Share of steps whose choice differs, its bootstrap interval over requests, n."""
-    differ = np.array([int((x != y).sum()) for x, y in zip(a, b, strict=True)])
-    sizes = np.array([len(x) for x in a])
-    rng = np.random.default_rng(0)
-    picks = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
-    rates = differ[picks].sum(axis=1) / sizes[picks].sum(axis=1)
-    low, high = np.percentile(rates, [2.5, 97.5])
-    return float(differ.sum() / sizes.sum()), float(low), float(high), int(sizes.sum())
 
 
 def run() -> str:
@@ -159,7 +136,7 @@ def run() -> str:
     )
     closeness = []
     for a, b in (("float32", "sdpa"), ("float32", "grouped"), ("sdpa", "grouped")):
-        rate, low, high, n = _disagreement(picks[a], picks[b])
+        rate, low, high, n = differing_share(picks[a], picks[b])
         closeness.append(f"| {a} vs {b} | {rate:.4f} [{low:.4f}, {high:.4f}] | {n} |")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return "\n".join(

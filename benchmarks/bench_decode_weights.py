@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import machine_line, write_section
+from benchmarks._decoding import differing_share, timed_decode_steps
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -32,7 +33,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "builtin:smollm2-135m-instruct"
 TOKENS_PER_DOCUMENT = 384
-RESAMPLES = 2000
 
 
 def _documents() -> list[str]:
@@ -58,22 +58,10 @@ def _requests(documents: list[str]) -> list[Any]:
 
 def _timed_generate(backend: Any, requests: list[Any]) -> tuple[float, float, int]:
     """Wall seconds, mean decoding-step ms and steps of one ``generate`` of ``requests``."""
-    steps: list[float] = []
-    decode = backend._decode_step
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        out = decode(*args, **kwargs)
-        steps.append(time.perf_counter() - start)
-        return out
-
-    backend._decode_step = counted
-    try:
+    with timed_decode_steps(backend) as steps:
         start = time.perf_counter()
         backend.generate(requests)
         wall = time.perf_counter() - start
-    finally:
-        del backend._decode_step
     return wall, 1000 * statistics.fmean(steps), len(steps)
 
 
@@ -85,17 +73,6 @@ def _argmax_tokens(model: Any, documents: list[list[int]]) -> list[np.ndarray]:
             model(input_ids=torch.tensor([ids])).logits[0, :-1].float().argmax(-1).numpy()
             for ids in documents
         ]
-
-
-def _disagreement(a: list[np.ndarray], b: list[np.ndarray]) -> tuple[float, float, float, int]:
-    """Share of positions whose argmax differs, its bootstrap interval over documents, n."""
-    differ = np.array([int((x != y).sum()) for x, y in zip(a, b, strict=True)])
-    sizes = np.array([len(x) for x in a])
-    rng = np.random.default_rng(0)
-    picks = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
-    rates = differ[picks].sum(axis=1) / sizes[picks].sum(axis=1)
-    low, high = np.percentile(rates, [2.5, 97.5])
-    return float(differ.sum() / sizes.sum()), float(low), float(high), int(sizes.sum())
 
 
 def run() -> str:
@@ -162,7 +139,7 @@ def run() -> str:
     ]
     closeness = []
     for a, b in pairs:
-        rate, low, high, n = _disagreement(picks[a], picks[b])
+        rate, low, high, n = differing_share(picks[a], picks[b])
         closeness.append(f"| {a} vs {b} | {rate:.4f} [{low:.4f}, {high:.4f}] | {n} |")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return "\n".join(

@@ -1,0 +1,46 @@
+"""Helpers shared by the local-decoding benchmarks: timing a backend's decoding steps, and how
+often two ways of decoding pick different next tokens (with a bootstrap interval)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+RESAMPLES = 2000
+
+
+@contextmanager
+def timed_decode_steps(backend: Any) -> Iterator[list[float]]:
+    """The seconds of every decoding step ``backend`` runs inside the block (a list filled as
+    they run); the backend's own method is back in place after."""
+    steps: list[float] = []
+    decode = backend._decode_step
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        out = decode(*args, **kwargs)
+        steps.append(time.perf_counter() - start)
+        return out
+
+    backend._decode_step = counted
+    try:
+        yield steps
+    finally:
+        del backend._decode_step
+
+
+def differing_share(a: list[np.ndarray], b: list[np.ndarray]) -> tuple[float, float, float, int]:
+    """Share of positions whose picks differ between ``a`` and ``b`` (one array per group, e.g.
+    a document), its 95% percentile-bootstrap interval over groups (positions of one group are
+    not independent), and the number of positions."""
+    differ = np.array([int((x != y).sum()) for x, y in zip(a, b, strict=True)])
+    sizes = np.array([len(x) for x in a])
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
+    rates = differ[picks].sum(axis=1) / sizes[picks].sum(axis=1)
+    low, high = np.percentile(rates, [2.5, 97.5])
+    return float(differ.sum() / sizes.sum()), float(low), float(high), int(sizes.sum())
