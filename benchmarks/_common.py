@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -94,3 +95,15 @@ def write_section(name: str, markdown: str) -> None:
         else f"{text.rstrip()}\n\n{block}\n"
     )
     BENCH_FILE.write_text(text)
+
+
+def section_main(name: str, run: Callable[[], str], description: str) -> None:
+    """The command line of a benchmark without options of its own: print its section and, with
+    ``--write``, put it into BENCHMARKS.md under ``name``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    args = parser.parse_args()
+    section = run()
+    print(section)
+    if args.write:
+        write_section(name, section)

@@ -19,7 +19,6 @@ query heads of a key/value head as its query positions, no copies).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -29,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import machine_line, write_section
+from benchmarks._common import machine_line, section_main
 from benchmarks._decoding import differing_share, timed_decode_steps
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -167,13 +166,7 @@ def run() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
-    args = parser.parse_args()
-    section = run()
-    print(section)
-    if args.write:
-        write_section("decode_attention", section)
+    section_main("decode_attention", run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

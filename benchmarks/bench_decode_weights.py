@@ -15,7 +15,6 @@ side in one process on the bundled SmolLM2-135M-Instruct.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import machine_line, write_section
+from benchmarks._common import machine_line, section_main
 from benchmarks._decoding import differing_share, timed_decode_steps
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -171,13 +170,7 @@ def run() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
-    args = parser.parse_args()
-    section = run()
-    print(section)
-    if args.write:
-        write_section("decode_weights", section)
+    section_main("decode_weights", run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

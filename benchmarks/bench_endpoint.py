@@ -18,7 +18,6 @@ runs ``ragtrail nightly --json`` as a user would, in a fresh copy of it. From th
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cli_env, machine_line, run_cli_json, write_section
+from benchmarks._common import cli_env, machine_line, run_cli_json, section_main
 from benchmarks._timeline import Profile, dominant_tags, phases, profile, sparkline
 from ragtrail.llm.stub_server import StubServer
 from ragtrail.paths import sample_corpus_dir
@@ -172,13 +171,7 @@ def _load() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
-    args = parser.parse_args()
-    section = run()
-    print(section)
-    if args.write:
-        write_section("endpoint", section)
+    section_main("endpoint", run, __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

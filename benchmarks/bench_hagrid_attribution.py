@@ -13,13 +13,12 @@ of its judge.
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Sequence
 from dataclasses import replace
 from statistics import fmean
 
-from benchmarks._common import machine_line, require_shared, timer, write_section
+from benchmarks._common import machine_line, require_shared, section_main, timer
 from ragtrail.evaluate.attribution.answer_metrics import (
     ENTAILMENT_METRICS,
     NO_STATEMENTS,
@@ -159,13 +158,7 @@ def run() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
-    args = parser.parse_args()
-    section = run()
-    print(section)
-    if args.write:
-        write_section("hagrid_attribution", section)
+    section_main("hagrid_attribution", run, __doc__)
 
 
 if __name__ == "__main__":

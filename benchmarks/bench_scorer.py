@@ -14,14 +14,13 @@ and helpfulness values are apart.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_line, write_section
+from benchmarks._common import machine_line, section_main
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -154,13 +153,7 @@ def run() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
-    args = parser.parse_args()
-    section = run()
-    print(section)
-    if args.write:
-        write_section("scorer", section)
+    section_main("scorer", run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
