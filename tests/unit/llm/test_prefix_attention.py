@@ -52,6 +52,31 @@ def models(monkeypatch: pytest.MonkeyPatch) -> tuple[LlamaForCausalLM, LlamaForC
     return split, plain, taken
 
 
+def _decoding_step(
+    model: LlamaForCausalLM,
+    parts: list[tuple[object, torch.Tensor]],
+    rows: list[list[int]],
+    offset: int,
+    shared: object,
+) -> tuple[int, torch.Tensor]:
+    """Stack the rows' prefilled caches (``parts``) into one batch and decode every row's last
+    token in one step inside ``decoding_over(shared)``, the rows' positions starting after
+    ``offset`` tokens: the stacked cache's length before the step, and each row's logits."""
+    layers = growing_cache_layers(model)
+    assert layers is not None
+    cache, mask = stack_batches(parts, 32, layers)
+    length = cache.get_seq_length()
+    step = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.bool)], dim=1)
+    with prefix_attention.decoding_over(shared):
+        logits = model(
+            input_ids=torch.tensor([[row[-1]] for row in rows]),
+            attention_mask=step,
+            position_ids=torch.tensor([[offset + len(row) - 1] for row in rows]),
+            past_key_values=cache,
+        ).logits[:, -1]
+    return length, logits
+
+
 def test_install_needs_sdpa() -> None:
     eager = _llama("eager")
     assert not prefix_attention.install(eager)
@@ -90,19 +115,9 @@ def test_rows_decoding_apart_from_the_shared_prefix_match_each_row_alone(models:
         out = split(input_ids=torch.tensor([row[:-1]]), past_key_values=copy.deepcopy(shared))
         mask = torch.tensor([[False] * PREFIX + [True] * (len(row) - 1)])  # prefix left out
         parts.append((out.past_key_values, mask))
-    layers = growing_cache_layers(split)
-    assert layers is not None
-    cache, mask = stack_batches(parts, 32, layers)
-    assert cache.get_seq_length() == max(map(len, rows)) - 1  # no prefix in the rows' caches
     taken.clear()
-    step = torch.cat([mask, torch.ones((3, 1), dtype=torch.bool)], dim=1)
-    with prefix_attention.decoding_over(shared):
-        logits = split(
-            input_ids=torch.tensor([[row[-1]] for row in rows]),
-            attention_mask=step,
-            position_ids=torch.tensor([[PREFIX + len(row) - 1] for row in rows]),
-            past_key_values=cache,
-        ).logits[:, -1]
+    cached, logits = _decoding_step(split, parts, rows, PREFIX, shared)
+    assert cached == max(map(len, rows)) - 1  # no prefix in the rows' caches
     assert taken == ["_decode"] * 2
     for i, row in enumerate(rows):
         alone = plain(input_ids=torch.cat([prefix, torch.tensor([row])], dim=1)).logits[0, -1]
@@ -120,18 +135,8 @@ def test_decoding_without_a_shared_prefix_groups_the_query_heads(models: tuple) 
     for row in rows:
         out = split(input_ids=torch.tensor([row[:-1]]), use_cache=True)
         parts.append((out.past_key_values, torch.ones((1, len(row) - 1), dtype=torch.bool)))
-    layers = growing_cache_layers(split)
-    assert layers is not None
-    cache, mask = stack_batches(parts, 32, layers)
     taken.clear()
-    step = torch.cat([mask, torch.ones((3, 1), dtype=torch.bool)], dim=1)
-    with prefix_attention.decoding_over(None):
-        logits = split(
-            input_ids=torch.tensor([[row[-1]] for row in rows]),
-            attention_mask=step,
-            position_ids=torch.tensor([[len(row) - 1] for row in rows]),
-            past_key_values=cache,
-        ).logits[:, -1]
+    _, logits = _decoding_step(split, parts, rows, 0, None)
     assert taken == ["_decode"] * 2
     for i, row in enumerate(rows):
         alone = plain(input_ids=torch.tensor([row])).logits[0, -1]
