@@ -210,6 +210,7 @@ class TransformersLogProbScorer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from ragtrail.llm.backends.model_store import model_dtype, resolve_model_source
+        from ragtrail.llm.backends.packed_weights import use_packed_weights
         from ragtrail.models.store import cache_root
 
         if batch_size < 1:
@@ -223,6 +224,7 @@ class TransformersLogProbScorer:
         self.alone_from = alone_from if self.device.type == "cpu" else None
         model = AutoModelForCausalLM.from_pretrained(source, dtype=model_dtype(dtype))
         self.model = model.to(self.device).eval()
+        use_packed_weights(self.model)  # bf16 on the CPU: the same products, faster
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         pad = self.tokenizer.pad_token_id
         if pad is None:

@@ -80,6 +80,7 @@ from ragtrail.llm.backends.model_store import (
     resolve_model_dir,
     resolve_model_source,
 )
+from ragtrail.llm.backends.packed_weights import use_packed_weights
 from ragtrail.models.store import cache_root as resolve_cache_root
 
 log = logging.getLogger(__name__)
@@ -282,6 +283,7 @@ class TransformersBackend:
         self.model = net.to(self.device).eval()
         if decode_weights == "int8":
             use_int8_for_decoding(self.model)
+        self.packed_layers = use_packed_weights(self.model)
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         self.tokenizer.padding_side = "right" if self.is_encoder_decoder else "left"
         if self.tokenizer.pad_token_id is None:
