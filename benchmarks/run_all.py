@@ -15,6 +15,7 @@ BENCHMARKS = [
     "llm_throughput",
     "bench_decode_weights",
     "bench_decode_attention",
+    "bench_packed_weights",
     "bench_scorer",
     "bench_generation",
     "bench_generator_finetune",

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ragtrail.llm.backends import packed_weights, transformers_local
+from ragtrail.llm.backends import packed_weights
 from ragtrail.llm.backends.base import GenerationRequest
 from ragtrail.llm.backends.packed_weights import (
     PACKED_MAX_ROWS,
@@ -132,9 +132,7 @@ def test_float32_models_and_layers_whose_probe_differs_are_left_alone(
     assert not any(isinstance(m, PackedLinear) for m in model.modules())
 
 
-def test_a_bf16_backend_writes_the_same_texts_packed(
-    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch, packed_calls: list
-) -> None:
+def test_a_bf16_backend_writes_the_same_texts_packed(tiny_llama: Path, packed_calls: list) -> None:
     requests = [
         GenerationRequest(
             messages=[{"role": "user", "content": text}], max_new_tokens=8, json_schema=None
@@ -143,9 +141,9 @@ def test_a_bf16_backend_writes_the_same_texts_packed(
     ]
     packed = TransformersBackend(str(tiny_llama), batch_size=2, dtype="bfloat16")
     assert packed.packed_layers == 15
-    with monkeypatch.context() as patch:
-        patch.setattr(transformers_local, "use_packed_weights", lambda model: 0)
-        plain = TransformersBackend(str(tiny_llama), batch_size=2, dtype="bfloat16")
+    plain = TransformersBackend(
+        str(tiny_llama), batch_size=2, dtype="bfloat16", packed_weights=False
+    )
     assert plain.packed_layers == 0 and plain.model_id == packed.model_id
     calls_before = len(packed_calls)
     texts = [r.text for r in packed.generate(requests)]

@@ -25,9 +25,10 @@ from torch import nn
 
 PACKED_MAX_ROWS = 256
 """Inputs of at most this many rows (tokens) use the packed weight; longer ones (a long prompt's
-prefill, wide scoring batches) the plain one. On the night's 2-core CPU (the 210 decoder-layer
-matrices of SmolLM2-135M, cycled out of cache) the packed product took 0.7x the plain one's time
-at 1 to 16 rows, 0.86-0.92x at 64 to 256, 0.93x at 400 and 1.05-1.2x at 600."""
+prefill, wide scoring batches) the plain one. On the night's 2-core CPU (SmolLM2-135M's 211
+matrices) the packed product took 0.6-0.85x the plain one's time at 1 to 8 rows, 0.86-0.95x from
+32 to 256, and about the same at 400 and 600 rows (1.05-1.2x in some runs at 600;
+BENCHMARKS.md, "Packed bf16 weights")."""
 
 _PROBE_ROWS = (1, 7, 64)
 _PROBE_SEED = 20261128

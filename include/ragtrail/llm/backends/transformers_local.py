@@ -40,6 +40,11 @@ above 1) keeps the prefix out of its rows' caches and attends to it once for all
 decoding step, with a shared prefix or not, runs grouped-query attention without copied
 key/value heads. Outputs change by rounding only; with ``batch_size`` 1 rows keep the prefix in
 their own cache.
+
+Packed weights (:mod:`ragtrail.llm.backends.packed_weights`, bf16 models on the CPU): the linear
+layers multiply decoding steps and short prompts by weights laid out once for oneDNN instead of on
+every call. Each layer is swapped only after its products equal the plain ones bit for bit, so
+outputs and the model id are unchanged.
 """
 
 from __future__ import annotations
@@ -218,6 +223,8 @@ class TransformersBackend:
         decode_weights: ``native``, or ``int8`` to read the decoder layers' weights in int8 in
             decoding steps on the CPU (:mod:`ragtrail.llm.backends.int8_decoding`; outputs
             change, and the id says so).
+        packed_weights: multiply bf16 CPU models' linear layers by weights pre-packed for
+            oneDNN (:mod:`ragtrail.llm.backends.packed_weights`; the same outputs, faster).
     """
 
     name = "transformers"
@@ -239,6 +246,7 @@ class TransformersBackend:
         max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
         prefix_caching: bool = True,
         decode_weights: str = "native",
+        packed_weights: bool = True,
     ) -> None:
         from transformers import (
             AutoConfig,
@@ -283,7 +291,7 @@ class TransformersBackend:
         self.model = net.to(self.device).eval()
         if decode_weights == "int8":
             use_int8_for_decoding(self.model)
-        self.packed_layers = use_packed_weights(self.model)
+        self.packed_layers = use_packed_weights(self.model) if packed_weights else 0
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         self.tokenizer.padding_side = "right" if self.is_encoder_decoder else "left"
         if self.tokenizer.pad_token_id is None:
