@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,51 @@ def test_a_bf16_backend_writes_the_same_texts_packed(tiny_llama: Path, packed_ca
     assert [packed.generate([r])[0].text for r in requests] == [
         plain.generate([r])[0].text for r in requests
     ]
+
+
+def _attention_of(tiny_llama: Path) -> tuple[nn.Module, dict[str, nn.Linear]]:
+    """A packed bf16 tiny Llama's first attention module, with copies of its plain q, k, v."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.bfloat16)
+    attention = model.model.layers[0].self_attn
+    plain = {
+        name: copy.deepcopy(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")
+    }
+    use_packed_weights(model)
+    return model, plain
+
+
+def test_siblings_of_one_input_share_one_stacked_product(
+    tiny_llama: Path, packed_calls: list
+) -> None:
+    model, plain = _attention_of(tiny_llama)
+    layer = model.model.layers[0]
+    attention = layer.self_attn
+    matrices = {id(getattr(attention, n)._matrix) for n in plain}
+    assert len(matrices) == 1  # q, k and v: one stacked matrix
+    assert layer.mlp.gate_proj._matrix is layer.mlp.up_proj._matrix
+    assert layer.mlp.down_proj._matrix is not layer.mlp.up_proj._matrix
+    assert attention.o_proj._matrix is not attention.q_proj._matrix
+    del packed_calls[:]
+    with torch.inference_mode():
+        x = torch.randn(2, 3, plain["q_proj"].in_features).to(torch.bfloat16)
+        for name, linear in plain.items():  # in the decoder layer's order, one input
+            assert torch.equal(getattr(attention, name)(x), linear(x)), name
+        assert packed_calls == [6]  # one product for the three
+        other = torch.randn(1, plain["k_proj"].in_features).to(torch.bfloat16)
+        assert torch.equal(attention.k_proj(other), plain["k_proj"](other))  # alone: its own
+        assert torch.equal(attention.v_proj(x), plain["v_proj"](x))  # x's parts were used up
+    assert packed_calls == [6, 1, 6]
+
+
+def test_a_sibling_changed_in_place_repacks_the_stack(tiny_llama: Path) -> None:
+    model, plain = _attention_of(tiny_llama)
+    attention = model.model.layers[0].self_attn
+    with torch.no_grad():
+        attention.k_proj.weight.mul_(2)
+        plain["k_proj"].weight.mul_(2)
+    x = torch.randn(4, plain["q_proj"].in_features).to(torch.bfloat16)
+    with torch.inference_mode():
+        for name, linear in plain.items():
+            assert torch.equal(getattr(attention, name)(x), linear(x)), name
