@@ -1,9 +1,9 @@
 """Packed bf16 weights: oneDNN-packed linear layers against torch's plain ones, side by side in one
 process on the bundled SmolLM2-135M-Instruct.
 
-- Matrices: the model's 211 weight matrices (30 decoder layers and the vocabulary projection),
-  multiplied by inputs of 1 to 600 rows, plain and packed alternating (plain, packed, packed,
-  plain, three times; the median pass), each product checked bit for bit.
+- Matrices: the model's 211 linear layers (30 decoder layers and the vocabulary projection),
+  each called in the model's order on inputs of 1 to 600 rows, plain and packed alternating
+  (plain, packed, packed, plain, three times; the median pass), each product checked bit for bit.
 - Generation: the same 12 questions over the sample corpus' Markdown documents, sent alone (one
   ``generate`` call each) and as one call (continuous batching at the default width), by a
   backend with packed weights and one without, alternating plain, packed, packed, plain; wall
@@ -150,8 +150,10 @@ def run() -> str:
             f"{dtype}, {packed.packed_layers} linear layers packed. Inputs of at most "
             "256 rows use the packed weight (`PACKED_MAX_ROWS`).",
             "",
-            "All 211 weight matrices multiplied once by random bf16 inputs (median of six "
-            "passes each, alternated plain, packed, packed, plain):",
+            "All 211 linear layers called once each, in the model's order, on random bf16 "
+            "inputs (one per input width, so that stacked siblings compute their product once "
+            "for the three or two of them; median of six passes, alternated plain, packed, "
+            "packed, plain):",
             "",
             "| input rows | plain | packed | packed / plain | same bits |",
             "|---|---|---|---|---|",
