@@ -1,16 +1,42 @@
-"""Helpers shared by the local-decoding benchmarks: timing a backend's decoding steps, and how
-often two ways of decoding pick different next tokens (with a bootstrap interval)."""
+"""Helpers shared by the local-decoding benchmarks: the sample corpus' questions, timing a
+backend's decoding steps, and how often two ways of decoding pick different next tokens (with a
+bootstrap interval)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 RESAMPLES = 2000
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sample_questions(count: int = 12, max_new_tokens: int = 96) -> list[Any]:
+    """``count`` generation requests, each asking what one of the sample corpus' Markdown
+    documents (its first 2,000 characters, the documents in turn) asks of the reader."""
+    from ragtrail.llm.backends.base import GenerationRequest
+
+    paths = sorted((ROOT / "sample" / "corpus").rglob("*.md"))
+    texts = [p.read_text(encoding="utf-8") for p in paths]
+    return [
+        GenerationRequest(
+            messages=(
+                {"role": "system", "content": "Answer from the document only."},
+                {
+                    "role": "user",
+                    "content": f"{texts[i % len(texts)][:2000]}\n\nWhat does this document ask "
+                    "of the reader? Explain.",
+                },
+            ),
+            max_new_tokens=max_new_tokens,
+        )
+        for i in range(count)
+    ]
 
 
 @contextmanager

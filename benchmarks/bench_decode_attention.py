@@ -23,40 +23,17 @@ import os
 import statistics
 import time
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks._common import machine_line, section_main
-from benchmarks._decoding import differing_share, timed_decode_steps
+from benchmarks._decoding import differing_share, sample_questions, timed_decode_steps
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "builtin:smollm2-135m-instruct"
-
-
-def _requests() -> list[Any]:
-    from ragtrail.llm.backends.base import GenerationRequest
-
-    paths = sorted((ROOT / "sample" / "corpus").rglob("*.md"))
-    texts = [p.read_text(encoding="utf-8") for p in paths]
-    return [
-        GenerationRequest(
-            messages=(
-                {"role": "system", "content": "Answer from the document only."},
-                {
-                    "role": "user",
-                    "content": f"{text[:2000]}\n\nWhat does this document ask of "
-                    "the reader? Explain.",
-                },
-            ),
-            max_new_tokens=96,
-        )
-        for text in (texts * 2)[:12]
-    ]
 
 
 def _timed_alone(backend: Any, requests: list[Any]) -> tuple[float, float, list[Any]]:
@@ -98,7 +75,7 @@ def run() -> str:
     settings = load_settings()
     dtype = resolve_model_dtype(settings.generation.llm_dtype)
     torch.set_num_threads(os.cpu_count() or 1)
-    requests = _requests()
+    requests = sample_questions()
     backend = TransformersBackend(MODEL, dtype=dtype, cache_dir=settings.resolved_model_cache_dir)
     if not backend._prefix_attention:
         return "## Decoding attention\n\nSkipped: the grouped-query path is not available here."

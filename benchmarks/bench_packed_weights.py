@@ -18,39 +18,16 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from benchmarks._common import machine_line, section_main
-from benchmarks._decoding import timed_decode_steps
+from benchmarks._decoding import sample_questions, timed_decode_steps
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "builtin:smollm2-135m-instruct"
 ROWS = (1, 4, 8, 32, 64, 128, 256, 400, 600)
-
-
-def _requests() -> list[Any]:
-    from ragtrail.llm.backends.base import GenerationRequest
-
-    paths = sorted((ROOT / "sample" / "corpus").rglob("*.md"))
-    texts = [p.read_text(encoding="utf-8") for p in paths]
-    return [
-        GenerationRequest(
-            messages=(
-                {"role": "system", "content": "Answer from the document only."},
-                {
-                    "role": "user",
-                    "content": f"{text[:2000]}\n\nWhat does this document ask of "
-                    "the reader? Explain.",
-                },
-            ),
-            max_new_tokens=96,
-        )
-        for text in (texts * 2)[:12]
-    ]
 
 
 def _matrix_rows(plain: Any, packed: Any) -> list[str]:
@@ -122,7 +99,7 @@ def run() -> str:
     plain = TransformersBackend(MODEL, packed_weights=False, **kwargs)
     if not packed.packed_layers:
         return f"## Packed bf16 weights\n\nSkipped: nothing is packed here ({dtype}, this CPU)."
-    requests = _requests()
+    requests = sample_questions()
     matrices = _matrix_rows(plain, packed)
     for backend in (plain, packed):
         backend.generate(requests[:1])  # warm-up
