@@ -29,9 +29,9 @@ from torch import nn
 PACKED_MAX_ROWS = 256
 """Inputs of at most this many rows (tokens) use the packed weight; longer ones (a long prompt's
 prefill, wide scoring batches) the plain one. On the night's 2-core CPU (SmolLM2-135M's 211
-matrices) the packed product took 0.6-0.85x the plain one's time at 1 to 8 rows, 0.86-0.95x from
-32 to 256, and about the same at 400 and 600 rows (1.05-1.2x in some runs at 600;
-BENCHMARKS.md, "Packed bf16 weights")."""
+layers, siblings stacked) the packed products took 0.5-0.54x the plain ones' time at 1 to 8
+rows, 0.66-0.84x from 32 to 256, and as long at 400 and 600 rows (BENCHMARKS.md, "Packed bf16
+weights")."""
 
 _PROBE_ROWS = (1, 7, 64)
 _PROBE_SEED = 20261128
@@ -59,7 +59,7 @@ FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 attention's query, key and value projections; the MLP's gate and up projections). Their weights
 are packed as one stacked matrix, and the first of them to see an input computes all of their
 products in one call (the others take theirs from it): on SmolLM2-135M's 30 layers, 0.68-0.73x
-the time of the separate packed products at 1 to 8 rows, with the same bits."""
+the time of the siblings' separate packed products at 1 to 8 rows, with the same bits."""
 
 
 def _pack(weight: torch.Tensor) -> torch.Tensor:
@@ -86,8 +86,7 @@ class _PackedMatrix:
         self._pack()
 
     def _pack(self) -> None:
-        weight = self.weights[0] if len(self.weights) == 1 else torch.cat(self.weights)
-        self.packed = _pack(weight)
+        self.packed = _pack(torch.cat([w.detach() for w in self.weights]))
         present = [b for b in self.biases if b is not None]
         self.bias = torch.cat([b.detach() for b in present]) if present else None
         self.versions = [t._version for t in self.tensors]
