@@ -201,3 +201,20 @@ def test_a_sibling_changed_in_place_repacks_the_stack(tiny_llama: Path) -> None:
     with torch.inference_mode():
         for name, linear in plain.items():
             assert torch.equal(getattr(attention, name)(x), linear(x)), name
+
+
+def test_the_helpfulness_scorer_scores_the_same_packed(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragtrail.llm.scoring import ScoreRequest, TransformersLogProbScorer
+
+    requests = [
+        ScoreRequest(({"role": "user", "content": "when does the ferry leave"},), reply)
+        for reply in ("at nine", "tickets are sold at the pier")
+    ]
+    packed = TransformersLogProbScorer(str(tiny_llama), dtype="bfloat16")
+    assert any(isinstance(m, PackedLinear) for m in packed.model.modules())
+    monkeypatch.setattr(packed_weights, "use_packed_weights", lambda model: 0)
+    plain = TransformersLogProbScorer(str(tiny_llama), dtype="bfloat16")
+    assert not any(isinstance(m, PackedLinear) for m in plain.model.modules())
+    assert packed.log_probs(requests) == plain.log_probs(requests)
