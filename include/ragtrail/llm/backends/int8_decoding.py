@@ -95,7 +95,5 @@ def use_int8_for_decoding(model: Any, max_rows: int = INT8_MAX_ROWS) -> int:
         if type(module) is nn.Linear and module is not head and "lora_" not in name
     ]
     for name, module in targets:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, Int8DecodingLinear(module, max_rows))
+        model.set_submodule(name, Int8DecodingLinear(module, max_rows))
     return len(targets)

@@ -187,9 +187,7 @@ def _swap_if_same(model: Any, swaps: list[tuple[str, nn.Linear, PackedLinear]]) 
     if not all(same_products(plain, packed) for _, plain, packed in swaps):
         return 0
     for name, _, packed in swaps:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, packed)
+        model.set_submodule(name, packed)
     return len(swaps)
 
 
