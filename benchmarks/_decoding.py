@@ -4,6 +4,7 @@ bootstrap interval)."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,21 @@ def sample_questions(count: int = 12, max_new_tokens: int = 96) -> list[Any]:
         )
         for i in range(count)
     ]
+
+
+def timed_generation(
+    backend: Any, requests: list[Any], *, alone: bool
+) -> tuple[float, float, list[Any]]:
+    """Wall seconds, mean decoding-step ms and results of ``requests``: each in a ``generate``
+    call of its own (``alone``) or all in one."""
+    with timed_decode_steps(backend) as steps:
+        start = time.perf_counter()
+        if alone:
+            results = [backend.generate([r])[0] for r in requests]
+        else:
+            results = backend.generate(requests)
+        wall = time.perf_counter() - start
+    return wall, 1000 * statistics.fmean(steps), results
 
 
 @contextmanager

@@ -21,28 +21,18 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
 from benchmarks._common import machine_line, section_main
-from benchmarks._decoding import differing_share, sample_questions, timed_decode_steps
+from benchmarks._decoding import differing_share, sample_questions, timed_generation
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 MODEL = "builtin:smollm2-135m-instruct"
-
-
-def _timed_alone(backend: Any, requests: list[Any]) -> tuple[float, float, list[Any]]:
-    """Wall seconds, mean decoding-step ms and results of one ``generate`` call per request."""
-    with timed_decode_steps(backend) as steps:
-        start = time.perf_counter()
-        results = [backend.generate([r])[0] for r in requests]
-        wall = time.perf_counter() - start
-    return wall, 1000 * statistics.fmean(steps), results
 
 
 def _forced_picks(model: Any, prompt: list[int], answer: list[int], grouped: bool) -> np.ndarray:
@@ -83,7 +73,7 @@ def run() -> str:
     runs: dict[bool, list[tuple[float, float, list[Any]]]] = {False: [], True: []}
     for grouped in (False, True, True, False):
         backend._prefix_attention = grouped
-        runs[grouped].append(_timed_alone(backend, requests))
+        runs[grouped].append(timed_generation(backend, requests, alone=True))
     backend._prefix_attention = True
     texts = {g: [r.text for r in runs[g][0][2]] for g in runs}
     same = sum(a == b for a, b in zip(texts[False], texts[True], strict=True))

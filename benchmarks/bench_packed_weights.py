@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks._common import machine_line, section_main
-from benchmarks._decoding import sample_questions, timed_decode_steps
+from benchmarks._decoding import sample_questions, timed_generation
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -72,18 +72,6 @@ def _matrix_rows(plain: Any, packed: Any) -> list[str]:
     return out
 
 
-def _timed(backend: Any, requests: list[Any], alone: bool) -> tuple[float, float, list[str]]:
-    """Wall seconds, mean decoding-step ms and texts of the requests, alone or as one call."""
-    with timed_decode_steps(backend) as steps:
-        start = time.perf_counter()
-        if alone:
-            results = [backend.generate([r])[0] for r in requests]
-        else:
-            results = backend.generate(requests)
-        wall = time.perf_counter() - start
-    return wall, 1000 * statistics.fmean(steps), [r.text for r in results]
-
-
 def run() -> str:
     import torch
 
@@ -106,10 +94,12 @@ def run() -> str:
     table: list[str] = []
     same = True
     for alone, name in ((True, "12 calls of one request"), (False, "one call of 12 requests")):
-        runs: dict[bool, list[tuple[float, float, list[str]]]] = {False: [], True: []}
+        runs: dict[bool, list[tuple[float, float, list[Any]]]] = {False: [], True: []}
         for use_packed in (False, True, True, False):
-            runs[use_packed].append(_timed(packed if use_packed else plain, requests, alone))
-        written = [texts for rs in runs.values() for _, _, texts in rs]
+            runs[use_packed].append(
+                timed_generation(packed if use_packed else plain, requests, alone=alone)
+            )
+        written = [[r.text for r in results] for rs in runs.values() for _, _, results in rs]
         same = same and all(texts == written[0] for texts in written)
         step = {k: statistics.fmean(s for _, s, _ in runs[k]) for k in runs}
         for use_packed in (False, True):
