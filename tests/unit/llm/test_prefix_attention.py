@@ -41,7 +41,7 @@ def models(monkeypatch: pytest.MonkeyPatch) -> tuple[LlamaForCausalLM, LlamaForC
     assert prefix_attention.install(split)
     assert split.config._attn_implementation == prefix_attention.ATTENTION
     taken: list[str] = []
-    for name in ("_decode", "_prefill"):
+    for name in ("grouped_decode", "_prefill"):
         real = getattr(prefix_attention, name)
 
         def counted(*args: object, _real: object = real, _name: str = name) -> object:
@@ -118,7 +118,7 @@ def test_rows_decoding_apart_from_the_shared_prefix_match_each_row_alone(models:
     taken.clear()
     cached, logits = _decoding_step(split, parts, rows, PREFIX, shared)
     assert cached == max(map(len, rows)) - 1  # no prefix in the rows' caches
-    assert taken == ["_decode"] * 2
+    assert taken == ["grouped_decode"] * 2
     for i, row in enumerate(rows):
         alone = plain(input_ids=torch.cat([prefix, torch.tensor([row])], dim=1)).logits[0, -1]
         torch.testing.assert_close(logits[i], alone, rtol=1e-5, atol=1e-6)
@@ -137,7 +137,7 @@ def test_decoding_without_a_shared_prefix_groups_the_query_heads(models: tuple) 
         parts.append((out.past_key_values, torch.ones((1, len(row) - 1), dtype=torch.bool)))
     taken.clear()
     _, logits = _decoding_step(split, parts, rows, 0, None)
-    assert taken == ["_decode"] * 2
+    assert taken == ["grouped_decode"] * 2
     for i, row in enumerate(rows):
         alone = plain(input_ids=torch.tensor([row])).logits[0, -1]
         torch.testing.assert_close(logits[i], alone, rtol=1e-5, atol=1e-6)

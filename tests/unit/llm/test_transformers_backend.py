@@ -127,13 +127,13 @@ def test_a_lone_request_decodes_through_grouped_query_attention(
     plain = TransformersBackend(str(tiny_llama), batch_size=2)
     plain._prefix_attention = False  # transformers' SDPA for every step
     taken: list[int] = []
-    real = prefix_attention._decode
+    real = prefix_attention.grouped_decode
 
     def counted(*args: object) -> object:
         taken.append(1)
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(prefix_attention, "_decode", counted)
+    monkeypatch.setattr(prefix_attention, "grouped_decode", counted)
     req = requests(1, max_new_tokens=8, temperature=0.0)[0]
     text = grouped.generate([req])[0].text
     assert grouped._prefix_attention and taken  # every layer of every step

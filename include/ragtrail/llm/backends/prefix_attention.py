@@ -69,16 +69,25 @@ def decoding_over(prefix_cache: Any | None) -> Iterator[None]:
     """Single-token steps inside this context attend to ``prefix_cache`` (a cache of the shared
     prefix, one row) before the rows' own keys and values, which must not contain it; with
     None, to their own keys and values only."""
-    layers = (
-        None
-        if prefix_cache is None
-        else [(layer.keys, layer.values) for layer in prefix_cache.layers]
-    )
-    token = _PLAN.set(("decode", _Decoding(layers)))
+    token = _PLAN.set(("decode", _Decoding(prefix_layers(prefix_cache))))
     try:
         yield
     finally:
         _PLAN.reset(token)
+
+
+def prefix_layers(prefix_cache: Any | None) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """The keys and values of each layer of a shared prefix's cache (None: no prefix)."""
+    if prefix_cache is None:
+        return None
+    return [(layer.keys, layer.values) for layer in prefix_cache.layers]
+
+
+def additive_mask(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A decoding step's boolean mask (rows x columns, True: attend) as the additive mask of
+    ``like``'s dtype that the flash op takes (rows x 1 x 1 x columns)."""
+    additive = torch.zeros(mask.shape, dtype=like.dtype, device=like.device)
+    return additive.masked_fill_(~mask, float("-inf"))[:, None, None, :]
 
 
 @contextmanager
@@ -110,7 +119,7 @@ def prefix_sdpa_attention(
         if kind == "decode" and query.shape[2] == 1:
             prefix = None if detail.layers is None else detail.layers[module.layer_idx]
             mask = detail.additive(attention_mask, query)
-            return _decode(query, key, value, mask, prefix, scaling)
+            return grouped_decode(query, key, value, mask, prefix, scaling)
         if kind == "prefill" and query.shape[0] == 1 and key.shape[2] - query.shape[2] == detail:
             return _prefill(query, key, value, detail, scaling)
     return sdpa_attention_forward(
@@ -118,7 +127,7 @@ def prefix_sdpa_attention(
     )
 
 
-def _decode(
+def grouped_decode(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,

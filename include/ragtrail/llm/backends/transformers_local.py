@@ -45,6 +45,11 @@ Packed weights (:mod:`ragtrail.llm.backends.packed_weights`, bf16 models on the 
 layers multiply decoding steps and short prompts by weights laid out once for oneDNN instead of on
 every call. Each layer is swapped only after its products equal the plain ones bit for bit, so
 outputs and the model id are unchanged.
+
+Direct decoding steps (:mod:`ragtrail.llm.backends.direct_step`, packed Llama-family models on
+shared-prefix attention): a decoding step runs as one loop over the layers' packed matrices
+instead of the model's forward pass, with the same operations, checked at load to give the
+model's logits bit for bit; any other model keeps its forward pass.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ from ragtrail.llm.backends.base import (
     apply_stop_strings,
 )
 from ragtrail.llm.backends.constrained_decoding import ConstrainedRows, DecodingConstraints
+from ragtrail.llm.backends.direct_step import DirectDecodingStep
 from ragtrail.llm.backends.int8_decoding import use_int8_for_decoding
 from ragtrail.llm.backends.kv_cache import (
     attended_from,
@@ -225,6 +231,8 @@ class TransformersBackend:
             change, and the id says so).
         packed_weights: multiply bf16 CPU models' linear layers by weights pre-packed for
             oneDNN (:mod:`ragtrail.llm.backends.packed_weights`; the same outputs, faster).
+        direct_decoding: run decoding steps of packed Llama-family models as one loop over
+            their layers (:mod:`ragtrail.llm.backends.direct_step`; the same logits, faster).
     """
 
     name = "transformers"
@@ -247,6 +255,7 @@ class TransformersBackend:
         prefix_caching: bool = True,
         decode_weights: str = "native",
         packed_weights: bool = True,
+        direct_decoding: bool = True,
     ) -> None:
         from transformers import (
             AutoConfig,
@@ -312,6 +321,7 @@ class TransformersBackend:
             guided_json=guided_json,
             max_string_chars=max_string_chars,
             prefix_caching=prefix_caching,
+            direct_decoding=direct_decoding,
         )
         self.load_seconds = time.perf_counter() - started
         log.info("loaded %s (%s) in %.1f s", self.model_id, type(net).__name__, self.load_seconds)
@@ -322,8 +332,10 @@ class TransformersBackend:
         guided_json: bool,
         prefix_caching: bool,
         max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
+        direct_decoding: bool = True,
     ) -> None:
-        """Decoding state: schema guidance and its string cap, the prefix cache (filled lazily)."""
+        """Decoding state: schema guidance and its string cap, the prefix cache (filled lazily),
+        the attention and decoding step the model's layers allow."""
         self.supports_json_schema = guided_json
         self.max_string_chars = max_string_chars
         self.prefix_caching = prefix_caching
@@ -334,6 +346,12 @@ class TransformersBackend:
         # Shared-prefix attention for those models where it can run (see its module).
         self._prefix_attention = self._cache_layers is not None and prefix_attention.install(
             self.model
+        )
+        # Decoding steps straight from the packed layers, where they give the model's logits.
+        self._direct_step = (
+            DirectDecodingStep.build(self.model)
+            if direct_decoding and self._prefix_attention
+            else None
         )
         # Prefill only needs the cache, not the logits of every prompt token.
         self._prefill_kwargs: dict[str, Any] = (
@@ -574,16 +592,24 @@ class TransformersBackend:
         :mod:`~ragtrail.llm.backends.prefix_attention`); then the rows' constraints and
         samplers, then the highest score (greedy, as ``generate``)."""
         index = [row.request for row in rows]
-        with prefix_attention.decoding_over(shared) if self._prefix_attention else nullcontext():
-            out = self.model(
-                input_ids=torch.tensor([[row.next_token] for row in rows], device=self.device),
-                attention_mask=mask,
-                position_ids=torch.tensor([[row.position] for row in rows], device=self.device),
-                past_key_values=cache,
-                use_cache=True,
-                **self._prefill_kwargs,
-            )
-        scores = out.logits[:, -1, :].to(dtype=torch.float32)
+        input_ids = torch.tensor([[row.next_token] for row in rows], device=self.device)
+        positions = torch.tensor([[row.position] for row in rows], device=self.device)
+        if self._direct_step is not None:
+            logits = self._direct_step(input_ids, positions, mask, cache, shared)
+        else:
+            with (
+                prefix_attention.decoding_over(shared) if self._prefix_attention else nullcontext()
+            ):
+                out = self.model(
+                    input_ids=input_ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                    **self._prefill_kwargs,
+                )
+            logits = out.logits[:, -1, :]
+        scores = logits.to(dtype=torch.float32)
         if constrained is not None:
             scores = constrained.subset(index).apply([row.tokens for row in rows], scores)
         scores = sampler.subset(index)(torch.empty(0), scores)

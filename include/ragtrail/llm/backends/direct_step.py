@@ -1,0 +1,196 @@
+"""Decoding steps of a Llama-family model computed straight from its packed weights.
+
+A decoding step of SmolLM2-135M on the night's 2-core CPU spent about a third of its time outside
+the matrix products and attention: transformers' per-layer modules, masks, output records and
+hooks, a dozen small tensor operations for the rotary embedding of each of q and k, and each
+packed sibling's hand-off of its part of the stacked product. :class:`DirectDecodingStep` runs the
+same step as one loop over the layers:
+
+* the stacked q/k/v product is split by views, and the rotary embedding is applied to q and k
+  together: ``rotate_half(x) * sin`` is ``roll(x, half) * [-sin_1, sin_2]`` element for element
+  (negation is exact), so four operations replace fourteen;
+* the gate/up product is split by views, the other products are called directly;
+* attention is :func:`prefix_attention.grouped_decode`, as the model's own steps use.
+
+Every arithmetic operation is the one transformers performs, on the same values and in the same
+order, so the logits are the model's bit for bit. :meth:`DirectDecodingStep.build` also checks
+that on probe steps (with and without padding, with and without a shared prefix) and returns
+None, leaving the model's own forward pass in use, for any model it does not cover or whose probe
+differs. BENCHMARKS.md, "Direct decoding steps", has the measured steps side by side.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ragtrail.llm.backends import prefix_attention
+from ragtrail.llm.backends.packed_weights import PackedLinear
+
+_PROBE_SEED = 20261128
+_PROBE_TOKENS = (9, 6)
+"""Prompt lengths of the two probe rows (different, so the batch is padded)."""
+
+
+def _packed(module: Any, parts: int) -> Any:
+    """The packed matrix behind ``module`` if it is a :class:`PackedLinear` whose matrix stacks
+    ``parts`` siblings, starting with it; else None."""
+    if type(module) is not PackedLinear or module._index != 0:
+        return None
+    matrix = module._matrix
+    return matrix if len(matrix.sizes) == parts else None
+
+
+def _rms_norm(norm: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """transformers' ``LlamaRMSNorm.forward``, operation for operation."""
+    x = hidden.to(torch.float32)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(variance + norm.variance_epsilon)
+    return norm.weight * x.to(hidden.dtype)
+
+
+class DirectDecodingStep:
+    """One decoding step (one new token per row) of a supported model; see the module
+    docstring. Build it with :meth:`build`."""
+
+    def __init__(self, model: Any, layers: list[tuple[Any, ...]], head: Any) -> None:
+        config = model.config
+        self.model = model
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(config.num_key_value_heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
+        self.intermediate = int(config.intermediate_size)
+        self.layers = layers
+        self.head = head
+
+    @classmethod
+    def build(cls, model: Any) -> DirectDecodingStep | None:
+        """The direct step of ``model``, or None where it does not apply: a model other than a
+        plain ``LlamaForCausalLM`` with SiLU MLPs on shared-prefix attention, linear layers not
+        all packed (q/k/v and gate/up stacked), or probe steps whose logits differ from the
+        model's own by a single bit."""
+        if type(model).__name__ != "LlamaForCausalLM":
+            return None
+        config = model.config
+        if (
+            config._attn_implementation != prefix_attention.ATTENTION
+            or config.hidden_act != "silu"
+            or type(model.model.norm).__name__ != "LlamaRMSNorm"
+        ):
+            return None
+        layers = []
+        for layer in model.model.layers:
+            attention, mlp = layer.self_attn, layer.mlp
+            parts = (
+                _packed(attention.q_proj, 3),
+                _packed(attention.o_proj, 1),
+                _packed(mlp.gate_proj, 2),
+                _packed(mlp.down_proj, 1),
+            )
+            if any(p is None for p in parts) or type(layer).__name__ != "LlamaDecoderLayer":
+                return None
+            layers.append((layer, attention.scaling, *parts))
+        head = _packed(model.lm_head, 1)
+        if head is None:
+            return None
+        step = cls(model, layers, head)
+        return step if step.same_as_model() else None
+
+    @torch.inference_mode()
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Any,
+        shared: Any = None,
+    ) -> torch.Tensor:
+        """The logits (rows x vocabulary) of one token per row: ``input_ids`` and
+        ``position_ids`` (rows x 1), ``mask`` (rows x columns, True: attend; the new token's
+        column included) over ``cache`` (the rows' own keys and values, extended in place) and,
+        when given, the ``shared`` prefix cache that the rows' caches leave out."""
+        model = self.model.model
+        rows = input_ids.shape[0]
+        dim, half, heads = self.head_dim, self.head_dim // 2, self.heads
+        rotated = heads + self.kv_heads
+        hidden = model.embed_tokens(input_ids.view(rows))
+        cos, sin = model.rotary_emb(hidden, position_ids)
+        cos, sin = cos.view(rows, 1, dim), sin.view(rows, 1, dim)
+        signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        additive = None if bool(mask.all()) else prefix_attention.additive_mask(mask, hidden)
+        prefix = prefix_attention.prefix_layers(shared)
+        for index, (layer, scaling, qkv, out, gate_up, down) in enumerate(self.layers):
+            x = _rms_norm(layer.input_layernorm, hidden)
+            product = qkv.product(x)
+            qk = product[:, : rotated * dim].view(rows, rotated, dim)
+            qk = (qk * cos) + (torch.roll(qk, half, -1) * signed_sin)
+            query = qk[:, :heads].view(rows, heads, 1, dim)
+            key = qk[:, heads:].reshape(rows, self.kv_heads, 1, dim)
+            value = product[:, rotated * dim :].reshape(rows, self.kv_heads, 1, dim)
+            key, value = cache.layers[index].update(key, value)
+            attended, _ = prefix_attention.grouped_decode(
+                query, key, value, additive, None if prefix is None else prefix[index], scaling
+            )
+            hidden = hidden + out.product(attended.view(rows, heads * dim))
+            x = _rms_norm(layer.post_attention_layernorm, hidden)
+            both = gate_up.product(x)
+            gated = F.silu(both[:, : self.intermediate]) * both[:, self.intermediate :]
+            hidden = hidden + down.product(gated)
+        return self.head.product(_rms_norm(model.norm, hidden))
+
+    def same_as_model(self) -> bool:
+        """Whether probe steps give the model's own logits bit for bit: two rows of seeded
+        random tokens (padded), and one row, each with and without a shared prefix."""
+        from ragtrail.llm.backends.kv_cache import growing_cache_layers, stack_batches
+
+        generator = torch.Generator().manual_seed(_PROBE_SEED)
+        vocab = int(self.model.config.vocab_size)
+        layers = growing_cache_layers(self.model)
+        if layers is None:
+            return False
+
+        def tokens(count: int) -> list[int]:
+            return torch.randint(0, vocab, (count,), generator=generator).tolist()
+
+        with torch.inference_mode():
+            shared_ids = tokens(5)
+            shared = self.model(input_ids=torch.tensor([shared_ids]), use_cache=True)
+            for lengths in (_PROBE_TOKENS, _PROBE_TOKENS[:1]):
+                for prefix in (None, shared.past_key_values):
+                    start = len(shared_ids) if prefix is not None else 0
+                    prompts = [tokens(n) for n in lengths]
+                    parts = [self._probe_row(prompt[:-1], prefix, start) for prompt in prompts]
+                    width = start + max(n - 1 for n in lengths)
+                    cache, mask = stack_batches(parts, width + 2, layers, len(prompts))
+                    mask = torch.cat([mask, mask.new_ones((len(prompts), 1))], dim=1)
+                    ids = torch.tensor([[p[-1]] for p in prompts])
+                    positions = torch.tensor([[start + len(p) - 1] for p in prompts])
+                    theirs = copy.deepcopy(cache)
+                    with prefix_attention.decoding_over(prefix):
+                        expected = self.model(
+                            input_ids=ids,
+                            attention_mask=mask,
+                            position_ids=positions,
+                            past_key_values=theirs,
+                            use_cache=True,
+                        ).logits[:, -1, :]
+                    got = self(ids, positions, mask, cache, prefix)
+                    if not torch.equal(expected, got):
+                        return False
+        return True
+
+    def _probe_row(self, prompt: list[int], prefix: Any, start: int) -> tuple[Any, torch.Tensor]:
+        """A probe row's cache and mask, as the backend prefills a row: after ``prefix`` (of
+        ``start`` tokens) when given, whose columns the mask leaves out."""
+        ids = torch.tensor([prompt])
+        mask = torch.ones((1, start + len(prompt)), dtype=torch.bool)
+        if prefix is None:
+            return self.model(input_ids=ids, use_cache=True).past_key_values, mask
+        cache = copy.deepcopy(prefix)
+        with prefix_attention.prefilling_after(start):
+            self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        mask[:, :start] = False
+        return cache, mask
