@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks._common import machine_line, section_main
-from benchmarks._decoding import sample_questions, timed_generation
+from benchmarks._decoding import alternated_generation, sample_questions
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -91,23 +91,7 @@ def run() -> str:
     matrices = _matrix_rows(plain, packed)
     for backend in (plain, packed):
         backend.generate(requests[:1])  # warm-up
-    table: list[str] = []
-    same = True
-    for alone, name in ((True, "12 calls of one request"), (False, "one call of 12 requests")):
-        runs: dict[bool, list[tuple[float, float, list[Any]]]] = {False: [], True: []}
-        for use_packed in (False, True, True, False):
-            runs[use_packed].append(
-                timed_generation(packed if use_packed else plain, requests, alone=alone)
-            )
-        written = [[r.text for r in results] for rs in runs.values() for _, _, results in rs]
-        same = same and all(texts == written[0] for texts in written)
-        step = {k: statistics.fmean(s for _, s, _ in runs[k]) for k in runs}
-        for use_packed in (False, True):
-            walls = ", ".join(f"{w:.1f} s" for w, _, _ in runs[use_packed])
-            steps = ", ".join(f"{s:.1f} ms" for _, s, _ in runs[use_packed])
-            label = "packed" if use_packed else "plain"
-            table.append(f"| {name} | {label} | {walls} | {steps} |")
-        table.append(f"| {name} | packed / plain | | **{step[True] / step[False]:.2f}x** |")
+    table, same = alternated_generation(plain, packed, requests, ("plain", "packed"))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return "\n".join(
         [

@@ -16,6 +16,7 @@ BENCHMARKS = [
     "bench_decode_weights",
     "bench_decode_attention",
     "bench_packed_weights",
+    "bench_direct_step",
     "bench_scorer",
     "bench_generation",
     "bench_generator_finetune",
