@@ -6,7 +6,8 @@ process on the bundled SmolLM2-135M-Instruct.
   (plain, packed, packed, plain, three times; the median pass), each product checked bit for bit.
 - Generation: the same 12 questions over the sample corpus' Markdown documents, sent alone (one
   ``generate`` call each) and as one call (continuous batching at the default width), by a
-  backend with packed weights and one without, alternating plain, packed, packed, plain; wall
+  backend with packed weights and one without (both through the model's forward pass, not direct
+  decoding steps), alternating plain, packed, packed, plain; wall
   time, the mean decoding step, and whether every text is the same.
 
     .venv/bin/python -m benchmarks.bench_packed_weights [--write]
@@ -83,6 +84,9 @@ def run() -> str:
     dtype = resolve_model_dtype(settings.generation.llm_dtype)
     torch.set_num_threads(os.cpu_count() or 1)
     kwargs = {"dtype": dtype, "cache_dir": settings.resolved_model_cache_dir}
+    # Both take the model's forward pass, so that the packing alone differs (direct decoding
+    # steps, which need packed layers, have a benchmark of their own: bench_direct_step).
+    kwargs["direct_decoding"] = False
     packed = TransformersBackend(MODEL, **kwargs)
     plain = TransformersBackend(MODEL, packed_weights=False, **kwargs)
     if not packed.packed_layers:

@@ -29,9 +29,9 @@ from torch import nn
 PACKED_MAX_ROWS = 256
 """Inputs of at most this many rows (tokens) use the packed weight; longer ones (a long prompt's
 prefill, wide scoring batches) the plain one. On the night's 2-core CPU (SmolLM2-135M's 211
-layers, siblings stacked) the packed products took 0.5-0.54x the plain ones' time at 1 to 8
-rows, 0.66-0.84x from 32 to 256, and as long at 400 and 600 rows (BENCHMARKS.md, "Packed bf16
-weights")."""
+layers, siblings stacked) the packed products took 0.5-0.77x the plain ones' time at 1 to 8
+rows, 0.66-0.87x from 32 to 256, and as long at 400 and 600 rows, over two runs on different days
+(BENCHMARKS.md, "Packed bf16 weights")."""
 
 _PROBE_ROWS = (1, 7, 64)
 _PROBE_SEED = 20261128
