@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ragtrail.llm.backends import direct_step, prefix_attention
 from ragtrail.llm.backends.base import GenerationRequest
-from ragtrail.llm.backends.direct_step import DirectDecodingStep
+from ragtrail.llm.backends.direct_step import DirectDecodingStep, forward_step
 from ragtrail.llm.backends.kv_cache import growing_cache_layers, stack_batches
 from ragtrail.llm.backends.packed_weights import packing_available, use_packed_weights
 from ragtrail.llm.backends.transformers_local import TransformersBackend
@@ -73,14 +73,7 @@ def test_consecutive_steps_give_the_model_logits_bit_for_bit() -> None:
             ids = torch.tensor([[t] for t in tokens])
             where = torch.tensor([[p] for p in positions])
             theirs = copy.deepcopy(cache)
-            with prefix_attention.decoding_over(prefix):
-                expected = model(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    position_ids=where,
-                    past_key_values=theirs,
-                    use_cache=True,
-                ).logits[:, -1, :]
+            expected = forward_step(model, ids, where, mask, theirs, prefix)
             got = step(ids, where, mask, cache, prefix)
             assert torch.equal(got, expected)
             assert cache.get_seq_length() == theirs.get_seq_length()

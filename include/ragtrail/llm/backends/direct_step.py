@@ -22,17 +22,46 @@ differs. BENCHMARKS.md, "Direct decoding steps", has the measured steps side by 
 from __future__ import annotations
 
 import copy
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ragtrail.llm.backends import prefix_attention
+from ragtrail.llm.backends.kv_cache import growing_cache_layers, stack_batches
 from ragtrail.llm.backends.packed_weights import PackedLinear
 
 _PROBE_SEED = 20261128
 _PROBE_TOKENS = (9, 6)
 """Prompt lengths of the two probe rows (different, so the batch is padded)."""
+
+
+def forward_step(
+    model: Any,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    mask: torch.Tensor,
+    cache: Any,
+    shared: Any = None,
+    *,
+    grouped: bool = True,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """The model's own decoding step, through its forward pass: the logits (rows x vocabulary)
+    of one token per row, arguments as for :meth:`DirectDecodingStep.__call__` (``kwargs`` go to
+    the forward pass). With ``grouped`` the step runs under shared-prefix attention's decoding
+    plan (:func:`prefix_attention.decoding_over`), else with the model's attention as it is."""
+    with prefix_attention.decoding_over(shared) if grouped else nullcontext():
+        out = model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            **kwargs,
+        )
+    return out.logits[:, -1, :]
 
 
 def _packed(module: Any, parts: int) -> Any:
@@ -144,8 +173,6 @@ class DirectDecodingStep:
     def same_as_model(self) -> bool:
         """Whether probe steps give the model's own logits bit for bit: two rows of seeded
         random tokens (padded), and one row, each with and without a shared prefix."""
-        from ragtrail.llm.backends.kv_cache import growing_cache_layers, stack_batches
-
         generator = torch.Generator().manual_seed(_PROBE_SEED)
         vocab = int(self.model.config.vocab_size)
         layers = growing_cache_layers(self.model)
@@ -169,14 +196,7 @@ class DirectDecodingStep:
                     ids = torch.tensor([[p[-1]] for p in prompts])
                     positions = torch.tensor([[start + len(p) - 1] for p in prompts])
                     theirs = copy.deepcopy(cache)
-                    with prefix_attention.decoding_over(prefix):
-                        expected = self.model(
-                            input_ids=ids,
-                            attention_mask=mask,
-                            position_ids=positions,
-                            past_key_values=theirs,
-                            use_cache=True,
-                        ).logits[:, -1, :]
+                    expected = forward_step(self.model, ids, positions, mask, theirs, prefix)
                     got = self(ids, positions, mask, cache, prefix)
                     if not torch.equal(expected, got):
                         return False

@@ -75,7 +75,7 @@ from ragtrail.llm.backends.base import (
     apply_stop_strings,
 )
 from ragtrail.llm.backends.constrained_decoding import ConstrainedRows, DecodingConstraints
-from ragtrail.llm.backends.direct_step import DirectDecodingStep
+from ragtrail.llm.backends.direct_step import DirectDecodingStep, forward_step
 from ragtrail.llm.backends.int8_decoding import use_int8_for_decoding
 from ragtrail.llm.backends.kv_cache import (
     attended_from,
@@ -597,18 +597,16 @@ class TransformersBackend:
         if self._direct_step is not None:
             logits = self._direct_step(input_ids, positions, mask, cache, shared)
         else:
-            with (
-                prefix_attention.decoding_over(shared) if self._prefix_attention else nullcontext()
-            ):
-                out = self.model(
-                    input_ids=input_ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=cache,
-                    use_cache=True,
-                    **self._prefill_kwargs,
-                )
-            logits = out.logits[:, -1, :]
+            logits = forward_step(
+                self.model,
+                input_ids,
+                positions,
+                mask,
+                cache,
+                shared,
+                grouped=self._prefix_attention,
+                **self._prefill_kwargs,
+            )
         scores = logits.to(dtype=torch.float32)
         if constrained is not None:
             scores = constrained.subset(index).apply([row.tokens for row in rows], scores)
