@@ -64,7 +64,9 @@ def alternated_generation(
     of each kind wrote the same texts."""
     rows: list[str] = []
     same = True
-    for alone, name in ((True, "12 calls of one request"), (False, "one call of 12 requests")):
+    count = len(requests)
+    calls = ((True, f"{count} calls of one request"), (False, f"one call of {count} requests"))
+    for alone, name in calls:
         runs: dict[bool, list[tuple[float, float, list[Any]]]] = {False: [], True: []}
         for use_other in (False, True, True, False):
             backend = other if use_other else base
