@@ -430,7 +430,9 @@ class SufficiencySettings(BaseModel):
         description="a labelled JSONL (question, context, label[, answer]) raters are "
         "also calibrated on",
     )
-    max_new_tokens: int = Field(64, ge=8, le=2048, description="answer token budget")
+    # A guided {"answer", "abstain"} reply fits in 128 tokens; at 64, 10 of the sample night's 56
+    # answers were cut off (digits are one token each) and retried or left unscored.
+    max_new_tokens: int = Field(128, ge=8, le=2048, description="answer token budget")
     rater_max_new_tokens: int = Field(
         96,
         ge=16,
@@ -765,8 +767,10 @@ class EvidenceSettings(BaseModel):
     noise_ratios: tuple[float, ...] = Field(
         NOISE_RATIOS, description="irrelevant chunks added per retrieved chunk (0 = none)"
     )
-    max_new_tokens: int = Field(128, ge=16, le=2048, description="evidence token budget")
-    answer_max_new_tokens: int = Field(64, ge=8, le=2048, description="answer token budget")
+    # Budgets a first reply rarely outgrows: a reply cut off at the limit costs a retry (a second
+    # prompt with the cut-off reply echoed), which costs more than the tokens it saved.
+    max_new_tokens: int = Field(256, ge=16, le=2048, description="evidence token budget")
+    answer_max_new_tokens: int = Field(128, ge=8, le=2048, description="answer token budget")
     scorer: str = Field(
         "builtin:smollm2-135m-instruct",
         description="the fixed causal LM whose log-probabilities define helpfulness "

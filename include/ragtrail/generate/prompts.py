@@ -84,7 +84,7 @@ TOKEN_BUDGETS: dict[str, int] = {
     "question": 48,
     "label": 64,
     "critique": 96,
-    "single_shot_qa": 96,
+    "single_shot_qa": 192,
 }
 """Default ``max_new_tokens`` per prompt family (critiques share ``"critique"``).
 

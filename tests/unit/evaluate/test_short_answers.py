@@ -40,7 +40,7 @@ def test_scripted_answers_abstention_and_one_batch() -> None:
     assert json.loads(answers[1].raw[0]) == {"answer": "", "abstain": True}
     assert backend.generate_calls == 1 and len(backend.calls) == 3  # one batch
     request = backend.calls[0]
-    assert request.max_new_tokens == DEFAULT_SHORT_ANSWER_PARAMS.max_new_tokens == 64
+    assert request.max_new_tokens == DEFAULT_SHORT_ANSWER_PARAMS.max_new_tokens == 128
     assert request.temperature == 0.0
     schema = request.json_schema
     assert schema is not None and schema["required"] == ["answer", "abstain"]
@@ -79,7 +79,7 @@ def test_malformed_replies_fail_with_every_attempt_kept() -> None:
     # the client repairs the cut-off JSON, but both fields are required: it never validates
     assert answer.error is not None and answer.error.startswith("validation_error")
     assert "abstain: Field required" in answer.error and "max_new_tokens" in answer.error
-    assert [r.max_new_tokens for r in backend.calls] == [64, 128, 128]  # the client grows it
+    assert [r.max_new_tokens for r in backend.calls] == [128, 256, 256]  # the client grows it
     assert answer.as_dict()["raw"] == list(answer.raw) and answer.as_dict()["status"] == "failed"
 
 

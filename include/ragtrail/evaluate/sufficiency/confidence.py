@@ -41,7 +41,8 @@ P_CORRECT_STAGE = "confidence.p_correct"
 MAX_ANSWER_CHARS = 120
 SAMPLE_MAX_NEW_TOKENS = 64
 ASK_MAX_NEW_TOKENS = 16
-P_CORRECT_MAX_NEW_TOKENS = 96
+P_CORRECT_MAX_NEW_TOKENS = 192
+"""Two guided answers with their probabilities; at 96, 4 of the sample night's 12 were cut off."""
 
 
 # ------------------------------------------------------------------------------------ records
