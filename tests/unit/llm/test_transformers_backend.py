@@ -220,6 +220,35 @@ def test_uneven_batch_rows_are_prefilled_alone_even_ones_in_one_pass(tiny_llama:
     assert shapes[:2] == [(3, width - 1), (3, 1)]  # one padded pass, then decoding
 
 
+def test_repeated_prompts_share_one_prefill(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two samples each of three prompts, every row prefilled alone, in 2 slots: each prompt is
+    prefilled once (twins admitted together, and a twin admitted after its sibling's row ended),
+    and every text is the one the request gets alone."""
+    backend = TransformersBackend(str(tiny_llama), batch_size=2)
+    words = " ".join(CORPUS[:8]).split()
+    reqs = [
+        GenerationRequest(
+            messages=[{"role": "user", "content": " ".join(words[:n])}],
+            max_new_tokens=new,
+            temperature=1.0,
+            seed=seed,
+        )
+        for n, news in ((3, (4, 4)), (14, (2, 7)), (28, (5, 9)))
+        for seed, new in zip((3, 4), news, strict=True)
+    ]
+    ids = [backend._encode(r.messages) for r in reqs]
+    assert len({tuple(i) for i in ids}) == 3
+    alone = [backend.generate([r])[0].text for r in reqs]
+    monkeypatch.setattr(transformers_local, "PREFILL_ALONE_PADDING", -1)  # every row alone
+    shapes = _forward_shapes(backend)
+    assert [r.text for r in backend.generate(reqs)] == alone
+    prefix = len(backend._shared_prefix(ids))
+    prefills = sorted(tokens for _, tokens in shapes if tokens > 1)
+    assert prefills == sorted(len(i) - 1 - prefix for i in ids[::2])
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_ended_rows_leave_the_batch(tiny_llama: Path, temperature: float) -> None:
     backend = TransformersBackend(str(tiny_llama), batch_size=4)

@@ -28,7 +28,8 @@ is prefilled alone from the prefix cache and its cache written into the free row
 KV storage (:mod:`ragtrail.llm.backends.kv_cache`: allocated once per call, written in place, no
 per-step concatenation). The batch decodes every step at full width until the queue is empty;
 only the call's last rows run below it. Requests admitted together whose prompts need little
-padding (:data:`PREFILL_ALONE_PADDING`) are prefilled in one padded pass instead. Each request
+padding (:data:`PREFILL_ALONE_PADDING`) are prefilled in one padded pass instead; requests with
+the same prompt (several samples of one question) share one prefill of it. Each request
 has its own position ids, attention-mask row, sampler and constraint state, so its text does not
 depend on its batch mates (up to the rounding above). Other models (encoder-decoder, sliding
 window) are batched by ``generate``: requests of equal ``max_new_tokens`` and similar prompt
@@ -57,7 +58,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -532,6 +533,9 @@ class TransformersBackend:
         # Columns for every step of the call: the slots' turns, each up to the longest answer.
         headroom = max(r.max_new_tokens for r in reqs) * (1 + len(reqs) // self.batch_size)
         pending = deque(range(len(reqs)))
+        # Requests with the same prompt (several samples of one question) share its prefill.
+        waiting = Counter(tuple(p) for p in prompts)
+        prefilled: dict[tuple[int, ...], tuple[Any, torch.Tensor]] = {}
         rows: list[_Row] = []
         cache: Any = None
         mask = torch.zeros((0, 0), dtype=torch.bool, device=self.device)
@@ -541,7 +545,10 @@ class TransformersBackend:
                     pending.popleft() for _ in range(min(self.batch_size - len(rows), len(pending)))
                 ]
                 now = time.perf_counter()
-                parts = self._prefill_parts([prompts[k] for k in admitted], prefix)
+                waiting.subtract(tuple(prompts[k]) for k in admitted)
+                parts = self._prefill_parts([prompts[k] for k in admitted], prefix, prefilled)
+                for key in [key for key in prefilled if waiting[key] <= 0]:
+                    del prefilled[key]  # no request with this prompt is left to admit
                 if shared is not None:  # stacking drops the columns no row attends to
                     for _, part_mask in parts:
                         part_mask[:, : len(prefix)] = False
@@ -614,21 +621,32 @@ class TransformersBackend:
         return scores.argmax(dim=-1).tolist()
 
     def _prefill_parts(
-        self, prompts: Sequence[list[int]], prefix: list[int]
+        self,
+        prompts: Sequence[list[int]],
+        prefix: list[int],
+        prefilled: dict[tuple[int, ...], tuple[Any, torch.Tensor]] | None = None,
     ) -> list[tuple[Any, torch.Tensor]]:
         """Caches and masks of ``prompts`` without their last tokens (the first decoding step's
         inputs), each starting with the prefix's columns, for :func:`stack_batches`: one padded
         pass for prompts of similar length, else each prompt alone (see
-        :data:`PREFILL_ALONE_PADDING`)."""
+        :data:`PREFILL_ALONE_PADDING`).
+
+        A prompt prefilled alone is looked up in, and added to, ``prefilled`` (prompt ids to
+        part): a repeated prompt reuses its part, which stacking only reads. The same prompt
+        prefilled alone gives the same cache bit for bit, so reuse changes no output."""
         if len(prompts) > 1 and not _prefill_alone([len(p) - len(prefix) for p in prompts]):
             return [self._prefill_padded(prompts, prefix)]
-        return [
-            (
-                self._prefill_row(prompt, prefix),
-                torch.ones((1, len(prompt) - 1), dtype=torch.bool, device=self.device),
-            )
-            for prompt in prompts
-        ]
+        made = {} if prefilled is None else prefilled
+        parts = []
+        for prompt in prompts:
+            key = tuple(prompt)
+            if key not in made:
+                made[key] = (
+                    self._prefill_row(prompt, prefix),
+                    torch.ones((1, len(prompt) - 1), dtype=torch.bool, device=self.device),
+                )
+            parts.append(made[key])
+        return parts
 
     def _prefill_padded(
         self, prompts: Sequence[list[int]], prefix: list[int]
