@@ -149,7 +149,8 @@ class DirectDecodingStep:
         cos, sin = model.rotary_emb(hidden, position_ids)
         cos, sin = cos.view(rows, 1, dim), sin.view(rows, 1, dim)
         signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-        additive = None if bool(mask.all()) else prefix_attention.additive_mask(mask, hidden)
+        wide = mask[:, None, None]  # rows x 1 x 1 x columns, as the flash op takes it
+        additive = None if bool(mask.all()) else prefix_attention.additive_mask(wide, hidden)
         prefix = prefix_attention.prefix_layers(shared)
         for index, (layer, scaling, qkv, out, gate_up, down) in enumerate(self.layers):
             x = _rms_norm(layer.input_layernorm, hidden)

@@ -84,10 +84,10 @@ def prefix_layers(prefix_cache: Any | None) -> list[tuple[torch.Tensor, torch.Te
 
 
 def additive_mask(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """A decoding step's boolean mask (rows x columns, True: attend) as the additive mask of
-    ``like``'s dtype that the flash op takes (rows x 1 x 1 x columns)."""
+    """A boolean mask (True: attend) as the additive mask of ``like``'s dtype that the flash op
+    takes, of the same shape (0 where attended, -inf elsewhere)."""
     additive = torch.zeros(mask.shape, dtype=like.dtype, device=like.device)
-    return additive.masked_fill_(~mask, float("-inf"))[:, None, None, :]
+    return additive.masked_fill_(~mask, float("-inf"))
 
 
 @contextmanager
@@ -193,8 +193,7 @@ class _Decoding:
         if mask is None or mask.dtype != torch.bool:
             return mask
         if self._mask is None or self._mask[0] is not mask:
-            additive = torch.zeros(mask.shape, dtype=like.dtype, device=like.device)
-            self._mask = (mask, additive.masked_fill_(~mask, float("-inf")))
+            self._mask = (mask, additive_mask(mask, like))
         return self._mask[1]
 
 

@@ -624,7 +624,7 @@ class TransformersBackend:
         self,
         prompts: Sequence[list[int]],
         prefix: list[int],
-        prefilled: dict[tuple[int, ...], tuple[Any, torch.Tensor]] | None = None,
+        prefilled: dict[tuple[int, ...], tuple[Any, torch.Tensor]],
     ) -> list[tuple[Any, torch.Tensor]]:
         """Caches and masks of ``prompts`` without their last tokens (the first decoding step's
         inputs), each starting with the prefix's columns, for :func:`stack_batches`: one padded
@@ -636,16 +636,15 @@ class TransformersBackend:
         prefilled alone gives the same cache bit for bit, so reuse changes no output."""
         if len(prompts) > 1 and not _prefill_alone([len(p) - len(prefix) for p in prompts]):
             return [self._prefill_padded(prompts, prefix)]
-        made = {} if prefilled is None else prefilled
         parts = []
         for prompt in prompts:
             key = tuple(prompt)
-            if key not in made:
-                made[key] = (
+            if key not in prefilled:
+                prefilled[key] = (
                     self._prefill_row(prompt, prefix),
                     torch.ones((1, len(prompt) - 1), dtype=torch.bool, device=self.device),
                 )
-            parts.append(made[key])
+            parts.append(prefilled[key])
         return parts
 
     def _prefill_padded(
