@@ -204,6 +204,16 @@ class GenerationSettings(BaseModel):
         "often as bfloat16's differs from float32's (BENCHMARKS.md 'Int8 decoding weights'). "
         "Outputs change, and cached answers are kept apart per setting",
     )
+    llm_draft_tokens: int = Field(
+        3,
+        ge=0,
+        le=8,
+        description="greedy decoding of local models on the CPU checks up to this many draft "
+        "tokens per step, taken from what followed the reply's last tokens earlier in its "
+        "prompt or itself (prompt lookup); each step keeps the drafts the model itself picks, "
+        "so replies are the one-token steps' up to bf16 rounding. 0 = one token per step "
+        "(BENCHMARKS.md 'Prompt-lookup drafts')",
+    )
     max_attempts: int = Field(2, ge=1, le=5)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     extractive_facts: bool = Field(

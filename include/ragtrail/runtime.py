@@ -287,6 +287,7 @@ class Runtime:
                 "batch_size": self.settings.generation.llm_batch_size,
                 "dtype": self.llm_dtype,
                 "decode_weights": self.settings.generation.llm_decode_weights,
+                "draft_tokens": self.settings.generation.llm_draft_tokens,
                 "cache_dir": self.settings.resolved_model_cache_dir,
                 "s3_endpoint_url": self.settings.s3_endpoint_url,
             }

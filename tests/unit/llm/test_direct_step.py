@@ -92,7 +92,7 @@ def test_the_backend_takes_direct_steps_with_the_same_texts(
         )
         for text in ("when does the ferry leave", "where are tickets sold", "answer in one word")
     ]
-    direct = TransformersBackend(str(tiny_llama), batch_size=2, dtype="bfloat16")
+    direct = TransformersBackend(str(tiny_llama), batch_size=2, dtype="bfloat16", draft_tokens=0)
     plain = TransformersBackend(
         str(tiny_llama), batch_size=2, dtype="bfloat16", direct_decoding=False
     )
@@ -112,6 +112,141 @@ def test_the_backend_takes_direct_steps_with_the_same_texts(
     assert [direct.generate([r])[0].text for r in requests] == [
         plain.generate([r])[0].text for r in requests
     ]
+
+
+def _batch_after_prefix(
+    model: LlamaForCausalLM, step: DirectDecodingStep, lengths: tuple[int, ...]
+) -> tuple[object, torch.Tensor, object, list[list[int]]]:
+    """Rows of random prompts of ``lengths`` after a 12-token shared prefix, prefilled as the
+    backend does: the prefix's cache, the batch's cache and mask, the prompts."""
+    generator = torch.Generator().manual_seed(2)
+    prefix_ids = torch.randint(0, 96, (1, 12), generator=generator)
+    prefix = model(input_ids=prefix_ids, use_cache=True).past_key_values
+    prompts = [torch.randint(0, 96, (n,), generator=generator).tolist() for n in lengths]
+    parts = [step._probe_row(prompt[:-1], prefix, 12) for prompt in prompts]
+    cache, mask = stack_batches(parts, 12 + max(lengths) + 8, growing_cache_layers(model), 3)
+    return prefix, mask, cache, prompts
+
+
+def test_draft_checking_steps_give_one_token_steps_logits() -> None:
+    """Several tokens per row in one step (:meth:`DirectDecodingStep.with_drafts`): at one
+    token per row, the direct step's logits bit for bit; at three (one row with two, so
+    padded), each token's logits are those of one-token steps up to bf16 rounding, with the
+    same best token, and the cache holds the same keys for the next step."""
+    model = _model()
+    step = DirectDecodingStep.build(model)
+    assert step is not None
+    generator = torch.Generator().manual_seed(3)
+    with torch.inference_mode():
+        prefix, mask, cache, prompts = _batch_after_prefix(model, step, (7, 3, 11))
+        fed = [[p[-1], *torch.randint(0, 96, (2,), generator=generator).tolist()] for p in prompts]
+        start = [12 + len(p) - 1 for p in prompts]
+
+        # one token per row: the direct step's logits bit for bit
+        ones = copy.deepcopy(cache)
+        wide = torch.cat([mask, mask.new_ones((3, 1))], dim=1)
+        ids = torch.tensor([[f[0]] for f in fed])
+        where = torch.tensor([[s] for s in start])
+        expected = step(ids, where, wide, copy.deepcopy(cache), prefix)
+        got = step.with_drafts(ids, where, ids >= 0, wide[:, None], ones, prefix)
+        assert torch.equal(got, expected)
+
+        # three tokens per row (the middle row two), against three one-token steps
+        singles, single_mask, reference = copy.deepcopy(cache), mask, []
+        for k in range(3):
+            single_mask = torch.cat([single_mask, single_mask.new_ones((3, 1))], dim=1)
+            ids = torch.tensor([[f[k]] for f in fed])
+            where = torch.tensor([[s + k] for s in start])
+            reference.append(step(ids, where, single_mask, singles, prefix))
+        valid = torch.tensor([[True, True, True], [True, True, False], [True, True, True]])
+        columns = mask.shape[1]
+        drafted_mask = torch.cat([mask, valid], dim=1)
+        causal = torch.ones((3, columns + 3), dtype=torch.bool)
+        causal[:, columns:] = torch.ones((3, 3), dtype=torch.bool).tril()
+        logits = step.with_drafts(
+            torch.tensor(fed),
+            torch.tensor([[s + k for k in range(3)] for s in start]),
+            valid,
+            drafted_mask[:, None] & causal,
+            cache,
+            prefix,
+        )
+        expected = torch.stack(
+            [reference[k][row] for row in range(3) for k in range(3) if valid[row, k]]
+        )
+        assert logits.shape == expected.shape == (8, 96)
+        torch.testing.assert_close(logits.float(), expected.float(), atol=0.05, rtol=0.02)
+        assert torch.equal(logits.argmax(dim=-1), expected.argmax(dim=-1))
+        kept = drafted_mask[:, columns:]
+        for ours, theirs in zip(cache.layers, singles.layers, strict=True):
+            torch.testing.assert_close(
+                ours.keys.transpose(1, 2)[:, columns:][kept].float(),
+                theirs.keys.transpose(1, 2)[:, columns:][kept].float(),
+                atol=0.02,
+                rtol=0.02,
+            )
+
+
+def test_greedy_rows_check_drafts_and_keep_their_texts(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With drafts, the backend's greedy rows take fewer steps than tokens and write what one
+    token per step writes; a sampled row is never drafted."""
+    system = "Repeat the ferry times back: nine, ten, nine, ten. " * 2
+    requests = [
+        GenerationRequest(
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": text}],
+            max_new_tokens=24,
+        )
+        for text in ("the ferry leaves at nine", "tickets are sold at the pier", "nine ten")
+    ]
+    sampled = GenerationRequest(messages=requests[0].messages, temperature=0.8, seed=5)
+    drafting = TransformersBackend(str(tiny_llama), batch_size=2, dtype="bfloat16")
+    single = TransformersBackend(str(tiny_llama), batch_size=2, dtype="bfloat16", draft_tokens=0)
+    assert drafting.draft_tokens == 3 and drafting.model_id == single.model_id
+    checked: list[list[list[int]]] = []
+    one_token: list[int] = []
+    real_draft, real_step = TransformersBackend._draft_step, TransformersBackend._decode_step
+
+    def draft_step(self: TransformersBackend, rows: list, drafts: list, *rest: object) -> object:
+        checked.append([list(d) for d in drafts])
+        return real_draft(self, rows, drafts, *rest)  # type: ignore[arg-type]
+
+    def decode_step(self: TransformersBackend, rows: list, *rest: object) -> object:
+        one_token.append(len(rows))
+        return real_step(self, rows, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TransformersBackend, "_draft_step", draft_step)
+    monkeypatch.setattr(TransformersBackend, "_decode_step", decode_step)
+    results = drafting.generate(requests)
+    assert checked and all(max(map(len, d)) <= 3 for d in checked)
+    row_steps = sum(map(len, checked)) + sum(one_token)
+    # one token per step takes a step per token (and one more for a closing end token)
+    assert row_steps < sum(r.completion_tokens for r in results)
+    assert [r.text for r in results] == [r.text for r in single.generate(requests)]
+    checked.clear()
+    drafting.generate([sampled])
+    assert not checked  # the sampled row alone: never drafted
+
+
+def test_the_runtime_passes_the_draft_setting_to_local_models(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
+    from ragtrail.config import ModelRole, load_settings
+    from ragtrail.runtime import Runtime
+
+    for setting, expected in ((None, 3), (0, 0), (5, 5)):
+        generation: dict[str, object] = {"llm": f"hf:{tiny_llama}"}
+        if setting is not None:
+            generation["llm_draft_tokens"] = setting
+        rt = Runtime(load_settings(home=tmp_path / f"home-{setting}", generation=generation))
+        try:
+            lazy = rt.llm(ModelRole.ANSWERER).backend
+            assert lazy.load().draft_tokens == expected
+        finally:
+            rt.close()
+    with pytest.raises(ValueError, match="draft_tokens"):
+        TransformersBackend(str(tiny_llama), draft_tokens=-1)
 
 
 def test_models_it_does_not_cover_keep_their_own_steps(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -171,6 +171,76 @@ class DirectDecodingStep:
             hidden = hidden + down.product(gated)
         return self.head.product(_rms_norm(model.norm, hidden))
 
+    @torch.inference_mode()
+    def with_drafts(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        valid: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Any,
+        shared: Any = None,
+    ) -> torch.Tensor:
+        """The logits of several tokens per row, for checking drafts (:mod:`prompt_lookup`):
+        ``input_ids`` and ``position_ids`` are rows x width, ``valid`` (rows x width) marks
+        each row's tokens (a prefix of its width), ``mask`` (rows x width x columns, the step's
+        new columns included) the columns each token attends to. The rows' keys and values of
+        all ``width`` new columns are written to ``cache`` (those of the padding are zeros, for
+        masks to hide). Returns the logits of the valid tokens, row by row (tokens x
+        vocabulary).
+
+        The products run over the valid tokens only; attention runs on the padded rows (the
+        query heads of a key/value head and the row's tokens as its query positions)."""
+        model = self.model.model
+        rows, width = input_ids.shape
+        dim, half, heads, kv_heads = self.head_dim, self.head_dim // 2, self.heads, self.kv_heads
+        groups, rotated = heads // kv_heads, heads + kv_heads
+        flat = valid.reshape(-1).nonzero().squeeze(1)
+        tokens = len(flat)
+        hidden = model.embed_tokens(input_ids.reshape(-1)[flat])
+        cos, sin = model.rotary_emb(hidden, position_ids.reshape(1, -1)[:, flat])
+        cos, sin = cos.view(tokens, 1, dim), sin.view(tokens, 1, dim)
+        signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        columns = mask.shape[-1]
+        # query position (group, token) of a row attends as its token does
+        wide = mask[:, None, None].expand(rows, 1, groups, width, columns)
+        additive = prefix_attention.additive_mask(
+            wide.reshape(rows, 1, groups * width, columns), hidden
+        )
+        prefix = prefix_attention.prefix_layers(shared)
+        padded = hidden.new_zeros((rows * width, (rotated + kv_heads) * dim))
+        for index, (layer, scaling, qkv, out, gate_up, down) in enumerate(self.layers):
+            x = _rms_norm(layer.input_layernorm, hidden)
+            product = qkv.product(x)
+            qk = product[:, : rotated * dim].view(tokens, rotated, dim)
+            qk = (qk * cos) + (torch.roll(qk, half, -1) * signed_sin)
+            padded[flat, : rotated * dim] = qk.view(tokens, rotated * dim)
+            padded[flat, rotated * dim :] = product[:, rotated * dim :]
+            spread = padded.view(rows, width, rotated + kv_heads, dim)
+            query = (
+                spread[:, :, :heads]
+                .reshape(rows, width, kv_heads, groups, dim)
+                .permute(0, 2, 3, 1, 4)
+                .reshape(rows, kv_heads, groups * width, dim)
+            )
+            key = spread[:, :, heads:rotated].transpose(1, 2)
+            value = spread[:, :, rotated:].transpose(1, 2)
+            key, value = cache.layers[index].update(key, value)
+            attended = prefix_attention.grouped_queries(
+                query, key, value, additive, None if prefix is None else prefix[index], scaling
+            )
+            attended = (
+                attended.reshape(rows, kv_heads, groups, width, dim)
+                .permute(0, 3, 1, 2, 4)
+                .reshape(rows * width, heads * dim)[flat]
+            )
+            hidden = hidden + out.product(attended)
+            x = _rms_norm(layer.post_attention_layernorm, hidden)
+            both = gate_up.product(x)
+            gated = F.silu(both[:, : self.intermediate]) * both[:, self.intermediate :]
+            hidden = hidden + down.product(gated)
+        return self.head.product(_rms_norm(model.norm, hidden))
+
     def same_as_model(self) -> bool:
         """Whether probe steps give the model's own logits bit for bit: two rows of seeded
         random tokens (padded), and one row, each with and without a shared prefix."""

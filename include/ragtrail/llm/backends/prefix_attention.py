@@ -138,21 +138,35 @@ def grouped_decode(
     """One new token per row: its own keys (masked) and, when given, the shared prefix's keys
     and values (all rows' queries in one call), merged."""
     rows, heads, _, dim = query.shape
-    kv_heads = key.shape[1]
-    groups = heads // kv_heads
     # The query heads sharing a key/value head act as that head's query positions (no copies
     # of the keys and values for grouped-query attention).
-    grouped = query.reshape(rows, kv_heads, groups, dim)
-    own, own_lse = _flash()(grouped, key, value, attn_mask=mask, scale=scaling)
+    grouped = query.reshape(rows, key.shape[1], heads // key.shape[1], dim)
+    attended = grouped_queries(grouped, key, value, mask, prefix, scaling)
+    return attended.reshape(rows, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def grouped_queries(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    prefix: tuple[torch.Tensor, torch.Tensor] | None,
+    scaling: float | None,
+) -> torch.Tensor:
+    """Attention of ``query`` (rows x key/value heads x query positions x dim: the query heads
+    of each key/value head, times the row's new tokens) over the rows' own keys and values
+    (``mask``: additive, rows x 1 x query positions x columns) and, when given, the shared
+    prefix's (all rows' queries in one call, unmasked), merged; shaped as ``query``."""
+    rows, kv_heads, positions, dim = query.shape
+    own, own_lse = _flash()(query, key, value, attn_mask=mask, scale=scaling)
     if prefix is None:
-        return own.reshape(rows, heads, 1, dim).transpose(1, 2).contiguous(), None
+        return own
     prefix_keys, prefix_values = prefix
-    together = grouped.transpose(0, 1).reshape(1, kv_heads, rows * groups, dim)
+    together = query.transpose(0, 1).reshape(1, kv_heads, rows * positions, dim)
     shared, shared_lse = _flash()(together, prefix_keys, prefix_values, scale=scaling)
-    shared = shared.reshape(kv_heads, rows, groups, dim).transpose(0, 1)
-    shared_lse = shared_lse.reshape(kv_heads, rows, groups).transpose(0, 1)
-    merged = _merge((own, own_lse), (shared, shared_lse))
-    return merged.reshape(rows, heads, 1, dim).transpose(1, 2).contiguous(), None
+    shared = shared.reshape(kv_heads, rows, positions, dim).transpose(0, 1)
+    shared_lse = shared_lse.reshape(kv_heads, rows, positions).transpose(0, 1)
+    return _merge((own, own_lse), (shared, shared_lse))
 
 
 def _prefill(

@@ -51,6 +51,12 @@ Direct decoding steps (:mod:`ragtrail.llm.backends.direct_step`, packed Llama-fa
 shared-prefix attention): a decoding step runs as one loop over the layers' packed matrices
 instead of the model's forward pass, with the same operations, checked at load to give the
 model's logits bit for bit; any other model keeps its forward pass.
+
+Drafts (:mod:`ragtrail.llm.backends.prompt_lookup`, with direct steps): a greedy row's step also
+runs up to ``draft_tokens`` tokens that followed its last few tokens earlier in its prompt or
+output, and keeps those the model's own choices confirm. A reply is what one token a step writes
+up to rounding: the step's attention runs over several query positions per row, which rounds
+differently in bf16 (like a change of batch mates), and the model id does not change.
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ from ragtrail.llm.backends.model_store import (
     resolve_model_source,
 )
 from ragtrail.llm.backends.packed_weights import use_packed_weights
+from ragtrail.llm.backends.prompt_lookup import DEFAULT_DRAFT_TOKENS, DraftIndex
 from ragtrail.models.store import cache_root as resolve_cache_root
 
 log = logging.getLogger(__name__)
@@ -173,6 +180,8 @@ class _Row:
     """The position of ``next_token`` (tokens before it in the request's sequence)."""
     admitted: float
     tokens: list[int] = field(default_factory=list)
+    drafts: DraftIndex | None = None
+    """The request's tokens indexed for drafts (greedy rows, when drafting is on)."""
 
 
 PREFILL_ALONE_PADDING = 32
@@ -257,6 +266,7 @@ class TransformersBackend:
         decode_weights: str = "native",
         packed_weights: bool = True,
         direct_decoding: bool = True,
+        draft_tokens: int = DEFAULT_DRAFT_TOKENS,
     ) -> None:
         from transformers import (
             AutoConfig,
@@ -323,6 +333,7 @@ class TransformersBackend:
             max_string_chars=max_string_chars,
             prefix_caching=prefix_caching,
             direct_decoding=direct_decoding,
+            draft_tokens=draft_tokens,
         )
         self.load_seconds = time.perf_counter() - started
         log.info("loaded %s (%s) in %.1f s", self.model_id, type(net).__name__, self.load_seconds)
@@ -334,9 +345,14 @@ class TransformersBackend:
         prefix_caching: bool,
         max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
         direct_decoding: bool = True,
+        draft_tokens: int = DEFAULT_DRAFT_TOKENS,
     ) -> None:
         """Decoding state: schema guidance and its string cap, the prefix cache (filled lazily),
-        the attention and decoding step the model's layers allow."""
+        the attention and decoding step the model's layers allow, the drafts a greedy step may
+        check (:mod:`~ragtrail.llm.backends.prompt_lookup`)."""
+        if draft_tokens < 0:
+            raise ValueError("draft_tokens must be >= 0")
+        self.draft_tokens = draft_tokens
         self.supports_json_schema = guided_json
         self.max_string_chars = max_string_chars
         self.prefix_caching = prefix_caching
@@ -527,6 +543,10 @@ class TransformersBackend:
             [r.top_k for r in reqs],
         )
         constrained = self._constrained_rows(reqs, 0)
+        budgets = [r.max_new_tokens for r in reqs]
+        # Greedy rows check drafts of their next tokens where the direct step can run them.
+        drafting = self.draft_tokens > 0 and self._direct_step is not None
+        greedy = [r.temperature <= 0 for r in reqs]
         # Batches attend to the shared prefix apart: the rows' caches leave it out.
         apart = self._prefix_attention and bool(prefix) and self.batch_size > 1
         shared = self._prefix_entry(prefix) if apart else None
@@ -561,19 +581,45 @@ class TransformersBackend:
                     )
                 else:
                     mask = joined
-                rows += [_Row(k, prompts[k][-1], len(prompts[k]) - 1, now) for k in admitted]
-            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
-            chosen = self._decode_step(rows, cache, mask, sampler, constrained, shared)
+                rows += [
+                    _Row(
+                        k,
+                        prompts[k][-1],
+                        len(prompts[k]) - 1,
+                        now,
+                        drafts=DraftIndex(prompts[k]) if drafting and greedy[k] else None,
+                    )
+                    for k in admitted
+                ]
+            drafts = [
+                row.drafts.draft(min(self.draft_tokens, budgets[row.request] - len(row.tokens) - 1))
+                if row.drafts is not None
+                else []
+                for row in rows
+            ]
+            if any(drafts):
+                emitted, mask = self._draft_step(
+                    rows, drafts, cache, mask, sampler, constrained, shared
+                )
+            else:
+                mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+                chosen = self._decode_step(rows, cache, mask, sampler, constrained, shared)
+                emitted = [[token] for token in chosen]
             kept = []
-            for k, (row, token) in enumerate(zip(rows, chosen, strict=True)):
-                row.tokens.append(token)
-                row.next_token, row.position = token, row.position + 1
-                if token in self.eos_ids or len(row.tokens) >= reqs[row.request].max_new_tokens:
+            for k, (row, tokens) in enumerate(zip(rows, emitted, strict=True)):
+                ended = next((n for n, t in enumerate(tokens) if t in self.eos_ids), None)
+                if ended is not None:
+                    tokens = tokens[: ended + 1]
+                row.tokens += tokens
+                row.next_token, row.position = tokens[-1], row.position + len(tokens)
+                if ended is not None or len(row.tokens) >= budgets[row.request]:
                     result = self._result(reqs[row.request], len(prompts[row.request]), row.tokens)
                     result.latency_s = time.perf_counter() - row.admitted
                     results[order[row.request]] = result
                 else:
                     kept.append(k)
+                    if row.drafts is not None:
+                        row.drafts.extend(tokens)
             if len(kept) < len(rows):
                 rows = [rows[k] for k in kept]
                 if rows:
@@ -598,7 +644,6 @@ class TransformersBackend:
         given, the ``shared`` prefix cache (grouped-query attention, see
         :mod:`~ragtrail.llm.backends.prefix_attention`); then the rows' constraints and
         samplers, then the highest score (greedy, as ``generate``)."""
-        index = [row.request for row in rows]
         input_ids = torch.tensor([[row.next_token] for row in rows], device=self.device)
         positions = torch.tensor([[row.position] for row in rows], device=self.device)
         if self._direct_step is not None:
@@ -614,11 +659,79 @@ class TransformersBackend:
                 grouped=self._prefix_attention,
                 **self._prefill_kwargs,
             )
+        return self._pick(rows, logits, sampler, constrained)
+
+    @staticmethod
+    def _pick(
+        rows: Sequence[_Row],
+        logits: torch.Tensor,
+        sampler: _PerRowSampler,
+        constrained: ConstrainedRows | None,
+    ) -> list[int]:
+        """Each row's next token from its logits: its constraints, its sampler, the highest
+        score (greedy, as ``generate``)."""
+        index = [row.request for row in rows]
         scores = logits.to(dtype=torch.float32)
         if constrained is not None:
             scores = constrained.subset(index).apply([row.tokens for row in rows], scores)
         scores = sampler.subset(index)(torch.empty(0), scores)
         return scores.argmax(dim=-1).tolist()
+
+    def _draft_step(
+        self,
+        rows: Sequence[_Row],
+        drafts: Sequence[list[int]],
+        cache: Any,
+        mask: torch.Tensor,
+        sampler: _PerRowSampler,
+        constrained: ConstrainedRows | None,
+        shared: Any = None,
+    ) -> tuple[list[list[int]], torch.Tensor]:
+        """A decoding step that also checks each row's ``drafts`` (greedy rows only, see
+        :mod:`~ragtrail.llm.backends.prompt_lookup`): every row's next token and its draft run
+        in one forward pass; the row's choice after its next token is made as in
+        :meth:`_decode_step`, and while it equals the next draft token, the choice after that
+        token is taken too (under the row's constraints, given the tokens before it). Returns
+        the tokens each row emits (its confirmed drafts, then the first choice that differs
+        from the draft or follows it) and the batch's mask, whose columns of unconfirmed draft
+        tokens are hidden."""
+        assert self._direct_step is not None
+        width = 1 + max(map(len, drafts))
+        columns = mask.shape[1]
+        fed = [[row.next_token, *draft] for row, draft in zip(rows, drafts, strict=True)]
+        valid = torch.tensor([[k < len(f) for k in range(width)] for f in fed], device=self.device)
+        input_ids = torch.tensor([f + [0] * (width - len(f)) for f in fed], device=self.device)
+        positions = torch.tensor([[row.position + k for k in range(width)] for row in rows])
+        mask = torch.cat([mask, valid], dim=1)
+        causal = torch.ones((width, columns + width), dtype=torch.bool, device=self.device)
+        causal[:, columns:] = torch.ones((width, width), dtype=torch.bool).tril()
+        logits = self._direct_step.with_drafts(
+            input_ids, positions.to(self.device), valid, mask[:, None] & causal, cache, shared
+        )
+        starts = [0]
+        for f in fed[:-1]:
+            starts.append(starts[-1] + len(f))
+        emitted = [[token] for token in self._pick(rows, logits[starts], sampler, constrained)]
+        checking = [k for k, draft in enumerate(drafts) if draft and emitted[k][0] == draft[0]]
+        depth = 1
+        while checking:
+            scores = logits[[starts[k] + depth for k in checking]].to(dtype=torch.float32)
+            if constrained is not None:
+                scores = constrained.subset([rows[k].request for k in checking]).apply(
+                    [rows[k].tokens + drafts[k][:depth] for k in checking], scores
+                )
+            picks = scores.argmax(dim=-1).tolist()
+            for k, token in zip(checking, picks, strict=True):
+                emitted[k].append(token)
+            checking = [
+                k
+                for k, token in zip(checking, picks, strict=True)
+                if depth < len(drafts[k]) and token == drafts[k][depth]
+            ]
+            depth += 1
+        for k, tokens in enumerate(emitted):
+            mask[k, columns + len(tokens) :] = False  # the draft tokens it did not confirm
+        return emitted, mask
 
     def _prefill_parts(
         self,
