@@ -17,6 +17,7 @@ BENCHMARKS = [
     "bench_decode_attention",
     "bench_packed_weights",
     "bench_direct_step",
+    "bench_drafts",
     "bench_scorer",
     "bench_generation",
     "bench_generator_finetune",
