@@ -143,32 +143,24 @@ class DirectDecodingStep:
         when given, the ``shared`` prefix cache that the rows' caches leave out."""
         model = self.model.model
         rows = input_ids.shape[0]
-        dim, half, heads = self.head_dim, self.head_dim // 2, self.heads
-        rotated = heads + self.kv_heads
+        dim, heads = self.head_dim, self.heads
         hidden = model.embed_tokens(input_ids.view(rows))
-        cos, sin = model.rotary_emb(hidden, position_ids)
-        cos, sin = cos.view(rows, 1, dim), sin.view(rows, 1, dim)
-        signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        cos, signed_sin = self._rotary(hidden, position_ids)
         wide = mask[:, None, None]  # rows x 1 x 1 x columns, as the flash op takes it
         additive = None if bool(mask.all()) else prefix_attention.additive_mask(wide, hidden)
         prefix = prefix_attention.prefix_layers(shared)
         for index, (layer, scaling, qkv, out, gate_up, down) in enumerate(self.layers):
-            x = _rms_norm(layer.input_layernorm, hidden)
-            product = qkv.product(x)
-            qk = product[:, : rotated * dim].view(rows, rotated, dim)
-            qk = (qk * cos) + (torch.roll(qk, half, -1) * signed_sin)
+            qk, value = self._projected(layer, qkv, hidden, cos, signed_sin)
             query = qk[:, :heads].view(rows, heads, 1, dim)
             key = qk[:, heads:].reshape(rows, self.kv_heads, 1, dim)
-            value = product[:, rotated * dim :].reshape(rows, self.kv_heads, 1, dim)
+            value = value.reshape(rows, self.kv_heads, 1, dim)
             key, value = cache.layers[index].update(key, value)
             attended, _ = prefix_attention.grouped_decode(
                 query, key, value, additive, None if prefix is None else prefix[index], scaling
             )
-            hidden = hidden + out.product(attended.view(rows, heads * dim))
-            x = _rms_norm(layer.post_attention_layernorm, hidden)
-            both = gate_up.product(x)
-            gated = F.silu(both[:, : self.intermediate]) * both[:, self.intermediate :]
-            hidden = hidden + down.product(gated)
+            hidden = self._feed_forward(
+                layer, out, gate_up, down, hidden, attended.view(rows, heads * dim)
+            )
         return self.head.product(_rms_norm(model.norm, hidden))
 
     @torch.inference_mode()
@@ -193,14 +185,12 @@ class DirectDecodingStep:
         query heads of a key/value head and the row's tokens as its query positions)."""
         model = self.model.model
         rows, width = input_ids.shape
-        dim, half, heads, kv_heads = self.head_dim, self.head_dim // 2, self.heads, self.kv_heads
+        dim, heads, kv_heads = self.head_dim, self.heads, self.kv_heads
         groups, rotated = heads // kv_heads, heads + kv_heads
         flat = valid.reshape(-1).nonzero().squeeze(1)
         tokens = len(flat)
         hidden = model.embed_tokens(input_ids.reshape(-1)[flat])
-        cos, sin = model.rotary_emb(hidden, position_ids.reshape(1, -1)[:, flat])
-        cos, sin = cos.view(tokens, 1, dim), sin.view(tokens, 1, dim)
-        signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        cos, signed_sin = self._rotary(hidden, position_ids.reshape(1, -1)[:, flat])
         columns = mask.shape[-1]
         # query position (group, token) of a row attends as its token does
         wide = mask[:, None, None].expand(rows, 1, groups, width, columns)
@@ -210,12 +200,9 @@ class DirectDecodingStep:
         prefix = prefix_attention.prefix_layers(shared)
         padded = hidden.new_zeros((rows * width, (rotated + kv_heads) * dim))
         for index, (layer, scaling, qkv, out, gate_up, down) in enumerate(self.layers):
-            x = _rms_norm(layer.input_layernorm, hidden)
-            product = qkv.product(x)
-            qk = product[:, : rotated * dim].view(tokens, rotated, dim)
-            qk = (qk * cos) + (torch.roll(qk, half, -1) * signed_sin)
+            qk, value = self._projected(layer, qkv, hidden, cos, signed_sin)
             padded[flat, : rotated * dim] = qk.view(tokens, rotated * dim)
-            padded[flat, rotated * dim :] = product[:, rotated * dim :]
+            padded[flat, rotated * dim :] = value
             spread = padded.view(rows, width, rotated + kv_heads, dim)
             query = (
                 spread[:, :, :heads]
@@ -223,9 +210,9 @@ class DirectDecodingStep:
                 .permute(0, 2, 3, 1, 4)
                 .reshape(rows, kv_heads, groups * width, dim)
             )
-            key = spread[:, :, heads:rotated].transpose(1, 2)
-            value = spread[:, :, rotated:].transpose(1, 2)
-            key, value = cache.layers[index].update(key, value)
+            key, value = cache.layers[index].update(
+                spread[:, :, heads:rotated].transpose(1, 2), spread[:, :, rotated:].transpose(1, 2)
+            )
             attended = prefix_attention.grouped_queries(
                 query, key, value, additive, None if prefix is None else prefix[index], scaling
             )
@@ -234,12 +221,50 @@ class DirectDecodingStep:
                 .permute(0, 3, 1, 2, 4)
                 .reshape(rows * width, heads * dim)[flat]
             )
-            hidden = hidden + out.product(attended)
-            x = _rms_norm(layer.post_attention_layernorm, hidden)
-            both = gate_up.product(x)
-            gated = F.silu(both[:, : self.intermediate]) * both[:, self.intermediate :]
-            hidden = hidden + down.product(gated)
+            hidden = self._feed_forward(layer, out, gate_up, down, hidden, attended)
         return self.head.product(_rms_norm(model.norm, hidden))
+
+    def _rotary(
+        self, hidden: torch.Tensor, position_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary embedding's cos and signed sin of each token (tokens x 1 x dim):
+        ``rotate_half(x) * sin`` is ``roll(x, half) * [-sin_1, sin_2]`` element for element."""
+        tokens, dim, half = hidden.shape[0], self.head_dim, self.head_dim // 2
+        cos, sin = self.model.model.rotary_emb(hidden, position_ids)
+        cos, sin = cos.view(tokens, 1, dim), sin.view(tokens, 1, dim)
+        return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+    def _projected(
+        self,
+        layer: Any,
+        qkv: Any,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        signed_sin: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A layer's queries and keys, rotated (tokens x heads + key/value heads x dim), and
+        its values (tokens x key/value heads * dim), from one stacked product."""
+        rotated, dim, half = self.heads + self.kv_heads, self.head_dim, self.head_dim // 2
+        product = qkv.product(_rms_norm(layer.input_layernorm, hidden))
+        qk = product[:, : rotated * dim].view(hidden.shape[0], rotated, dim)
+        qk = (qk * cos) + (torch.roll(qk, half, -1) * signed_sin)
+        return qk, product[:, rotated * dim :]
+
+    def _feed_forward(
+        self,
+        layer: Any,
+        out: Any,
+        gate_up: Any,
+        down: Any,
+        hidden: torch.Tensor,
+        attended: torch.Tensor,
+    ) -> torch.Tensor:
+        """The rest of a layer after attention: the output projection and the SiLU MLP, each
+        added to the residual stream."""
+        hidden = hidden + out.product(attended)
+        both = gate_up.product(_rms_norm(layer.post_attention_layernorm, hidden))
+        gated = F.silu(both[:, : self.intermediate]) * both[:, self.intermediate :]
+        return hidden + down.product(gated)
 
     def same_as_model(self) -> bool:
         """Whether probe steps give the model's own logits bit for bit: two rows of seeded

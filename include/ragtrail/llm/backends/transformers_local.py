@@ -68,6 +68,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -667,13 +668,16 @@ class TransformersBackend:
         logits: torch.Tensor,
         sampler: _PerRowSampler,
         constrained: ConstrainedRows | None,
+        generated: Sequence[list[int]] | None = None,
     ) -> list[int]:
-        """Each row's next token from its logits: its constraints, its sampler, the highest
-        score (greedy, as ``generate``)."""
+        """Each row's next token from its logits: its constraints (given ``generated``, by
+        default the row's tokens so far), its sampler, the highest score (greedy, as
+        ``generate``)."""
         index = [row.request for row in rows]
         scores = logits.to(dtype=torch.float32)
         if constrained is not None:
-            scores = constrained.subset(index).apply([row.tokens for row in rows], scores)
+            so_far = [row.tokens for row in rows] if generated is None else generated
+            scores = constrained.subset(index).apply(so_far, scores)
         scores = sampler.subset(index)(torch.empty(0), scores)
         return scores.argmax(dim=-1).tolist()
 
@@ -701,26 +705,28 @@ class TransformersBackend:
         fed = [[row.next_token, *draft] for row, draft in zip(rows, drafts, strict=True)]
         valid = torch.tensor([[k < len(f) for k in range(width)] for f in fed], device=self.device)
         input_ids = torch.tensor([f + [0] * (width - len(f)) for f in fed], device=self.device)
-        positions = torch.tensor([[row.position + k for k in range(width)] for row in rows])
+        positions = torch.tensor(
+            [[row.position + k for k in range(width)] for row in rows], device=self.device
+        )
         mask = torch.cat([mask, valid], dim=1)
         causal = torch.ones((width, columns + width), dtype=torch.bool, device=self.device)
-        causal[:, columns:] = torch.ones((width, width), dtype=torch.bool).tril()
+        causal[:, columns:] = causal[:, columns:].tril()
         logits = self._direct_step.with_drafts(
-            input_ids, positions.to(self.device), valid, mask[:, None] & causal, cache, shared
+            input_ids, positions, valid, mask[:, None] & causal, cache, shared
         )
-        starts = [0]
-        for f in fed[:-1]:
-            starts.append(starts[-1] + len(f))
+        starts = list(accumulate((len(f) for f in fed[:-1]), initial=0))
         emitted = [[token] for token in self._pick(rows, logits[starts], sampler, constrained)]
         checking = [k for k, draft in enumerate(drafts) if draft and emitted[k][0] == draft[0]]
         depth = 1
         while checking:
-            scores = logits[[starts[k] + depth for k in checking]].to(dtype=torch.float32)
-            if constrained is not None:
-                scores = constrained.subset([rows[k].request for k in checking]).apply(
-                    [rows[k].tokens + drafts[k][:depth] for k in checking], scores
-                )
-            picks = scores.argmax(dim=-1).tolist()
+            # drafting rows are greedy, so their sampler leaves the scores as they are
+            picks = self._pick(
+                [rows[k] for k in checking],
+                logits[[starts[k] + depth for k in checking]],
+                sampler,
+                constrained,
+                [rows[k].tokens + drafts[k][:depth] for k in checking],
+            )
             for k, token in zip(checking, picks, strict=True):
                 emitted[k].append(token)
             checking = [
