@@ -458,9 +458,13 @@ def _session(
     }
     compiled = core.compile_model(core.read_model(str(onnx_path)), "CPU", config)
     request = compiled.create_infer_request()
+    lock = threading.Lock()
 
     def run(feeds: dict[str, np.ndarray]) -> np.ndarray:
-        return np.asarray(request.infer(feeds)[0], dtype=np.float32)
+        # One infer request: steps running side by side take turns on it, and each gets a copy
+        # of the output, which the request's next inference overwrites.
+        with lock:
+            return np.array(request.infer(feeds)[0], dtype=np.float32)
 
     return run
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -54,6 +55,43 @@ log = logging.getLogger(__name__)
 
 InT = TypeVar("InT", bound=BaseModel)
 OutT = TypeVar("OutT", bound=BaseModel)
+
+
+class InFlight:
+    """The cache keys whose calls some thread of this process is making now.
+
+    Steps that run side by side (on an endpoint) often ask the same thing: two raters that
+    share a prompt, two branches that answer the same question in the same context. The cache
+    is content-addressed, so the second asker only has to wait for the first call and read its
+    reply back instead of paying for the same call again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[str, threading.Event] = {}
+
+    def claim(self, keys: Sequence[str]) -> tuple[list[str], dict[str, threading.Event]]:
+        """The keys the caller now calls for (release them after caching the replies), and the
+        events of those another thread is already calling for (set once it has cached them)."""
+        owned: list[str] = []
+        joined: dict[str, threading.Event] = {}
+        with self._lock:
+            for key in keys:
+                if key in self._calls:
+                    joined[key] = self._calls[key]
+                else:
+                    self._calls[key] = threading.Event()
+                    owned.append(key)
+        return owned, joined
+
+    def release(self, keys: Sequence[str]) -> None:
+        with self._lock:
+            for key in keys:
+                self._calls.pop(key).set()
+
+
+IN_FLIGHT = InFlight()
+"""The process's calls in flight, across every client (runtimes of one process share it)."""
 
 _MAX_ECHO_CHARS = 1500
 _MAX_DETAIL_CHARS = 300
@@ -301,40 +339,32 @@ class LLMClient:
             keys = [
                 cache_key(backend_name, model_id, prompt.name, prompt.version, r) for r in requests
             ]
-            cached = self.cache.get_many(keys)
-            miss_idx = [i for i, k in enumerate(keys) if k not in cached]
-            tally.advance(len(keys) - len(miss_idx), cached=True)
-            fresh = self._call_backend([requests[i] for i in miss_idx], tally, stage)
-            fresh_by_pos = dict(zip(miss_idx, fresh, strict=True))
-
-            new_entries: list[CacheEntry] = []
+            first: dict[str, int] = {}  # each key's first request: identical ones share a call
+            for i, key in enumerate(keys):
+                first.setdefault(key, i)
+            served = {k: e.to_result() for k, e in self.cache.get_many(list(first)).items()}
+            owned, joined = IN_FLIGHT.claim([k for k in first if k not in served])
+            try:
+                fresh = self._fresh(prompt, owned, first, requests, tally, stage)
+            finally:
+                IN_FLIGHT.release(owned)
+            if joined:  # another thread was making these calls: read its replies back
+                for event in joined.values():
+                    event.wait()
+                served |= {k: e.to_result() for k, e in self.cache.get_many(list(joined)).items()}
+                fresh |= self._fresh(
+                    prompt, [k for k in joined if k not in served], first, requests, tally, stage
+                )
+            hits, unsent = 0, []
             for i, state in enumerate(active):
-                if keys[i] in cached:
-                    result, from_cache = cached[keys[i]].to_result(), True
-                else:
-                    result, from_cache = fresh_by_pos[i], False
-                    if _is_cacheable(result):
-                        new_entries.append(
-                            CacheEntry(
-                                key=keys[i],
-                                backend=backend_name,
-                                model_id=model_id,
-                                prompt_name=prompt.name,
-                                prompt_version=prompt.version,
-                                material=cache_key_material(
-                                    backend_name, model_id, prompt.name, prompt.version, requests[i]
-                                ),
-                                text=result.text,
-                                prompt_tokens=result.prompt_tokens,
-                                completion_tokens=result.completion_tokens,
-                                finish_reason=result.finish_reason,
-                            )
-                        )
-                self._absorb(prompt, state, attempt, result, from_cache)
-            if new_entries:
-                self.cache.put_many(new_entries)
+                called = keys[i] in fresh and first[keys[i]] == i
+                result = fresh[keys[i]] if keys[i] in fresh else served[keys[i]]
+                hits += not called
+                if _unsent(result):
+                    unsent.append(result.error)
+                self._absorb(prompt, state, attempt, result, not called)
+            tally.advance(hits, cached=True)
 
-            unsent = [r.error for r in fresh if _unsent(r)]
             failures_now = sum(
                 1 for s in active if s.outcome is not None and s.outcome.status == "failed"
             )
@@ -343,11 +373,48 @@ class LLMClient:
                 stage,
                 backend_name,
                 model_id,
-                cache_hits=len(keys) - len(miss_idx),
+                cache_hits=hits,
                 failures=max(0, failures_now - len(unsent)),
             )
             if unsent:
                 raise BudgetExhausted(str(unsent[0]).removeprefix(_BUDGET_ERROR))
+
+    def _fresh(
+        self,
+        prompt: Prompt[Any, Any],
+        keys: Sequence[str],
+        first: dict[str, int],
+        requests: Sequence[GenerationRequest],
+        tally: _Tally,
+        stage: str,
+    ) -> dict[str, GenerationResult]:
+        """The backend's replies to the requests of ``keys`` (by key), the usable ones cached."""
+        if not keys:
+            return {}
+        backend_name, model_id = self.backend.name, self.backend.model_id
+        sent = [requests[first[k]] for k in keys]
+        results = dict(zip(keys, self._call_backend(sent, tally, stage), strict=True))
+        self.cache.put_many(
+            [
+                CacheEntry(
+                    key=key,
+                    backend=backend_name,
+                    model_id=model_id,
+                    prompt_name=prompt.name,
+                    prompt_version=prompt.version,
+                    material=cache_key_material(
+                        backend_name, model_id, prompt.name, prompt.version, request
+                    ),
+                    text=result.text,
+                    prompt_tokens=result.prompt_tokens,
+                    completion_tokens=result.completion_tokens,
+                    finish_reason=result.finish_reason,
+                )
+                for (key, result), request in zip(results.items(), sent, strict=True)
+                if _is_cacheable(result)
+            ]
+        )
+        return results
 
     def _request(self, state: _State, attempt: int, params: GenerationParams) -> GenerationRequest:
         messages = list(state.base_messages)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,13 @@ from ragtrail.llm.backends.fault_injection import (
     FaultPlan,
 )
 from ragtrail.llm.cache import MemoryLLMCache, SqlLLMCache
-from ragtrail.llm.client import FailureCause, GenerationParams, LLMClient, looks_like_refusal
+from ragtrail.llm.client import (
+    IN_FLIGHT,
+    FailureCause,
+    GenerationParams,
+    LLMClient,
+    looks_like_refusal,
+)
 from ragtrail.llm.prompts import Prompt
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.llm.usage import Price, UsageMeter
@@ -432,3 +440,49 @@ def test_each_input_gets_the_copy_guards_of_the_examples_it_was_shown() -> None:
     assert french_call.avoid_copying == ("UNE ÉTIQUETTE MODÈLE",)
     assert french_call.avoid_words == ("modèle", "étiquette")
     assert "UNE ÉTIQUETTE MODÈLE" in french_call.messages[2]["content"]
+
+
+def test_identical_requests_share_one_call_in_a_batch_and_across_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Within one batch, and between clients running at once on threads (steps side by side on
+    an endpoint), a request already being made is not made again: the second asker waits for
+    the first call, then reads its cached reply (an attempt marked cached, no tokens)."""
+    started, release = threading.Event(), threading.Event()
+
+    def slow_reply(req: GenerationRequest, number: int) -> str:
+        started.set()
+        assert release.wait(5), "the test never released the first call"
+        return good_reply(req, number)
+
+    claims: list[list[str]] = []
+    second_claimed = threading.Event()
+    claim = IN_FLIGHT.claim
+
+    def counted_claim(keys):
+        claims.append(list(keys))
+        if len(claims) == 2:
+            second_claimed.set()
+        return claim(keys)
+
+    monkeypatch.setattr(IN_FLIGHT, "claim", counted_claim)
+    backend = ScriptedBackend(slow_reply)
+    cache = MemoryLLMCache()
+    twice = [*ITEMS[:3], ITEMS[0]]
+    first = LLMClient(backend, cache)
+    usage = UsageMeter()
+    second = LLMClient(backend, cache, usage=usage)
+    with ThreadPoolExecutor(2) as pool:
+        ahead = pool.submit(first.run, PROMPT, twice, stage="judge")
+        assert started.wait(5)
+        behind = pool.submit(second.run, PROMPT, ITEMS[:4], stage="judge")
+        assert second_claimed.wait(5)  # while the first client's calls are in flight
+        release.set()
+        outs_ahead, outs_behind = ahead.result(), behind.result()
+    sent = [item_text(r) for r in backend.calls]
+    assert sorted(sent) == sorted(i.text for i in ITEMS[:4])  # every distinct request once
+    assert [o.value for o in outs_ahead] == [o.value for o in (*outs_behind[:3], outs_behind[0])]
+    assert [o.attempts[0].cached for o in outs_ahead] == [False, False, False, True]
+    assert [o.attempts[0].cached for o in outs_behind] == [True, True, True, False]
+    assert len(claims[1]) == 4  # the second asked for all four while three were in flight
+    assert usage.totals().calls == 1 and usage.totals().cache_hits == 3
