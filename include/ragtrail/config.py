@@ -225,6 +225,17 @@ class GenerationSettings(BaseModel):
     max_per_document: int = Field(2, ge=1, description="accepted items per document, all labels")
     contexts_per_round: int = Field(6, ge=1)
     max_rounds: int = Field(3, ge=1)
+    rounds_at_once: int | None = Field(
+        None,
+        ge=1,
+        description="rounds whose contexts are drafted together, before any round's items are "
+        "selected; later rounds then top up as usual. Each drafted round asks for the full "
+        "quotas, so more candidates (and model calls) are made than rounds that see what the "
+        "earlier ones accepted, but an endpoint gets them in one go instead of one round's "
+        "chain of dependent calls after another. Empty: every round (max_rounds) when every "
+        "model is an OpenAI-compatible endpoint, one round on a local model, whose calls each "
+        "cost this machine's time",
+    )
     min_context_tokens: int = Field(60, ge=1)
     baseline_contexts: int = Field(6, ge=0, description="contexts for the single-prompt baseline")
     critique_thresholds: dict[str, int] = Field(default_factory=dict)

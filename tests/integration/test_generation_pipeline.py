@@ -181,6 +181,56 @@ def test_the_same_seed_on_the_same_corpus_gives_the_same_set_in_any_run(
     assert versions[0] == versions[1] and questions[0] == questions[1]
 
 
+def test_rounds_drafted_together_are_selected_in_round_order(make_runtime, corpus_dir, tmp_path):
+    """``generation.rounds_at_once``: the shards hold every round's contexts, in the order the
+    top-up rounds take them; each round asks for the full quotas (more candidates and calls than
+    rounds one by one), and selection takes the rounds in order, so a round's item is dropped for
+    a full quota only after every item of that label the earlier rounds had was accepted."""
+    runs = {}
+    for rounds in (1, 3):
+        generation = {"per_label": 2, "contexts_per_round": 3, "rounds_at_once": rounds}
+        home = make_runtime(home=tmp_path / f"rounds{rounds}", generation=generation)
+        ingest(home, str(corpus_dir), "hb")
+        backend = _backend()
+        _client(home, backend)
+        plan = plan_generation(home, _request())
+        summary = generate_testset(home, _request())
+        runs[rounds] = (home, backend, plan, summary)
+
+    home, backend, plan, summary = runs[3]
+    assert [len(r) for r in plan.rounds] == [3, 3, 3]
+    drafted = [cid for contexts in plan.rounds for cid in contexts]
+    assert drafted == plan.pool[:9] == [cid for shard in plan.shards for cid in shard]
+    assert summary.accepted == dict.fromkeys(LABELS, 2)
+    assert summary.distribution.baseline, "the baseline ran beside the selection"
+    round_of = {cid: k for k, contexts in enumerate(plan.rounds) for cid in contexts}
+    cands = TestSetStore(home.engine).get_candidates("hb", run_id="gen-1")
+    full = [c for c in cands if (c.reject_reason or "").startswith("quota_full")]
+    assert any(round_of[c.context.chunk_id] > 0 for c in full), "later rounds made surplus"
+    for label in ("fact_single", "summary", "reasoning"):
+        accepted = [
+            round_of[c.context.chunk_id]
+            for c in cands
+            if c.status == CandidateStatus.ACCEPTED and c.requested_label == label
+        ]
+        dropped = [round_of[c.context.chunk_id] for c in full if c.requested_label == label]
+        assert not dropped or max(accepted) <= min(dropped)
+
+    one_home, one_backend, one_plan, _ = runs[1]
+    assert [len(r) for r in one_plan.rounds] == [3] and one_plan.pool == plan.pool
+    first = set(plan.rounds[0])
+    firsts = [
+        {
+            c.candidate_id
+            for c in TestSetStore(h.engine).get_candidates("hb")
+            if c.context.chunk_id in first and c.statement_kind != "foreign"
+        }
+        for h in (one_home, home)
+    ]
+    assert firsts[0] == firsts[1], "the first round's statements are the same either way"
+    assert len(backend.calls) > len(one_backend.calls)
+
+
 def test_changed_document_retires_its_items_and_regenerates_only_there(rt, corpus_dir):
     _client(rt, _backend())
     first = generate_testset(rt, _request())

@@ -7,11 +7,14 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
+from functools import partial
+from typing import cast
 
 from ragtrail.artifact_keys import generation_plan_key
 from ragtrail.config import ModelRole
 from ragtrail.failures import FailureCount, check_failures
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.llm.together import together
 from ragtrail.pipeline.generate.artifacts import write_artifacts
 from ragtrail.pipeline.generate.candidates import baseline, pending, statement_candidates
 from ragtrail.pipeline.generate.plan import (
@@ -23,10 +26,16 @@ from ragtrail.pipeline.generate.plan import (
     load_plan,
 )
 from ragtrail.pipeline.generate.report_data import generation_summary
-from ragtrail.pipeline.generate.rounds import initial_deficit, run_rounds, settle, undo_finalize
+from ragtrail.pipeline.generate.rounds import (
+    RoundsOutcome,
+    initial_deficit,
+    run_rounds,
+    settle,
+    undo_finalize,
+)
 from ragtrail.pipeline.judges import gate_decisions, generation_judges
 from ragtrail.progress import ProgressUpdate
-from ragtrail.records import LABELS, CandidateStatus, ModelKind, ModelSpec
+from ragtrail.records import LABELS, CandidateStatus, ModelKind, ModelSpec, QACandidate
 from ragtrail.redact import redact
 from ragtrail.runtime import Runtime
 from ragtrail.summaries.generation_summary import GenerationSummary
@@ -45,6 +54,32 @@ def shard_size_for(rt: Runtime) -> int:
     if spec is not None and spec.kind == ModelKind.OPENAI:
         return max(gen.llm_batch_size, gen.llm_max_concurrency)
     return max(1, gen.llm_batch_size)
+
+
+def rounds_at_once(rt: Runtime) -> int:
+    """How many rounds' contexts the shards draft together (``generation.rounds_at_once``;
+    empty: every round when every model is an endpoint, else one)."""
+    gen = rt.settings.generation
+    if gen.rounds_at_once is not None:
+        return min(gen.rounds_at_once, gen.max_rounds)
+    return gen.max_rounds if rt.llm_calls_overlap() else 1
+
+
+def draft_rounds(pool: Sequence[str], first: int, rounds: int, per_round: int) -> list[list[str]]:
+    """The contexts of the rounds drafted together: the pool's first ``first`` (the first round,
+    drawn from changed documents), then up to ``rounds - 1`` more rounds of ``per_round`` from
+    the rest of the pool, in the order the top-up rounds would take them. None without a first
+    round (every quota is met)."""
+    if not first:
+        return []
+    drafted = [list(pool[:first])]
+    rest = pool[first:]
+    for k in range(rounds - 1):
+        batch = list(rest[k * per_round : (k + 1) * per_round])
+        if not batch:
+            break
+        drafted.append(batch)
+    return drafted
 
 
 def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
@@ -122,6 +157,7 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
     first_round = [] if quotas_met else (first_pool or rest_pool)[: gen.contexts_per_round]
     in_first = set(first_round)
     pool = first_round + [c for c in first_pool + rest_pool if c not in in_first]
+    rounds = draft_rounds(pool, len(first_round), rounds_at_once(rt), gen.contexts_per_round)
     shard_size = shard_size_for(rt)
     plan = GenerationPlan(
         corpus=corpus,
@@ -133,7 +169,8 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
         previous_version=previous["version"] if previous else None,
         previous_questions=[c.question for c in prev_items if c.candidate_id not in kept_ids],
         pool=pool,
-        shards=[first_round[i : i + shard_size] for i in range(0, len(first_round), shard_size)],
+        shards=[r[i : i + shard_size] for r in rounds for i in range(0, len(r), shard_size)],
+        rounds=rounds,
         retired=retired,
         params={
             "per_label": per_label,
@@ -175,20 +212,36 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> GenerationSumm
     existing_ids = set(plan.existing_ids)
     existing = testsets.get_candidates(corpus, status=CandidateStatus.ACCEPTED)
     existing = [c for c in existing if c.candidate_id in existing_ids]
-    sharded = [cid for shard in plan.shards for cid in shard]
-    sharded_ids = set(sharded)
-    candidates = [
-        undo_finalize(c)
-        for c in testsets.get_candidates(corpus, run_id=run_id)
-        if c.context.chunk_id in sharded_ids and c.statement_kind != "foreign"
-    ]
+    rounds = plan.drafted_rounds()
+    round_of = {cid: k for k, contexts in enumerate(rounds) for cid in contexts}
+    sharded = [cid for contexts in rounds for cid in contexts]
+    # Selection takes candidates in round order (by id within a round), so the surplus of
+    # rounds drafted together is what the later rounds made, as when rounds run one by one.
+    candidates = sorted(
+        (
+            undo_finalize(c)
+            for c in testsets.get_candidates(corpus, run_id=run_id)
+            if c.context.chunk_id in round_of and c.statement_kind != "foreign"
+        ),
+        key=lambda c: round_of[c.context.chunk_id],
+    )
     contexts_used = contexts_by_id(rt, plan, sharded)
     remaining = plan.pool[len(sharded) :]
-
-    outcome = run_rounds(rt, plan, existing, candidates, contexts_used, remaining)
+    select = partial(run_rounds, rt, plan, existing, candidates, list(contexts_used), remaining)
+    if len(rounds) >= rt.settings.generation.max_rounds:
+        # No top-up round can add contexts: the baseline's sample is known, and an endpoint
+        # gets its requests beside the selection's (unanswerable pairs).
+        done = together(
+            [select, partial(baseline, rt, plan, contexts_used)],
+            concurrent=rt.llm_calls_overlap(),
+        )
+        outcome = cast(RoundsOutcome, done[0])
+        baseline_items = cast(list[QACandidate], done[1])
+    else:
+        outcome = select()
+        baseline_items = baseline(rt, plan, outcome.contexts_used)
     candidates, selected, quota = outcome.candidates, outcome.selected, outcome.quota
     settle(outcome)
-    baseline_items = baseline(rt, plan, outcome.contexts_used)
     testsets.upsert_candidates(candidates, corpus=corpus, run_id=run_id)
     failed = FailureCount.of(
         "candidates",

@@ -44,12 +44,19 @@ class GenerationPlan:
     previous_version: str | None
     previous_questions: list[str]
     pool: list[str]  # chunk ids in the seeded order they are offered
-    shards: list[list[str]]  # the first round's contexts, split for mapped generation
+    shards: list[list[str]]  # the drafted rounds' contexts, split for mapped generation
     retired: int
     params: JsonObject
     # judge name -> its gate decision (GateDecision.as_dict()), fixed when the run is planned so
     # every shard applies the same policy even if a calibration lands mid-run
     judges: dict[str, JsonObject] = field(default_factory=dict)
+    # the contexts of each round drafted before any selection (generation.rounds_at_once), in
+    # round order; empty in plans made before rounds were drafted together: one round, the shards
+    rounds: list[list[str]] = field(default_factory=list)
+
+    def drafted_rounds(self) -> list[list[str]]:
+        """The contexts of each round the shards drafted, in round order."""
+        return self.rounds or [[cid for shard in self.shards for cid in shard]]
 
     def gates(self, judge: str) -> bool:
         """Whether ``judge`` may reject items in this run (no decision recorded: it advises)."""

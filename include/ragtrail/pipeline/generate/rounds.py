@@ -1,7 +1,8 @@
 """The round / top-up algorithm: quotas per label, more contexts until they are met.
 
-Round 0 works on the candidates the shards produced; every later round draws the next contexts
-from the plan's pool while some label is short. Each round deduplicates, selects with quotas and a
+The first pass works on the candidates the shards produced (the rounds drafted together,
+``generation.rounds_at_once``); every later round draws the next contexts from the plan's pool
+while some label is short. Each round deduplicates, selects with quotas and a
 per-document cap, and asks surplus questions of a foreign context while unanswerable items are
 missing.
 """
@@ -75,9 +76,11 @@ def run_rounds(
 
     selected: list[QACandidate] = list(existing)
     quota = select([])
-    for round_no in range(gen.max_rounds):
+    drafted = max(1, len(plan.drafted_rounds()))
+    # The drafted rounds' candidates are selected together (the first pass), then top-up rounds.
+    for round_no in range(drafted - 1, gen.max_rounds):
         deficit = {lb: max(0, n - quota.achieved.get(lb, 0)) for lb, n in plan.targets.items()}
-        if round_no > 0:
+        if round_no >= drafted:
             if not any(deficit.values()) or not remaining:
                 break
             batch, remaining = (
