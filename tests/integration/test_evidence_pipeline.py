@@ -10,6 +10,7 @@ import json
 import shutil
 
 import pytest
+from sqlalchemy import text
 
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
 from ragtrail.pipeline.evidence.step import evaluate_evidence
@@ -80,6 +81,28 @@ def test_every_method_scored_stored_and_a_rerun_makes_no_model_call(rt) -> None:
     after = rt.llm_usage.totals()
     assert after.calls == before.calls and after.cache_hits > before.cache_hits  # all cached
     assert again.to_json() | {"evidence_uri": ""} == result.to_json() | {"evidence_uri": ""}
+
+
+def test_steps_run_side_by_side_on_an_endpoint_record_what_one_by_one_records(
+    rt, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where every model is an endpoint, the full-length answers are written beside the
+    extraction, and the experts' local scores computed beside the answers and their judging;
+    the run records what one step after another records."""
+    evaluate_evidence(rt, CORPUS, run_id="n1.handbook", set_name="handbook")
+    one_by_one = load_evidence(rt, "n1.handbook")
+    with rt.engine.begin() as conn:  # every call is made again, now on threads
+        conn.execute(text("DELETE FROM llm_cache"))
+    monkeypatch.setattr(type(rt), "llm_calls_overlap", lambda self: True)
+    calls = rt.llm_usage.totals().calls
+    evaluate_evidence(rt, CORPUS, run_id="n2.handbook", set_name="handbook")
+    assert rt.llm_usage.totals().calls > calls
+    side_by_side = load_evidence(rt, "n2.handbook")
+    assert one_by_one is not None and side_by_side is not None
+    before, after = one_by_one.to_json(), side_by_side.to_json()
+    for key in ("queries", "aggregates", "judges", "failures"):
+        assert after[key] == before[key], key
+    assert set(side_by_side.seconds) == {"contexts", "evidence", "experts and answers"}
 
 
 def test_answer_from_evidence_mode_of_the_sufficiency_evaluation(make_runtime, tmp_path) -> None:

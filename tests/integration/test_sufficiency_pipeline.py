@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from typer.testing import CliRunner
 
 from ragtrail.cli import app
@@ -169,6 +170,36 @@ def test_one_set_rated_answered_and_scored_then_a_rerun_makes_no_model_call(rt) 
         snapshot_id="s",
     )
     assert list(announced["event"]["sets"]) == ["handbook"]
+
+
+def test_steps_run_side_by_side_on_an_endpoint_record_what_one_by_one_records(
+    rt, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where every model is an endpoint, the raters and the answers run at once, then the
+    correctness judge beside the confidence scores (of every answer a rule or the judge may
+    score); the night records the same outcomes, ratings and policy as one step after another."""
+    evaluate_sufficiency(rt, CORPUS, run_id="n1.handbook", set_name="handbook")
+    one_by_one = load_sufficiency(rt, "n1.handbook")
+    with rt.engine.begin() as conn:  # every call is made again, now on threads
+        conn.execute(text("DELETE FROM llm_cache"))
+    monkeypatch.setattr(type(rt), "llm_calls_overlap", lambda self: True)
+    calls = rt.llm_usage.totals().calls
+    evaluate_sufficiency(rt, CORPUS, run_id="n2.handbook", set_name="handbook")
+    assert rt.llm_usage.totals().calls > calls
+    side_by_side = load_sufficiency(rt, "n2.handbook")
+    assert one_by_one is not None and side_by_side is not None
+    before, after = one_by_one.to_json(), side_by_side.to_json()
+    for doc in (before, after):
+        doc["selective"].pop("policy_uri")  # under each run's own id
+    for key in ("raters", "cah", "selective", "queries", "primary_rater"):
+        assert _without_status(after[key]) == _without_status(before[key]), key
+    assert set(side_by_side.seconds) == {
+        "contexts",
+        "calibration",
+        "raters and answers",
+        "correctness and confidence",
+        "selective",
+    }
 
 
 def test_the_nightly_step_rates_golden_sets_only_by_default(rt) -> None:

@@ -146,9 +146,9 @@ Instance = tuple[StepEstimate, str | None, tuple[float, str] | None]
 
 
 def _generation(rt: Runtime, corpus: str, snapshot_id: str | None) -> list[Instance]:
-    from ragtrail.pipeline.judges import uncalibrated_judges
+    from ragtrail.pipeline.night_judges import uncalibrated_night_judges
 
-    missing = uncalibrated_judges(rt)
+    missing = uncalibrated_night_judges(rt)
     out = [
         (
             estimate_step(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -483,13 +484,21 @@ def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
         else:
             report[spec.name] = {}  # keeps the judges' order
             todo.append(judge)
-    sources: list[ContrastSource] = []
-    no_sources: ValueError | None = None
-    if any(j.spec.role is not JudgeRole.LABELLER for j in todo):
-        try:
-            sources = contrast_sources(rt, corpus, items, accepted_items(rt, corpus))
-        except ValueError as exc:  # reported on each critique, as the labeller goes on
-            no_sources = exc
+    building = threading.Lock()
+    built: list[list[ContrastSource] | ValueError] = []
+
+    def sources() -> list[ContrastSource]:
+        """The critiques' contrast sources, built once by the first critique that needs them
+        (the labeller's calibration does not wait for them)."""
+        with building:
+            if not built:
+                try:
+                    built.append(contrast_sources(rt, corpus, items, accepted_items(rt, corpus)))
+                except ValueError as exc:  # reported on each critique, as the labeller goes on
+                    built.append(exc)
+        if isinstance(built[0], ValueError):
+            raise built[0]
+        return built[0]
 
     def calibrate(judge: Judge) -> JsonObject:
         spec = judge.spec
@@ -501,9 +510,7 @@ def calibrate_missing(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
                     )
                 record = calibrate_labeller(rt, corpus, items)
             else:
-                if no_sources is not None:
-                    raise no_sources
-                record = calibrate_critique(rt, str(criterion_of(spec.name)), sources)
+                record = calibrate_critique(rt, str(criterion_of(spec.name)), sources())
         except ValueError as exc:  # CalibrationError included
             log.warning("%s not calibrated: %s", spec.ref, exc)
             return {"status": "not calibrated", "judge": spec.ref, "reason": str(exc)}

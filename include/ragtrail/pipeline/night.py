@@ -387,7 +387,8 @@ GENERATE = Flow(
         Step(
             "calibrate",
             "calibrate_judges",
-            "calibrates the labeller and critiques on golden sets when their version has none",
+            "calibrates the night's judges (labeller, critiques, sufficiency raters, correctness) "
+            "on golden sets when their version has none",
             inputs=("corpus",),
             pool="llm_api",
         ),

@@ -145,21 +145,23 @@ def check_corpus(rt: Runtime, *, corpus: str, snapshot_id: str, summary: XCom) -
 
 
 def calibrate_judges(rt: Runtime, *, corpus: str) -> XCom:
-    """Measure the generation judges that have no calibration for their version yet.
+    """Measure the night's judges that have no calibration for their version yet: the
+    generation judges and those of the enabled evaluation steps
+    (:mod:`ragtrail.pipeline.night_judges`).
 
     The plan that follows reads the stored calibrations: a judge gates only when its own meets
     the bar. Model calls are cached, so the step is cheap once a version is calibrated.
     """
-    from ragtrail.pipeline.judges import calibrate_missing, uncalibrated_judges
+    from ragtrail.pipeline.night_judges import calibrate_night_judges, uncalibrated_night_judges
 
-    missing = uncalibrated_judges(rt)
+    missing = uncalibrated_night_judges(rt)
     try:
         with budgeted_step(
             rt, "calibration", corpus=corpus, scope="calibration", planned=len(missing)
         ) as allowance:
             if missing and allowance.items <= 0:
                 raise BudgetExhausted(allowance.reason or "no budget left")
-            judges = calibrate_missing(rt, corpus)
+            judges = calibrate_night_judges(rt, corpus)
             allowance.done(sum(1 for j in judges.values() if j.get("status") == "calibrated"))
     except BudgetExhausted as exc:
         # the judges left uncalibrated only advise; the next night calibrates them (cached)

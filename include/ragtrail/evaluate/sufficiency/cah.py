@@ -199,6 +199,14 @@ def _rule(case: AnswerCase, judge: Judge | None) -> CAHRecord | None:
     return None
 
 
+def may_be_scored(case: AnswerCase, judge: Judge | None) -> bool:
+    """Whether ``case`` may end Correct or Hallucinate: a rule decides so, or it is left to
+    ``judge`` (which may also fail on it). Model-free, so a step can start work that needs only
+    these answers (their confidence) while the judge is still deciding."""
+    record = _rule(case, judge)
+    return record is None or record.outcome in (Outcome.CORRECT, Outcome.HALLUCINATE)
+
+
 def classify(cases: Sequence[AnswerCase], judge: Judge | None) -> list[CAHRecord]:
     """One record per case, in order (see the module docstring for the rules)."""
     check_cases(cases)
@@ -438,4 +446,5 @@ __all__ = [
     "check_cases",
     "classify",
     "evaluate_cah",
+    "may_be_scored",
 ]

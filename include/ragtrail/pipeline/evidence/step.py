@@ -33,10 +33,12 @@ raises (:mod:`ragtrail.failures`).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import cast
 
 from ragtrail.artifact_keys import evidence_key, evidence_queries_key
 from ragtrail.config import ModelRole
@@ -58,17 +60,20 @@ from ragtrail.evaluate.evidence.extraction import (
     extraction_params,
 )
 from ragtrail.evaluate.evidence.extractive import extractive_evidence
-from ragtrail.evaluate.evidence.full_answers import full_length_answers
+from ragtrail.evaluate.evidence.full_answers import FullAnswer, full_length_answers
 from ragtrail.evaluate.evidence.measures import compression, token_count
 from ragtrail.evaluate.evidence.noise import noisy_passages
 from ragtrail.evaluate.sufficiency.cah import AnswerCase, Outcome, classify
 from ragtrail.evaluate.sufficiency.short_answers import (
+    ShortAnswer,
     ShortAnswerInput,
     answer_questions,
     short_answer_params,
 )
 from ragtrail.failures import FailureCount
 from ragtrail.judges.contract import Judge
+from ragtrail.llm.client import LLMClient
+from ragtrail.llm.together import together
 from ragtrail.pipeline.budgets import Allowance, budgeted_set_step, keep_finished
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.evidence.views import compact, queries_frame
@@ -222,19 +227,18 @@ def _evaluate(
     cases = _cases(rt, corpus, sample, ratios, text_weight, seed, with_base=base_spec is not None)
     clock.lap("contexts")
 
-    # 1. evidence
-    params = extraction_params(es.max_new_tokens, seed)
-    for method, spec in ((EXTRACTOR, extractor_spec), (BASE, base_spec)):
-        chosen = [c for c in cases if c.method == method]
-        if chosen and spec is not None:
-            written = extract_evidence(
-                rt.llm_for_spec(spec),
-                [EvidenceInput(question=c.item.question, passages=c.passages) for c in chosen],
-                params,
-            )
-            for case, evidence in zip(chosen, written, strict=True):
-                case.evidence = None if evidence.failed else evidence.text
-                case.error = evidence.error
+    # Each model step starts as soon as what it reads exists; on an endpoint, the steps that do
+    # not read each other's results run at once.
+    concurrent = rt.llm_calls_overlap()
+
+    # 1. evidence, and the full-length answers conciseness compares it with
+    _, sentences = together(
+        [
+            partial(_extract, rt, cases, extractor_spec, base_spec, seed),
+            partial(_full_length_answers, rt, cases, seed),
+        ],
+        concurrent=concurrent,
+    )
     _check(
         rt,
         run_id,
@@ -244,52 +248,28 @@ def _evaluate(
     )
     _extractive(rt, cases)
     clock.lap("evidence")
+    golden, _ = golden_items(rt, corpus)
+    with allowance.calibrating(rt, "correctness") if allowance else nullcontext():
+        correctness = calibrate_correctness_if_missing(rt, corpus, golden)
 
-    # 2. experts
+    # 2. the experts (local models) beside the answers and their correctness (model calls)
     entail = entailment_judge(rt)
-    _check(rt, run_id, _faithfulness(rt, corpus, cases, entail), _helpfulness(rt, cases))
-    _conciseness(rt, cases, seed)
-    clock.lap("experts")
-
-    # 3. end to end
     answerer = rt.llm(ModelRole.ANSWERER)
-    answers = answer_questions(
-        answerer,
-        [ShortAnswerInput(question=c.item.question, passages=c.context) for c in cases],
-        short_answer_params(es.answer_max_new_tokens, seed),
-        stage="evidence.answers",
+    expert_failures, answered = together(
+        [
+            partial(_experts, rt, corpus, cases, entail, cast(dict, sentences)),
+            partial(_answers, rt, answerer, cases, seed),
+        ],
+        concurrent=concurrent,
     )
+    _check(rt, run_id, *cast(list[FailureCount], expert_failures))
+    answers = cast(list[ShortAnswer], answered)
     _check(
         rt,
         run_id,
         FailureCount.of("answers", (a.error or "failed" if a.failed else None for a in answers)),
     )
-    golden, _ = golden_items(rt, corpus)
-    with allowance.calibrating(rt, "correctness") if allowance else nullcontext():
-        correctness = calibrate_correctness_if_missing(rt, corpus, golden)
-    records = classify(
-        [
-            AnswerCase(
-                qid=c.item.qid,
-                label=c.item.label,
-                setting=c.setting,
-                question=c.item.question,
-                answer=answer,
-                golds=(c.item.gold,) if c.item.gold else (),
-            )
-            for c, answer in zip(cases, answers, strict=True)
-        ],
-        correctness_judge(rt),
-    )
-    for case, answer, record in zip(cases, answers, records, strict=True):
-        case.answer = None if answer.failed else answer.text
-        if record.outcome is None:
-            case.undefined["correct"] = record.unscored_reason or "not scored"
-            continue
-        case.outcome = str(record.outcome)
-        unanswerable = case.item.label == QuestionLabel.UNANSWERABLE
-        case.correct = record.outcome == (Outcome.ABSTAIN if unanswerable else Outcome.CORRECT)
-    clock.lap("answers")
+    clock.lap("experts and answers")
 
     # 4. the evaluator, the run's metrics and the summary
     faith_gate = gate_decisions(rt, [entail])[entail.spec.name]
@@ -344,6 +324,76 @@ def _evaluate(
     uri = rt.artifacts.put_bytes(evidence_key(run_id), summary.dumps(indent=1).encode())
     put_parquet(rt, evidence_queries_key(run_id), queries_frame(summary))
     return EvidenceRun(**dict(compact(summary)), evidence_uri=uri)
+
+
+# ------------------------------------------------------------------------------- stages
+
+
+def _extract(
+    rt: Runtime, cases: Sequence[Case], extractor: str, base: str | None, seed: int
+) -> None:
+    """The extractor's (and its base model's) evidence on each of its cases."""
+    params = extraction_params(rt.settings.evidence.max_new_tokens, seed)
+    for method, spec in ((EXTRACTOR, extractor), (BASE, base)):
+        chosen = [c for c in cases if c.method == method]
+        if chosen and spec is not None:
+            written = extract_evidence(
+                rt.llm_for_spec(spec),
+                [EvidenceInput(question=c.item.question, passages=c.passages) for c in chosen],
+                params,
+            )
+            for case, evidence in zip(chosen, written, strict=True):
+                case.evidence = None if evidence.failed else evidence.text
+                case.error = evidence.error
+
+
+def _experts(
+    rt: Runtime,
+    corpus: str,
+    cases: Sequence[Case],
+    entail: Judge,
+    sentences: Mapping[str, FullAnswer],
+) -> list[FailureCount]:
+    """Faithfulness, helpfulness and conciseness of every case's evidence (local models)."""
+    failures = [_faithfulness(rt, corpus, cases, entail), _helpfulness(rt, cases)]
+    _conciseness(rt, cases, sentences)
+    return failures
+
+
+def _answers(
+    rt: Runtime, answerer: LLMClient, cases: Sequence[Case], seed: int
+) -> list[ShortAnswer]:
+    """The answerer on each case's context, each answer classified against the gold answer
+    (the correctness judge where no rule decides)."""
+    answers = answer_questions(
+        answerer,
+        [ShortAnswerInput(question=c.item.question, passages=c.context) for c in cases],
+        short_answer_params(rt.settings.evidence.answer_max_new_tokens, seed),
+        stage="evidence.answers",
+    )
+    records = classify(
+        [
+            AnswerCase(
+                qid=c.item.qid,
+                label=c.item.label,
+                setting=c.setting,
+                question=c.item.question,
+                answer=answer,
+                golds=(c.item.gold,) if c.item.gold else (),
+            )
+            for c, answer in zip(cases, answers, strict=True)
+        ],
+        correctness_judge(rt),
+    )
+    for case, answer, record in zip(cases, answers, records, strict=True):
+        case.answer = None if answer.failed else answer.text
+        if record.outcome is None:
+            case.undefined["correct"] = record.unscored_reason or "not scored"
+            continue
+        case.outcome = str(record.outcome)
+        unanswerable = case.item.label == QuestionLabel.UNANSWERABLE
+        case.correct = record.outcome == (Outcome.ABSTAIN if unanswerable else Outcome.CORRECT)
+    return answers
 
 
 # ----------------------------------------------------------------------------- contexts
@@ -485,14 +535,19 @@ def _evidence_text(case: Case) -> str:
     return "\n\n".join(case.passages) if case.method == FULL else case.evidence or ""
 
 
-def _conciseness(rt: Runtime, cases: Sequence[Case], seed: int) -> None:
-    """Cosine between the evidence and the full-length answer (written once per item, cached)."""
+def _full_length_answers(rt: Runtime, cases: Sequence[Case], seed: int) -> dict[str, FullAnswer]:
+    """Each answerable item's gold answer as one full sentence (written once per item, cached),
+    by question id: what conciseness compares the evidence with."""
     items = sorted({c.item.qid: c.item for c in cases}.values(), key=lambda i: i.qid)
     answerable = [i for i in items if i.gold]
     written = full_length_answers(
         rt.llm(ModelRole.GENERATOR), [(i.question, i.gold) for i in answerable], seed=seed
     )
-    sentences = {i.qid: w for i, w in zip(answerable, written, strict=True)}
+    return {i.qid: w for i, w in zip(answerable, written, strict=True)}
+
+
+def _conciseness(rt: Runtime, cases: Sequence[Case], sentences: Mapping[str, FullAnswer]) -> None:
+    """Cosine between the evidence and the item's full-length answer."""
     scored = []
     for case in cases:
         if case.method not in EVIDENCE_METHODS:

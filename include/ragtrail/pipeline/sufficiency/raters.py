@@ -19,6 +19,7 @@ import logging
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TypedDict
 
 from ragtrail.config import ModelRole
@@ -40,6 +41,7 @@ from ragtrail.judges.sufficiency_references import (
     is_answerable,
     load_sufficiency_reference,
 )
+from ragtrail.llm.together import together
 from ragtrail.pipeline.champion_judges import build_trained
 from ragtrail.pipeline.judges import (
     CalibrationError,
@@ -255,9 +257,17 @@ def calibrate_sufficiency_raters(
     cache, so a rerun costs nothing.
     """
     store = JudgeStore(rt.engine)
-    examples: list[SufficiencyExample] | None = None
-    report: dict[str, JsonObject] = {}
-    for judge in sufficiency_raters(rt) if raters is None else raters:
+    chosen = sufficiency_raters(rt) if raters is None else list(raters)
+    todo = [j for j in chosen if store.latest(j.spec.name, j.spec.version) is None]
+    examples: list[SufficiencyExample] = []
+    no_references: ValueError | None = None
+    if todo:
+        try:
+            examples = sufficiency_references(rt, corpus, items)
+        except ValueError as exc:  # bad reference files: reported on each rater
+            no_references = exc
+
+    def calibrate(judge: Judge) -> JsonObject:
         spec = judge.spec
         entry: JsonObject = {"judge": spec.ref, "approximate": spec.approximate}
         record = store.latest(spec.name, spec.version)
@@ -265,21 +275,26 @@ def calibrate_sufficiency_raters(
             entry["status"] = "cached"
         else:
             try:
-                if examples is None:
-                    examples = sufficiency_references(rt, corpus, items)
+                if no_references is not None:
+                    raise no_references
                 record = calibrate_sufficiency(rt, judge, examples)
                 entry["status"] = "calibrated"
                 log.info(
                     "%s calibrated: %s %s (n=%d)", spec.ref, record.metric, record.value, record.n
                 )
-            except ValueError as exc:  # CalibrationError and bad reference files included
+            except ValueError as exc:  # CalibrationError included
                 log.warning("%s not calibrated: %s", spec.ref, exc)
                 entry.update(status="not calibrated", reason=str(exc))
         if record is not None:
             entry.update(_figures(record))
         entry["gate"] = gate_decision(rt, spec, record).as_dict()
-        report[spec.name] = entry
-    return report
+        return entry
+
+    # the raters' calibrations do not read each other: an endpoint gets them at once
+    entries = together(
+        [partial(calibrate, judge) for judge in chosen], concurrent=rt.llm_calls_overlap()
+    )
+    return {judge.spec.name: entry for judge, entry in zip(chosen, entries, strict=True)}
 
 
 # ---------------------------------------------------------------------------- registrations

@@ -29,8 +29,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ragtrail import jsonsafe
 from ragtrail.artifact_keys import selective_policy_key, sufficiency_key, sufficiency_queries_key
@@ -40,7 +41,14 @@ from ragtrail.evaluate.evidence.extraction import (
     extract_evidence,
     extraction_params,
 )
-from ragtrail.evaluate.sufficiency.cah import JUDGE_FAILED, CAHRecord, Outcome, evaluate_cah
+from ragtrail.evaluate.sufficiency.cah import (
+    JUDGE_FAILED,
+    CAHEvaluation,
+    CAHRecord,
+    Outcome,
+    evaluate_cah,
+    may_be_scored,
+)
 from ragtrail.evaluate.sufficiency.cah import AnswerCase as CAHCase
 from ragtrail.evaluate.sufficiency.confidence import (
     ConfidenceRow,
@@ -60,6 +68,7 @@ from ragtrail.evaluate.sufficiency.selective import (
 from ragtrail.evaluate.sufficiency.selective_policy import P_CORRECT, P_TRUE
 from ragtrail.evaluate.sufficiency.selective_policy import SUFFICIENT as SUFFICIENT_FEATURE
 from ragtrail.evaluate.sufficiency.short_answers import (
+    ShortAnswer,
     ShortAnswerInput,
     answer_questions,
     short_answer_params,
@@ -67,6 +76,7 @@ from ragtrail.evaluate.sufficiency.short_answers import (
 from ragtrail.failures import FailureCount
 from ragtrail.judges.contract import Judge, JudgeInput, Verdict
 from ragtrail.judges.sufficiency_raters import SUFFICIENT
+from ragtrail.llm.together import together
 from ragtrail.pipeline.budgets import Allowance, budgeted_set_step, keep_finished
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.judges import golden_items, ground_context
@@ -293,11 +303,19 @@ def _evaluate(
         )
     clock.lap("contexts")
 
-    # 1. raters, each calibrated on the corpus's golden references first (cached per version)
+    # Judges are calibrated on the corpus's golden references first (cached per version; the
+    # night's calibration step has done it), then every model step runs as soon as what it reads
+    # exists: on an endpoint, the steps that do not read each other's results run at once.
     golden, _ = golden_items(rt, corpus)
     with _aside(rt, allowance, "raters"):
         calibrations = calibrate_sufficiency_raters(rt, corpus, golden, judges)
+    with _aside(rt, allowance, "correctness"):
+        correctness = calibrate_correctness_if_missing(rt, corpus, golden)
     primary = choose_primary(judges, calibrations)
+    clock.lap("calibration")
+    concurrent = rt.llm_calls_overlap()
+
+    # 1. every rater on each (question, context), and the answers in every setting
     rated = [
         (item, setting, passages)
         for item in sample
@@ -307,34 +325,46 @@ def _evaluate(
     inputs = [
         JudgeInput(question=i.question, context="\n\n".join(p), answer=i.gold) for i, _, p in rated
     ]
-    verdicts = {judge.spec.name: judge.judge(inputs) for judge in judges}
-    _check(rt, run_id, _verdict_failures(f"verdicts of {primary.name}", verdicts[primary.name]))
-    sufficient = {
-        (item.qid, setting): (v.value == SUFFICIENT) if v.ok else None
-        for (item, setting, _), v in zip(rated, verdicts[primary.name], strict=True)
-    }
-    clock.lap("raters")
-
-    # 2. answers in every setting, classified Correct / Abstain / Hallucinate
     answered = [
         (item, setting, passages)
         for item in sample
         for setting in ss.settings
         if (passages := contexts.get((item.qid, setting))) is not None
     ]
-    answers = answer_questions(
-        rt.llm(ModelRole.ANSWERER),
-        [ShortAnswerInput(question=i.question, passages=list(p)) for i, _, p in answered],
-        short_answer_params(ss.max_new_tokens, seed),
+    answer_inputs = [
+        ShortAnswerInput(question=i.question, passages=list(p)) for i, _, p in answered
+    ]
+    *rater_verdicts, answered_texts = together(
+        [
+            *(partial(judge.judge, inputs) for judge in judges),
+            partial(
+                answer_questions,
+                rt.llm(ModelRole.ANSWERER),
+                answer_inputs,
+                short_answer_params(ss.max_new_tokens, seed),
+            ),
+        ],
+        concurrent=concurrent,
     )
+    verdicts = {
+        judge.spec.name: cast(list[Verdict], v)
+        for judge, v in zip(judges, rater_verdicts, strict=True)
+    }
+    answers = cast(list[ShortAnswer], answered_texts)
+    _check(rt, run_id, _verdict_failures(f"verdicts of {primary.name}", verdicts[primary.name]))
     _check(
         rt,
         run_id,
         FailureCount.of("answers", (a.error or "failed" if a.failed else None for a in answers)),
     )
-    clock.lap("answers")
-    with _aside(rt, allowance, "correctness"):
-        correctness = calibrate_correctness_if_missing(rt, corpus, golden)
+    sufficient = {
+        (item.qid, setting): (v.value == SUFFICIENT) if v.ok else None
+        for (item, setting, _), v in zip(rated, verdicts[primary.name], strict=True)
+    }
+    clock.lap("raters and answers")
+
+    # 2. each answer Correct / Abstain / Hallucinate and, for selective generation, the
+    #    answerer's confidence in the answers that may be correct or hallucinated
     cases = [
         CAHCase(
             qid=item.qid,
@@ -348,7 +378,21 @@ def _evaluate(
         )
         for (item, setting, _), answer in zip(answered, answers, strict=True)
     ]
-    cah = evaluate_cah(cases, correctness_judge(rt))
+    judge = correctness_judge(rt)
+    scores: dict[int, dict[str, ConfidenceScore]] = {}
+    if selective and concurrent:
+        # beside the judge: every answer it or a rule may score (those it fails on are dropped)
+        scorable = [i for i, case in enumerate(cases) if may_be_scored(case, judge)]
+        cah_done, scores_done = together(
+            [
+                partial(evaluate_cah, cases, judge),
+                partial(_confidence, rt, cases, answered, scorable, seed),
+            ],
+            concurrent=True,
+        )
+        cah, scores = cast(CAHEvaluation, cah_done), cast(dict, scores_done)
+    else:
+        cah = evaluate_cah(cases, judge)
     judged = [r for r in cah.records if r.verdict is not None]
     _check(
         rt,
@@ -363,7 +407,6 @@ def _evaluate(
             ),
         ),
     )
-    clock.lap("correctness")
     gates = {
         "sufficiency": (calibrations[primary.name].get("gate") or {}),
         "correctness": correctness.get("gate") or {},
@@ -375,7 +418,14 @@ def _evaluate(
     selective_view: SelectiveView | None = None
     undefined: dict[str, str] = {}
     if selective:
-        rows, confidence = _selective_rows(rt, cah.records, answered, seed)
+        chosen = [
+            i
+            for i, r in enumerate(cah.records)
+            if r.outcome in (Outcome.CORRECT, Outcome.HALLUCINATE)
+        ]
+        if not concurrent:
+            scores = _confidence(rt, cases, answered, chosen, seed)
+        confidence = {i: scores[i] for i in chosen}
         _check(
             rt,
             run_id,
@@ -391,13 +441,15 @@ def _evaluate(
                 if any(name in scores for scores in confidence.values())
             ),
         )
+        clock.lap("correctness and confidence")
         evaluator = SelectiveEvaluator(_selective_config(rt, seed))
-        run = evaluator.run(SelectiveInputs(rows))
+        run = evaluator.run(SelectiveInputs(_selective_rows(cah.records, confidence)))
         policy = run.policies.get(WITH_SUFFICIENCY)
         runs.record_evaluation(run_id, evaluator.result_of(run), **record, judges=gates)
         selective_view = _selective_view(rt, run_id, run, evaluator, confidence)
         clock.lap("selective")
     else:
+        clock.lap("correctness")
         undefined["selective"] = "selective generation was not requested"
     ratings = {
         (item.qid, setting): {name: vs[i].value for name, vs in verdicts.items()}
@@ -468,31 +520,31 @@ def _selective_config(rt: Runtime, seed: int) -> SelectiveEvalConfig:
     )
 
 
-def _selective_rows(
+def _confidence(
     rt: Runtime,
-    records: Sequence[CAHRecord],
+    cases: Sequence[CAHCase],
     answered: Sequence[tuple[QAItem, str, list[str]]],
+    rows: Sequence[int],
     seed: int,
-) -> tuple[list[SelectiveRow], dict[int, dict[str, ConfidenceScore]]]:
-    """The policy's rows: confidence features of every answer that is correct or hallucinated
-    (abstentions already abstain; unscored answers have no outcome to learn), by answer index."""
+) -> dict[int, dict[str, ConfidenceScore]]:
+    """The answerer's confidence features (P(True), and P(Correct) when configured) of the
+    answers ``rows`` (indices into ``cases``), by answer index; the two run at once on an
+    endpoint."""
     sel = rt.settings.selective
-    chosen = [
-        i for i, r in enumerate(records) if r.outcome in (Outcome.CORRECT, Outcome.HALLUCINATE)
-    ]
-    rows = [
+    inputs = [
         ConfidenceRow(
-            question=answered[i][0].question,
+            question=cases[i].question,
             passages=tuple(answered[i][2]),
-            answer=records[i].case.answer.text,
+            answer=cases[i].answer.text,
         )
-        for i in chosen
+        for i in rows
     ]
     client = rt.llm(ModelRole.ANSWERER)
-    scores: dict[str, list[ConfidenceScore]] = {
-        P_TRUE: p_true(
+    steps = {
+        P_TRUE: partial(
+            p_true,
             client,
-            rows,
+            inputs,
             samples=sel.p_true_samples,
             asks=sel.p_true_asks,
             temperature=sel.sample_temperature,
@@ -500,13 +552,24 @@ def _selective_rows(
         )
     }
     if sel.p_correct:
-        scores[P_CORRECT] = p_correct(client, rows, seed=seed)
-    confidence = {i: {k: v[j] for k, v in scores.items()} for j, i in enumerate(chosen)}
+        steps[P_CORRECT] = partial(p_correct, client, inputs, seed=seed)
+    scores = dict(
+        zip(steps, together(list(steps.values()), concurrent=client.concurrent), strict=True)
+    )
+    return {i: {k: v[j] for k, v in scores.items()} for j, i in enumerate(rows)}
+
+
+def _selective_rows(
+    records: Sequence[CAHRecord], confidence: Mapping[int, Mapping[str, ConfidenceScore]]
+) -> list[SelectiveRow]:
+    """The policy's rows: the confidence features of every answer that is correct or
+    hallucinated (abstentions already abstain; unscored answers have no outcome to learn),
+    ``confidence`` by answer index, plus the sufficiency feature."""
     selective_rows = []
-    for i in chosen:
+    for i, scores in confidence.items():
         record = records[i]
         case = record.case
-        features: dict[str, float | None] = {k: v.value for k, v in confidence[i].items()}
+        features: dict[str, float | None] = {k: v.value for k, v in scores.items()}
         features[SUFFICIENT_FEATURE] = sufficiency_feature(case.setting, case.sufficient)
         selective_rows.append(
             SelectiveRow(
@@ -517,7 +580,7 @@ def _selective_rows(
                 hallucinated=record.outcome == Outcome.HALLUCINATE,
             )
         )
-    return selective_rows, confidence
+    return selective_rows
 
 
 def _selective_view(

@@ -1,0 +1,70 @@
+"""Every LLM judge of the night calibrated in one step, before any step needs its verdicts.
+
+The generation judges (labeller, critiques: :func:`~ragtrail.pipeline.judges.calibrate_missing`)
+gate the test set; the evaluation's judges (the sufficiency raters and the correctness judge) are
+calibrated here too when their steps are enabled, so that the evaluation's branches find them
+calibrated instead of each calibrating them in its own chain of model calls (the sufficiency and
+evidence branches both need the correctness judge). A step run alone still calibrates what it
+finds uncalibrated. Each judge's calibration is independent of the others': an endpoint gets
+them all at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from ragtrail.jsonsafe import JsonObject
+from ragtrail.judges.contract import Judge
+from ragtrail.llm.together import together
+from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
+from ragtrail.pipeline.judges import calibrate_missing, golden_items, uncalibrated_judges
+from ragtrail.pipeline.sufficiency.raters import calibrate_sufficiency_raters, sufficiency_raters
+from ragtrail.records import QAItem
+from ragtrail.runtime import Runtime
+from ragtrail.storage.judge_store import JudgeStore
+
+
+def _needs_correctness(rt: Runtime) -> bool:
+    return rt.settings.sufficiency.enabled or rt.settings.evidence.enabled
+
+
+def _evaluation_judges(rt: Runtime) -> list[Judge]:
+    """The judges of the enabled evaluation steps."""
+    judges: list[Judge] = list(sufficiency_raters(rt)) if rt.settings.sufficiency.enabled else []
+    if _needs_correctness(rt):
+        judges.append(correctness_judge(rt))
+    return judges
+
+
+def uncalibrated_night_judges(rt: Runtime) -> list[str]:
+    """The night's judges with no calibration for their version yet, by name (no model call)."""
+    store = JudgeStore(rt.engine)
+    evaluation = [
+        j.spec.name
+        for j in _evaluation_judges(rt)
+        if store.latest(j.spec.name, j.spec.version) is None
+    ]
+    return uncalibrated_judges(rt) + evaluation
+
+
+def calibrate_night_judges(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
+    """Calibrate every judge of the night that has none for its version (cached once done);
+    per judge name, its outcome (``status``, and the reason when not calibrated)."""
+    steps: list[Callable[[], dict[str, JsonObject]]] = [partial(calibrate_missing, rt, corpus)]
+    if rt.settings.sufficiency.enabled or _needs_correctness(rt):
+        golden, _ = golden_items(rt, corpus)
+        if rt.settings.sufficiency.enabled:
+            steps.append(partial(calibrate_sufficiency_raters, rt, corpus, golden))
+        if _needs_correctness(rt):
+            steps.append(partial(_calibrate_correctness, rt, corpus, golden))
+    report: dict[str, JsonObject] = {}
+    for outcomes in together(steps, concurrent=rt.llm_calls_overlap()):
+        report.update(outcomes)
+    return report
+
+
+def _calibrate_correctness(
+    rt: Runtime, corpus: str, golden: Sequence[QAItem]
+) -> dict[str, JsonObject]:
+    return {correctness_judge(rt).spec.name: calibrate_correctness_if_missing(rt, corpus, golden)}
