@@ -45,6 +45,7 @@ class Runtime:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or load_settings()
         self._indices: dict[str, HybridIndex] = {}
+        self._models_of: Runtime | None = None
         self._llm_clients: dict[str, LLMClient] = {}
         self.progress: ProgressSink = LogProgress(logging.getLogger("ragtrail.progress"))
         """Where long steps report progress: log lines by default (Airflow task logs); the CLI
@@ -62,8 +63,10 @@ class Runtime:
         """A runtime for one of several instances of a step run at once on threads (see
         :meth:`llm_calls_overlap`): the same settings, progress sink, night and run holding, but
         its own usage meter, budget checks and model clients, so each instance accounts for its
-        own calls as it would on its own Airflow worker. Close it after the instance."""
+        own calls as it would on its own Airflow worker; the embedding model is the parent's.
+        Close it after the instance."""
         child = Runtime(self.settings)
+        child._models_of = self
         child.progress = self.report
         child.holds_runs = self.holds_runs
         child.budget_night = self.budget_night
@@ -138,6 +141,10 @@ class Runtime:
 
     @cached_property
     def embedder(self) -> Embedder:
+        """The embedding model, loaded on first use; a sibling uses its parent's (one model in
+        memory, loaded once, however many steps run side by side: encodes take turns)."""
+        if self._models_of is not None:
+            return self._models_of.embedder
         from ragtrail.embed.loading import load_embedder
 
         self.limit_torch_threads()

@@ -80,8 +80,7 @@ def test_batches_hold_rows_of_like_token_counts_padded_to_a_multiple_of_eight(
     texts = ["a b c d e f g h i j", "a", "a b c", *TEXTS]
     vectors = emb.encode(texts)
     counts = [
-        len(tokenizer(t, truncation=True, max_length=emb.max_seq_length)["input_ids"])
-        for t in texts
+        len(ids) for ids in tokenizer.encode(texts, max_length=emb.max_seq_length)["input_ids"]
     ]
     batched = [n for _, lengths in widths for n in lengths]
     assert batched == sorted(counts, reverse=True)
@@ -94,11 +93,10 @@ def test_batches_hold_rows_of_like_token_counts_padded_to_a_multiple_of_eight(
     np.testing.assert_allclose(vectors[3:], torch_vectors, atol=1e-4)
 
 
-def test_padding_follows_the_tokenizer_side(tiny: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny))
-    pad = tokenizer.pad_token_id
+def test_padding_follows_the_tokenizer_side(tiny: Path, tmp_path: Path) -> None:
+    emb = ExportedEmbedder(str(tiny), backend="onnx", cache_dir=tmp_path)
+    tokenizer = exported.FileTokenizer(emb.export_dir / "tokenizer")
+    pad = tokenizer.pad_id
     rows = {"input_ids": [[5, 6, 7], [9]], "attention_mask": [[1, 1, 1], [1]]}
     tokenizer.padding_side = "right"
     right = exported._padded(tokenizer, rows, max_length=512)
@@ -110,6 +108,33 @@ def test_padding_follows_the_tokenizer_side(tiny: Path) -> None:
     assert left["attention_mask"].tolist() == [[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1]]
     long = {"input_ids": [list(range(10))], "attention_mask": [[1] * 10]}
     assert exported._padded(tokenizer, long, max_length=4)["input_ids"].shape == (1, 10)
+
+
+def test_the_file_tokenizer_encodes_and_pads_as_the_hugging_face_one(
+    tiny: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    """The encoder's tokenizer read with ``tokenizers`` alone gives the Hugging Face tokenizer's
+    ids, masks and type ids (truncated alike past the limit) and pads as it does, on the tiny
+    model and the real MiniLM."""
+    from transformers import AutoTokenizer
+
+    texts = [*TEXTS, "Élan vital, naïve café — «déjà vu» 42 % of 3.5 kB", "Tabs\tand\nlines  "]
+    real = [
+        e for e in (embedder, getattr(embedder, "inner", None)) if isinstance(e, ExportedEmbedder)
+    ]
+    for emb in [ExportedEmbedder(str(tiny), backend="onnx", cache_dir=tmp_path), *real]:
+        folder = emb.export_dir / "tokenizer"
+        hf, own = AutoTokenizer.from_pretrained(str(folder)), exported.FileTokenizer(folder)
+        for limit in (8, emb.max_seq_length):
+            theirs = hf(texts, truncation="longest_first", max_length=limit)
+            ours = own.encode(texts, max_length=limit)
+            for name in emb.manifest.input_names:
+                assert ours[name] == theirs[name], (name, limit)
+            width = max(len(ids) for ids in ours["input_ids"]) + 3
+            padded = hf.pad(theirs, padding="max_length", max_length=width, return_tensors="np")
+            rows = {n: ours[n] for n in emb.manifest.input_names}
+            for name, grid in own.pad(rows, width).items():
+                np.testing.assert_array_equal(grid, padded[name])
 
 
 def test_bf16_runs_only_where_the_cpu_has_the_units(

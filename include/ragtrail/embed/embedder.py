@@ -8,6 +8,7 @@ metadata store) so that re-ingesting unchanged chunks costs zero model calls.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -138,6 +139,9 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.device = device
         self._model = self._load(model_ref, target, device)
+        # one encode at a time: the steps of a night that run side by side share one embedder,
+        # and its fast tokenizer refuses to be used by two threads at once
+        self._encode_lock = threading.Lock()
         get_dim = getattr(self._model, "get_embedding_dimension", None) or (
             self._model.get_sentence_embedding_dimension
         )
@@ -182,14 +186,15 @@ class SentenceTransformerEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
-        sorted_vectors = self._model.encode(
-            [texts[i] for i in order],
-            batch_size=self.batch_size,
-            show_progress_bar=False,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            prompt_name=prompt_name,
-        )
+        with self._encode_lock:
+            sorted_vectors = self._model.encode(
+                [texts[i] for i in order],
+                batch_size=self.batch_size,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                prompt_name=prompt_name,
+            )
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         out[np.asarray(order)] = _l2_normalise(sorted_vectors)
         return out

@@ -344,6 +344,9 @@ class ExportedEmbedder:
         self._threads = threads
         self._loaded: tuple[Any, Callable[[dict[str, np.ndarray]], np.ndarray]] | None = None
         self._load_lock = threading.Lock()
+        # one encode at a time: the tokenizer and the infer request hold state between calls,
+        # and the steps of a night that run side by side share one embedder
+        self._encode_lock = threading.Lock()
         key = backend_key(backend, precision)
         if key not in self.manifest.equivalence:
             torch_model = torch_model or _torch_model(target)
@@ -364,9 +367,7 @@ class ExportedEmbedder:
         embeddings all come from the cache imports no transformers and compiles nothing."""
         with self._load_lock:
             if self._loaded is None:
-                from transformers import AutoTokenizer
-
-                tokenizer = AutoTokenizer.from_pretrained(str(self.export_dir / "tokenizer"))
+                tokenizer = FileTokenizer(self.export_dir / "tokenizer")
                 run = _session(
                     self.export_dir / "model.onnx", self.backend, self.precision, self._threads
                 )
@@ -397,12 +398,16 @@ class ExportedEmbedder:
     def _encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        with self._encode_lock:
+            return self._encode_now(texts, prompt)
+
+    def _encode_now(self, texts: Sequence[str], prompt: str) -> np.ndarray:
         prepared = [prompt + str(t).strip() for t in texts]
         if self.manifest.do_lower_case:
             prepared = [t.lower() for t in prepared]
         tokenizer, run = self._graph()
         limit = self.manifest.max_seq_length
-        enc = tokenizer(prepared, truncation="longest_first", max_length=limit)
+        enc = tokenizer.encode(prepared, max_length=limit)
         counts = [len(ids) for ids in enc["input_ids"]]
         # Batches of rows of nearly equal token counts: the characters of a text say little
         # about its tokens (code, URLs, tables), and every padded position costs a full row.
@@ -422,16 +427,63 @@ PAD_MULTIPLE = 8
 (OpenVINO bf16: 5% on the handbook's chunks), and padded positions are masked out of pooling."""
 
 
+class FileTokenizer:
+    """The model's own fast tokenizer read from its saved files (``tokenizer.json`` and
+    ``tokenizer_config.json``) with the ``tokenizers`` library alone: the same token ids, masks,
+    type ids and padding as the Hugging Face tokenizer loaded from that folder, without
+    importing transformers (which imports torch: seconds, on the path of every first encode)."""
+
+    def __init__(self, folder: Path) -> None:
+        from tokenizers import Tokenizer
+
+        config_path = folder / "tokenizer_config.json"
+        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self._tokenizer.no_padding()
+        self._truncation_side = str(config.get("truncation_side") or "right")
+        pad = config.get("pad_token")
+        pad = pad.get("content") if isinstance(pad, dict) else pad
+        pad_id = self._tokenizer.token_to_id(pad) if isinstance(pad, str) else None
+        self.pad_id = 0 if pad_id is None else int(pad_id)
+        self.pad_type_id = int(config.get("pad_token_type_id") or 0)
+        self.padding_side = str(config.get("padding_side") or "right")
+
+    def encode(self, texts: Sequence[str], *, max_length: int) -> dict[str, list[list[int]]]:
+        """Token ids, attention masks and type ids of each text, special tokens added, cut to
+        ``max_length`` tokens (the longest-first truncation of one sequence)."""
+        self._tokenizer.enable_truncation(max_length, direction=self._truncation_side)
+        encodings = self._tokenizer.encode_batch(list(texts))
+        return {
+            "input_ids": [e.ids for e in encodings],
+            "attention_mask": [e.attention_mask for e in encodings],
+            "token_type_ids": [e.type_ids for e in encodings],
+        }
+
+    def pad(self, rows: dict[str, list[list[int]]], width: int) -> dict[str, np.ndarray]:
+        """``rows`` padded to ``width`` tokens on the tokenizer's side: pad ids, type ids and a
+        zero attention mask on the padded positions."""
+        fill = {"input_ids": self.pad_id, "attention_mask": 0, "token_type_ids": self.pad_type_id}
+        out = {}
+        for name, values in rows.items():
+            grid = np.full((len(values), width), fill.get(name, 0), dtype=np.int64)
+            for i, row in enumerate(values):
+                if self.padding_side == "left":
+                    grid[i, width - len(row) :] = row
+                else:
+                    grid[i, : len(row)] = row
+            out[name] = grid
+        return out
+
+
 def _padded(
-    tokenizer: Any, rows: dict[str, list[list[int]]], max_length: int
+    tokenizer: FileTokenizer, rows: dict[str, list[list[int]]], max_length: int
 ) -> dict[str, np.ndarray]:
     """``rows`` (token arrays by input name) padded by the tokenizer, on its side and with its
     pad ids, to the longest row rounded up to :data:`PAD_MULTIPLE`, but never past
     ``max_length`` (or the longest row, when that is longer)."""
     longest = max(len(ids) for ids in rows["input_ids"])
     width = max(longest, min(-(-longest // PAD_MULTIPLE) * PAD_MULTIPLE, max_length))
-    padded = tokenizer.pad(rows, padding="max_length", max_length=width, return_tensors="np")
-    return {n: np.asarray(padded[n], dtype=np.int64) for n in rows}
+    return tokenizer.pad(rows, width)
 
 
 def _session(
@@ -458,13 +510,9 @@ def _session(
     }
     compiled = core.compile_model(core.read_model(str(onnx_path)), "CPU", config)
     request = compiled.create_infer_request()
-    lock = threading.Lock()
 
     def run(feeds: dict[str, np.ndarray]) -> np.ndarray:
-        # One infer request: steps running side by side take turns on it, and each gets a copy
-        # of the output, which the request's next inference overwrites.
-        with lock:
-            return np.array(request.infer(feeds)[0], dtype=np.float32)
+        return np.asarray(request.infer(feeds)[0], dtype=np.float32)
 
     return run
 
