@@ -58,6 +58,7 @@ from ragtrail.llm.together import together
 from ragtrail.pipeline.champion_judges import build_trained
 from ragtrail.records import EntailmentJudgeName, ModelSpec, QAItem, QuestionLabel, sha256_json
 from ragtrail.runtime import Runtime
+from ragtrail.storage.document_store import ChunkRecord
 from ragtrail.storage.judge_store import CalibrationRecord, JudgeStore
 from ragtrail.testset.qaset import load_qa_set
 from ragtrail.text import text_key
@@ -174,6 +175,12 @@ def gate_decisions(rt: Runtime, judges: Iterable[Judge]) -> dict[str, GateDecisi
     }
 
 
+def generation_gates(rt: Runtime) -> dict[str, JsonObject]:
+    """The gate decision of each generation judge (labeller, critiques) from its stored
+    calibration, by judge name: the policy a generation run applies."""
+    return {name: d.as_dict() for name, d in gate_decisions(rt, generation_judges(rt)).items()}
+
+
 def gate_decision(
     rt: Runtime, spec: JudgeSpec, calibration: CalibrationRecord | None
 ) -> GateDecision:
@@ -192,6 +199,42 @@ def ground_context(rt: Runtime, corpus: str, item: QAItem) -> str | None:
     closest to question + answer by embedding; for an unanswerable item the chunk closest to the
     question (the document is on topic but must not answer it).
     """
+    return ground_contexts(rt, corpus, [item])[0]
+
+
+def ground_contexts(rt: Runtime, corpus: str, items: Sequence[QAItem]) -> list[str | None]:
+    """:func:`ground_context` of each item, the items that need the embedding search embedded
+    together (one batch instead of one model call per item)."""
+    out: list[str | None] = []
+    searches: list[tuple[int, list[ChunkRecord], str]] = []
+    for item in items:
+        found = _named_or_holding(rt, corpus, item)
+        if isinstance(found, tuple):
+            searches.append((len(out), *found))
+            out.append(None)
+        else:
+            out.append(found)
+    if searches:
+        # Chunks as the index embedded them (headings and text): the ingest's vectors, read
+        # from the embedding cache; the probes are embedded together.
+        texts = list(dict.fromkeys(_indexed(c) for _, chunks, _ in searches for c in chunks))
+        encoded = rt.cached_embedder.encode_chunks(texts + [p for _, _, p in searches])
+        vectors = dict(zip(texts, encoded, strict=False))
+        for (index, chunks, _), probe in zip(searches, encoded[len(texts) :], strict=True):
+            scores = np.stack([vectors[_indexed(c)] for c in chunks]) @ probe
+            out[index] = chunks[int(np.argmax(scores))].text
+    return out
+
+
+def _indexed(chunk: ChunkRecord) -> str:
+    return chunk.to_chunk("und").index_text()
+
+
+def _named_or_holding(
+    rt: Runtime, corpus: str, item: QAItem
+) -> str | tuple[list[ChunkRecord], str] | None:
+    """The item's ground text when its chunk ids name it or a ground chunk holds its answer;
+    None when the corpus has none of its documents; else the chunks to search and the probe."""
     if item.ground_chunk_ids:
         texts = rt.store.get_chunk_texts(corpus, item.ground_chunk_ids)
         found = [texts[c] for c in item.ground_chunk_ids if c in texts]
@@ -206,12 +249,7 @@ def ground_context(rt: Runtime, corpus: str, item: QAItem) -> str | None:
         holding = [c for c in chunks if needle and needle in text_key(c.text)]
         if holding:
             return holding[0].text
-    probe = f"{item.question} {item.answer}" if answerable else item.question
-    # through the embedding cache: the same ground documents come up for many items (labeller
-    # examples, then contrast sources), and a warm night embeds nothing
-    chunk_vectors = rt.cached_embedder.encode_chunks([c.text for c in chunks])
-    best = int(np.argmax(chunk_vectors @ rt.cached_embedder.encode_chunks([probe])[0]))
-    return chunks[best].text
+    return chunks, f"{item.question} {item.answer}" if answerable else item.question
 
 
 def stratified_sample(items: Sequence[QAItem], per_label: int, seed: int) -> list[QAItem]:
@@ -237,8 +275,8 @@ def labeller_examples(
 ) -> tuple[list[LabelledExample], list[str]]:
     """The labeller's calibration examples from QA items, and the items left out (with why)."""
     examples, skipped = [], []
-    for item in stratified_sample(items, per_label, seed):
-        context = ground_context(rt, corpus, item)
+    chosen = stratified_sample(items, per_label, seed)
+    for item, context in zip(chosen, ground_contexts(rt, corpus, chosen), strict=True):
         if context is None:
             skipped.append(f"{item.qid}: none of its ground chunks/documents is in {corpus!r}")
             continue
@@ -251,10 +289,8 @@ def contrast_sources(
 ) -> list[ContrastSource]:
     """Answerable golden items (context = their ground chunk) and accepted test-set items."""
     sources = []
-    for item in items:
-        if item.label == QuestionLabel.UNANSWERABLE or not item.answer.strip():
-            continue
-        context = ground_context(rt, corpus, item)
+    answerable = [i for i in items if i.label != QuestionLabel.UNANSWERABLE and i.answer.strip()]
+    for item, context in zip(answerable, ground_contexts(rt, corpus, answerable), strict=True):
         if context is not None:
             doc = item.ground_doc_ids[0] if item.ground_doc_ids else item.ground_chunk_ids[0]
             sources.append(

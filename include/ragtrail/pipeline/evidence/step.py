@@ -77,7 +77,12 @@ from ragtrail.llm.together import together
 from ragtrail.pipeline.budgets import Allowance, budgeted_set_step, keep_finished
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
 from ragtrail.pipeline.evidence.views import compact, queries_frame
-from ragtrail.pipeline.judges import entailment_judge, gate_decisions, golden_items, ground_context
+from ragtrail.pipeline.judges import (
+    entailment_judge,
+    gate_decisions,
+    golden_items,
+    ground_contexts,
+)
 from ragtrail.pipeline.passage_sources import scenario_corpus
 from ragtrail.pipeline.run_io import (
     SetRun,
@@ -471,7 +476,8 @@ def _extractive(rt: Runtime, cases: Sequence[Case]) -> None:
 def _faithfulness(rt: Runtime, corpus: str, cases: Sequence[Case], judge: Judge) -> FailureCount:
     """Faithfulness to the passages given and (silver) to the relevant chunk alone; also
     compression. The judge's score is its probability (or similarity) where it has one."""
-    grounds = {c.item.qid: ground_context(rt, corpus, c.item) for c in cases}
+    items = list({c.item.qid: c.item for c in cases}.values())
+    grounds = dict(zip((i.qid for i in items), ground_contexts(rt, corpus, items), strict=True))
     scored = [c for c in cases if c.method in EVIDENCE_METHODS]
     for case in cases:
         passage_tokens = sum(token_count(p) for p in case.passages)

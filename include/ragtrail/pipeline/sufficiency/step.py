@@ -79,7 +79,7 @@ from ragtrail.judges.sufficiency_raters import SUFFICIENT
 from ragtrail.llm.together import together
 from ragtrail.pipeline.budgets import Allowance, budgeted_set_step, keep_finished
 from ragtrail.pipeline.correctness import calibrate_correctness_if_missing, correctness_judge
-from ragtrail.pipeline.judges import golden_items, ground_context
+from ragtrail.pipeline.judges import golden_items, ground_contexts
 from ragtrail.pipeline.passage_sources import scenario_corpus
 from ragtrail.pipeline.run_io import (
     SetRun,
@@ -145,11 +145,11 @@ def item_contexts(
                 out[(item.qid, "retrieved")] = texts
         if "evidence" in settings:
             out.update(_evidence_contexts(rt, items, retrieved))
-    for item in items:
-        if "gold" in settings:
-            ground = ground_context(rt, corpus, item)
+    if "gold" in settings:
+        for item, ground in zip(items, ground_contexts(rt, corpus, items), strict=True):
             out[(item.qid, "gold")] = None if ground is None else [ground]
-        if "none" in settings:
+    if "none" in settings:
+        for item in items:
             out[(item.qid, "none")] = []
     return out
 
@@ -334,15 +334,16 @@ def _evaluate(
     answer_inputs = [
         ShortAnswerInput(question=i.question, passages=list(p)) for i, _, p in answered
     ]
-    *rater_verdicts, answered_texts = together(
+    # the answers first: their chain (judging, confidence) is the longest, the verdicts end here
+    answered_texts, *rater_verdicts = together(
         [
-            *(partial(judge.judge, inputs) for judge in judges),
             partial(
                 answer_questions,
                 rt.llm(ModelRole.ANSWERER),
                 answer_inputs,
                 short_answer_params(ss.max_new_tokens, seed),
             ),
+            *(partial(judge.judge, inputs) for judge in judges),
         ],
         concurrent=concurrent,
     )
@@ -383,10 +384,10 @@ def _evaluate(
     if selective and concurrent:
         # beside the judge: every answer it or a rule may score (those it fails on are dropped)
         scorable = [i for i, case in enumerate(cases) if may_be_scored(case, judge)]
-        cah_done, scores_done = together(
+        scores_done, cah_done = together(
             [
+                partial(_confidence, rt, cases, answered, scorable, seed),  # two calls deep
                 partial(evaluate_cah, cases, judge),
-                partial(_confidence, rt, cases, answered, scorable, seed),
             ],
             concurrent=True,
         )
