@@ -25,6 +25,9 @@ artifact adds its key here.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
+
 from ragtrail.paths import safe_name
 
 # ------------------------------------------------------------------------------------ corpora
@@ -67,6 +70,17 @@ def generation_summary_key(corpus: str, version: str) -> str:
 
 def testset_quality_key(corpus: str, version: str) -> str:
     return f"{testset_prefix(corpus, version)}/quality.json"
+
+
+def generation_draft_key(corpus: str, run_id: str, chunk_ids: Sequence[str]) -> str:
+    """One shard's drafted candidates (statements and questions), read back by its judging."""
+    shard = hashlib.sha256(",".join(chunk_ids).encode()).hexdigest()[:16]
+    return f"testsets/{corpus}/runs/{run_id}/drafts/{shard}.json"
+
+
+def generation_baseline_key(corpus: str, run_id: str) -> str:
+    """The single-prompt baseline's items of one generation run (read back by its finalize)."""
+    return f"testsets/{corpus}/runs/{run_id}/baseline.json"
 
 
 def generation_plan_key(corpus: str, run_id: str) -> str:

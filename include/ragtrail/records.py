@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -570,6 +570,26 @@ class QACandidate:
     failure_cause: str | None = None
     raw_outputs: list[str] = field(default_factory=list)
     generator: JsonObject = field(default_factory=dict)  # backend, model, prompt versions, seed
+
+    def to_json(self) -> JsonObject:
+        """The candidate as strict JSON, its context's language included (what a step hands
+        the next one; the candidate store does not keep the language)."""
+        out = asdict(self)
+        out["context"]["headings"] = list(self.context.headings)
+        out["status"] = CandidateStatus(self.status).value
+        return out
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> QACandidate:
+        context = dict(data["context"])
+        context["headings"] = tuple(context.get("headings") or ())
+        return cls(
+            **{
+                **data,
+                "context": Context(**context),
+                "status": CandidateStatus(data["status"]),
+            }
+        )
 
     @property
     def effective_label(self) -> str:

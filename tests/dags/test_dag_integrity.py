@@ -234,10 +234,18 @@ def test_generate_wiring(dagbag: Any) -> None:
 
     dag = dagbag.dags["generate_testset"]
     assert dag.schedule == CORPUS_ASSET
-    shard = dag.get_task("generate_shard")
-    assert isinstance(shard, MappedOperator), "generation is mapped over context shards"
-    assert shard.pool == "llm_api"
+    # the calibration runs beside the plan, the drafting and the baseline; judging waits for it
+    assert "calibrate" not in dag.get_task("plan").upstream_task_ids
+    for name in ("draft_shard", "judge_shard"):
+        shard = dag.get_task(name)
+        assert isinstance(shard, MappedOperator), "generation is mapped over context shards"
+        assert shard.pool == "llm_api"
+    for name in ("draft_shard", "baseline"):
+        assert "plan" in dag.get_task(name).upstream_task_ids
+        assert "calibrate" not in dag.get_task(name).upstream_task_ids
+    assert {"calibrate", "draft_shard"} <= dag.get_task("judge_shard").upstream_task_ids
     finalize = dag.get_task("finalize")
+    assert {"judge_shard", "baseline"} <= finalize.upstream_task_ids
     assert finalize.outlets == [TESTSET_ASSET]
     assert finalize.trigger_rule == "none_failed"
 

@@ -24,8 +24,9 @@ from ragtrail.llm.backends.fault_injection import Fault, FaultInjectingBackend, 
 from ragtrail.pipeline.generate import (
     GenerationRequest,
     check_testset_quality,
-    generate_shard,
+    draft_shard,
     generate_testset,
+    judge_shard,
     load_plan,
     plan_generation,
 )
@@ -143,7 +144,8 @@ def test_killed_run_resumes_from_cache_and_matches_a_clean_run(make_runtime, cor
     _client(killed, first_backend)
     plan = plan_generation(killed, _request())
     assert len(plan.shards) >= 2
-    generate_shard(killed, "hb", "gen-1", plan.shards[0])  # ... and the process dies here
+    draft_shard(killed, "hb", "gen-1", plan.shards[0])
+    judge_shard(killed, "hb", "gen-1", plan.shards[0])  # ... and the process dies here
     done_before = len(first_backend.calls)
 
     resumed_backend = _backend()

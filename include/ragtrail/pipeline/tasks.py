@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ragtrail import jsonsafe
-from ragtrail.artifact_keys import testset_quality_key
+from ragtrail.artifact_keys import generation_plan_key, testset_quality_key
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.budget import BudgetExhausted
 from ragtrail.pipeline import ingest as _ingest
@@ -149,9 +149,11 @@ def calibrate_judges(rt: Runtime, *, corpus: str) -> XCom:
     generation judges and those of the enabled evaluation steps
     (:mod:`ragtrail.pipeline.night_judges`).
 
-    The plan that follows reads the stored calibrations: a judge gates only when its own meets
-    the bar. Model calls are cached, so the step is cheap once a version is calibrated.
+    ``gates``: each generation judge's gate decision from the stored calibrations, which the
+    run's judging and finalize apply: a judge gates only when its own calibration meets the bar.
+    Model calls are cached, so the step is cheap once a version is calibrated.
     """
+    from ragtrail.pipeline.judges import generation_gates
     from ragtrail.pipeline.night_judges import calibrate_night_judges, uncalibrated_night_judges
 
     missing = uncalibrated_night_judges(rt)
@@ -166,10 +168,11 @@ def calibrate_judges(rt: Runtime, *, corpus: str) -> XCom:
     except BudgetExhausted as exc:
         # the judges left uncalibrated only advise; the next night calibrates them (cached)
         log.warning("judge calibration stopped: %s", exc.reason)
-        return {"corpus": corpus, "judges": {}, **budget_stop(exc)}
+        return {"corpus": corpus, "judges": {}, "gates": generation_gates(rt), **budget_stop(exc)}
     for name, outcome in judges.items():
         log.info("judge %s: %s", name, outcome)
-    return {"corpus": corpus, "judges": judges}
+    # the generation judges' gates, fixed here: every shard of the run applies the same policy
+    return {"corpus": corpus, "judges": judges, "gates": generation_gates(rt)}
 
 
 def plan_generation(
@@ -267,22 +270,75 @@ def _version_on_snapshot(rt: Runtime, corpus: str, snapshot_id: str | None) -> s
     return str(latest["version"])
 
 
-def generate_shard(rt: Runtime, *, corpus: str, run_id: str, chunk_ids: list[str]) -> XCom:
-    """Candidates for one shard of contexts (LLM-heavy; every call cached by content)."""
-    from ragtrail.pipeline.generate import generate_shard as run_shard
+def draft_shard(rt: Runtime, *, corpus: str, run_id: str, chunk_ids: list[str]) -> XCom:
+    """Statements and questions for one shard of contexts (every call cached by content)."""
+    from ragtrail.pipeline.generate import draft_shard as run_draft
 
-    scope = f"{run_id}/shard-{hashlib.sha256(','.join(chunk_ids).encode()).hexdigest()[:12]}"
     try:
-        with budgeted_step(rt, "generation", corpus=corpus, scope=scope, planned=0):
-            result = run_shard(rt, corpus, run_id, chunk_ids)
-    except BudgetExhausted as exc:  # the shard's candidates are not kept; finalize goes on
+        with budgeted_step(
+            rt,
+            "generation",
+            corpus=corpus,
+            scope=_shard_scope(run_id, "shard", chunk_ids),
+            planned=0,
+        ):
+            result = run_draft(rt, corpus, run_id, chunk_ids)
+    except BudgetExhausted as exc:  # no draft is kept: the shard has no candidates
         log.warning("generation shard of %d contexts stopped: %s", len(chunk_ids), exc.reason)
         return budget_stop(exc)
-    log.info("shard of %d contexts: %s", len(chunk_ids), result)
+    log.info("shard of %d contexts drafted: %s", len(chunk_ids), result)
     return result
 
 
-def finalize_generation(rt: Runtime, *, corpus: str, run_id: str, reuse: str | None = None) -> XCom:
+def judge_shard(
+    rt: Runtime, *, corpus: str, run_id: str, chunk_ids: list[str], gates: dict[str, Any]
+) -> XCom:
+    """Checks, labels and critiques of one shard's drafted candidates under the run's gates."""
+    from ragtrail.pipeline.generate import judge_shard as run_judging
+
+    try:
+        with budgeted_step(
+            rt,
+            "generation",
+            corpus=corpus,
+            scope=_shard_scope(run_id, "judge", chunk_ids),
+            planned=0,
+        ):
+            result = run_judging(rt, corpus, run_id, chunk_ids, gates)
+    except BudgetExhausted as exc:  # the shard's candidates are not kept; finalize goes on
+        log.warning("judging of a shard of %d contexts stopped: %s", len(chunk_ids), exc.reason)
+        return budget_stop(exc)
+    log.info("shard of %d contexts judged: %s", len(chunk_ids), result)
+    return result
+
+
+def _shard_scope(run_id: str, what: str, chunk_ids: list[str]) -> str:
+    return f"{run_id}/{what}-{hashlib.sha256(','.join(chunk_ids).encode()).hexdigest()[:12]}"
+
+
+def generation_baseline(rt: Runtime, *, corpus: str, run_id: str, reuse: str | None = None) -> XCom:
+    """The single-prompt baseline on the contexts the plan drafted, beside the shards."""
+    from ragtrail.pipeline.generate import run_baseline
+
+    if reuse or not rt.artifacts.exists(generation_plan_key(corpus, run_id)):
+        return {"items": 0, "skipped": "no generation run was planned"}
+    try:
+        with budgeted_step(rt, "generation", corpus=corpus, scope=f"{run_id}/baseline", planned=0):
+            items = run_baseline(rt, corpus, run_id)
+    except BudgetExhausted as exc:  # the night's summary has no baseline then
+        log.warning("generation baseline stopped: %s", exc.reason)
+        return budget_stop(exc)
+    return {"items": len(items), "labelled": sum(1 for c in items if c.observed_label)}
+
+
+def finalize_generation(
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    gates: dict[str, Any],
+    reuse: str | None = None,
+) -> XCom:
     """Version the set and validate it with GX; announces the test set to evaluation.
 
     The event always goes out, so evaluation runs every night; when nothing was accepted its
@@ -305,7 +361,7 @@ def finalize_generation(rt: Runtime, *, corpus: str, run_id: str, reuse: str | N
             planned=0,
             gate=False,
         ) as allowance:
-            summary = run_finalize(rt, corpus, run_id)
+            summary = run_finalize(rt, corpus, run_id, gates)
             allowance.items_planned = allowance.items = sum(summary.targets.values())
             allowance.done(sum(summary.accepted.values()))
         regenerated = True

@@ -49,6 +49,16 @@ def statement_candidates(
     rt: Runtime, plan: GenerationPlan, contexts: list[Context], deficit: dict[str, int], salt: str
 ) -> list[QACandidate]:
     """Statements -> chosen statements -> questions -> labels -> critiques for some contexts."""
+    cands = draft_candidates(rt, plan, contexts, deficit, salt)
+    label_and_critique(rt, plan, cands)
+    return cands
+
+
+def draft_candidates(
+    rt: Runtime, plan: GenerationPlan, contexts: list[Context], deficit: dict[str, int], salt: str
+) -> list[QACandidate]:
+    """Statements -> chosen statements -> questions for some contexts (the generator's calls;
+    the judges' come after, :func:`label_and_critique`)."""
     client, params = rt.llm(ModelRole.GENERATOR), generation_params(rt, plan)
     sets = extract_statements(
         client, contexts, params, extractive=rt.settings.generation.extractive_facts
@@ -78,7 +88,6 @@ def statement_candidates(
                 )
             )
     write_questions(client, cands, params)
-    label_and_critique(rt, plan, cands)
     return cands
 
 

@@ -5,18 +5,24 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict
-from functools import partial
-from typing import cast
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
 
-from ragtrail.artifact_keys import generation_plan_key
+from ragtrail.artifact_keys import (
+    generation_baseline_key,
+    generation_draft_key,
+    generation_plan_key,
+)
 from ragtrail.config import ModelRole
 from ragtrail.failures import FailureCount, check_failures
 from ragtrail.jsonsafe import JsonObject
-from ragtrail.llm.together import together
 from ragtrail.pipeline.generate.artifacts import write_artifacts
-from ragtrail.pipeline.generate.candidates import baseline, pending, statement_candidates
+from ragtrail.pipeline.generate.candidates import (
+    baseline,
+    draft_candidates,
+    label_and_critique,
+    pending,
+)
 from ragtrail.pipeline.generate.plan import (
     GenerationPlan,
     GenerationRequest,
@@ -27,13 +33,12 @@ from ragtrail.pipeline.generate.plan import (
 )
 from ragtrail.pipeline.generate.report_data import generation_summary
 from ragtrail.pipeline.generate.rounds import (
-    RoundsOutcome,
     initial_deficit,
     run_rounds,
     settle,
     undo_finalize,
 )
-from ragtrail.pipeline.judges import gate_decisions, generation_judges
+from ragtrail.pipeline.judges import generation_gates
 from ragtrail.progress import ProgressUpdate
 from ragtrail.records import LABELS, CandidateStatus, ModelKind, ModelSpec, QACandidate
 from ragtrail.redact import redact
@@ -181,33 +186,87 @@ def plan_generation(rt: Runtime, request: GenerationRequest) -> GenerationPlan:
                 role.value: redact(rt.settings.model_for(role)) for role in GENERATION_ROLES
             },
         },
-        judges={
-            name: decision.as_dict()
-            for name, decision in gate_decisions(rt, generation_judges(rt)).items()
-        },
     )
     rt.artifacts.put_bytes(plan.key(), json.dumps(asdict(plan), indent=1).encode())
     return plan
 
 
-def generate_shard(rt: Runtime, corpus: str, run_id: str, chunk_ids: Sequence[str]) -> JsonObject:
-    """One mapped unit: candidates for these contexts, stored with their status. Idempotent."""
+def draft_shard(rt: Runtime, corpus: str, run_id: str, chunk_ids: Sequence[str]) -> JsonObject:
+    """One mapped unit: statements and questions for these contexts (the generator's calls),
+    kept as the shard's draft for :func:`judge_shard`. Needs no judge, so it runs beside the
+    judges' calibration. Idempotent."""
     plan = load_plan(rt, corpus, run_id)
     contexts = contexts_by_id(rt, plan, chunk_ids)
-    deficit = initial_deficit(rt, plan)
-    cands = statement_candidates(rt, plan, contexts, deficit, salt=",".join(chunk_ids))
+    salt = ",".join(chunk_ids)
+    cands = draft_candidates(rt, plan, contexts, initial_deficit(rt, plan), salt)
+    rt.artifacts.put_bytes(
+        generation_draft_key(corpus, run_id, chunk_ids),
+        json.dumps([c.to_json() for c in cands]).encode(),
+    )
+    return {"candidates": len(cands), "questions": sum(1 for c in cands if c.question)}
+
+
+def judge_shard(
+    rt: Runtime,
+    corpus: str,
+    run_id: str,
+    chunk_ids: Sequence[str],
+    gates: Mapping[str, JsonObject] | None = None,
+) -> JsonObject:
+    """One mapped unit: the shard's drafted candidates checked, labelled and critiqued under the
+    run's ``gates`` (:func:`with_gates`), stored with their status. Idempotent; a shard whose
+    drafting stopped (a budget) has no draft and no candidates."""
+    key = generation_draft_key(corpus, run_id, chunk_ids)
+    if not rt.artifacts.exists(key):
+        return {"candidates": 0, "skipped": "the shard has no draft: its drafting stopped"}
+    plan = with_gates(rt, load_plan(rt, corpus, run_id), gates)
+    cands = [QACandidate.from_json(c) for c in json.loads(rt.artifacts.get_bytes(key))]
+    label_and_critique(rt, plan, cands)
     TestSetStore(rt.engine).upsert_candidates(cands, corpus=corpus, run_id=run_id)
     return {"candidates": len(cands), "pending": len(pending(cands))}
 
 
-def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> GenerationSummary:
-    """Unanswerable pairs, dedup, quotas, top-up rounds, baseline, version and artifacts.
+def with_gates(
+    rt: Runtime, plan: GenerationPlan, gates: Mapping[str, JsonObject] | None
+) -> GenerationPlan:
+    """The plan with the gate decisions its run applies: those the run's calibration step handed
+    on (one policy for every shard, whatever lands later), else those of the judges' stored
+    calibrations now."""
+    return replace(plan, judges=dict(generation_gates(rt) if gates is None else gates))
+
+
+def run_baseline(rt: Runtime, corpus: str, run_id: str) -> list[QACandidate]:
+    """The single-prompt baseline on a seeded sample of the contexts the plan drafted, kept for
+    finalize (the plan fixes its contexts, so it runs beside the shards). Idempotent."""
+    key = generation_baseline_key(corpus, run_id)
+    if rt.artifacts.exists(key):
+        return stored_baseline(rt, corpus, run_id)
+    plan = load_plan(rt, corpus, run_id)
+    drafted = [cid for contexts in plan.drafted_rounds() for cid in contexts]
+    items = baseline(rt, plan, contexts_by_id(rt, plan, drafted))
+    rt.artifacts.put_bytes(key, json.dumps([c.to_json() for c in items]).encode())
+    return items
+
+
+def stored_baseline(rt: Runtime, corpus: str, run_id: str) -> list[QACandidate]:
+    """The run's baseline items (none when its step did not run, e.g. stopped by a budget)."""
+    key = generation_baseline_key(corpus, run_id)
+    if not rt.artifacts.exists(key):
+        return []
+    return [QACandidate.from_json(c) for c in json.loads(rt.artifacts.get_bytes(key))]
+
+
+def finalize_generation(
+    rt: Runtime, corpus: str, run_id: str, gates: Mapping[str, JsonObject] | None = None
+) -> GenerationSummary:
+    """Unanswerable pairs, dedup, quotas, top-up rounds, version and artifacts, under the run's
+    ``gates`` (:func:`with_gates`); the baseline's items are read back (:func:`run_baseline`).
 
     Every candidate is stored with its status first; then, when more than
     ``generation.max_failed_share`` of them failed (a model error or an unusable reply), no
     version is made and :class:`~ragtrail.failures.EvaluationFailedError` is raised: a set
     made of the few survivors of a dead endpoint would pose as a test set."""
-    plan = load_plan(rt, corpus, run_id)
+    plan = with_gates(rt, load_plan(rt, corpus, run_id), gates)
     testsets = TestSetStore(rt.engine)
     existing_ids = set(plan.existing_ids)
     existing = testsets.get_candidates(corpus, status=CandidateStatus.ACCEPTED)
@@ -227,19 +286,8 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> GenerationSumm
     )
     contexts_used = contexts_by_id(rt, plan, sharded)
     remaining = plan.pool[len(sharded) :]
-    select = partial(run_rounds, rt, plan, existing, candidates, list(contexts_used), remaining)
-    if len(rounds) >= rt.settings.generation.max_rounds:
-        # No top-up round can add contexts: the baseline's sample is known, and an endpoint
-        # gets its requests beside the selection's (unanswerable pairs).
-        done = together(
-            [select, partial(baseline, rt, plan, contexts_used)],
-            concurrent=rt.llm_calls_overlap(),
-        )
-        outcome = cast(RoundsOutcome, done[0])
-        baseline_items = cast(list[QACandidate], done[1])
-    else:
-        outcome = select()
-        baseline_items = baseline(rt, plan, outcome.contexts_used)
+    outcome = run_rounds(rt, plan, existing, candidates, contexts_used, remaining)
+    baseline_items = stored_baseline(rt, corpus, run_id)
     candidates, selected, quota = outcome.candidates, outcome.selected, outcome.quota
     settle(outcome)
     testsets.upsert_candidates(candidates, corpus=corpus, run_id=run_id)
@@ -282,9 +330,13 @@ def finalize_generation(rt: Runtime, corpus: str, run_id: str) -> GenerationSumm
 
 
 def generate_testset(rt: Runtime, request: GenerationRequest) -> GenerationSummary:
-    """The whole generation in process; Airflow runs the same plan/shard/finalize as tasks."""
+    """The whole generation in process; Airflow runs the same steps as tasks (the calibration
+    first, plan, baseline, shards drafted then judged, finalize)."""
     plan = plan_generation(rt, request)
+    gates = generation_gates(rt)
+    run_baseline(rt, plan.corpus, plan.run_id)
     for done, shard in enumerate(plan.shards, start=1):
-        generate_shard(rt, plan.corpus, plan.run_id, shard)
+        draft_shard(rt, plan.corpus, plan.run_id, shard)
+        judge_shard(rt, plan.corpus, plan.run_id, shard, gates)
         rt.report(ProgressUpdate("generation shards", done, len(plan.shards)))
-    return finalize_generation(rt, plan.corpus, plan.run_id)
+    return finalize_generation(rt, plan.corpus, plan.run_id, gates)
