@@ -247,9 +247,10 @@ def test_label_and_critique_rejects_failed_checks_before_any_model_call(make_run
         assert cand.reject_reason is not None
         assert cand.reject_reason.startswith(f"check:{check}")
         assert cand.observed_label is None and cand.critiques == {}
-    # only the two candidates that passed reached the labeller; only the label match was critiqued
+    # only the two candidates that passed reached the labeller (they ask the same question of the
+    # same context: one call answers both); only the label match was critiqued
     labelled = [input_fields(r)["question"] for r in backend.calls if prompt_name(r) == "label"]
-    assert labelled == [GOOD_QUESTION, GOOD_QUESTION]
+    assert labelled == [GOOD_QUESTION]
     assert by_id["c0"].observed_label == "fact_single"
     assert by_id["c0"].status == CandidateStatus.PENDING
     assert by_id["c5"].reject_reason == "label_mismatch:unanswerable->fact_single"
