@@ -73,8 +73,8 @@ def rounds_at_once(rt: Runtime) -> int:
 def draft_rounds(pool: Sequence[str], first: int, rounds: int, per_round: int) -> list[list[str]]:
     """The contexts of the rounds drafted together: the pool's first ``first`` (the first round,
     drawn from changed documents), then up to ``rounds - 1`` more rounds of ``per_round`` from
-    the rest of the pool, in the order the top-up rounds would take them. None without a first
-    round (every quota is met)."""
+    the rest of the pool, in the order the top-up rounds would take them. No round without a
+    first one (every quota is met)."""
     if not first:
         return []
     drafted = [list(pool[:first])]
@@ -330,8 +330,9 @@ def finalize_generation(
 
 
 def generate_testset(rt: Runtime, request: GenerationRequest) -> GenerationSummary:
-    """The whole generation in process; Airflow runs the same steps as tasks (the calibration
-    first, plan, baseline, shards drafted then judged, finalize)."""
+    """The whole generation in process, under the gates of the judges' stored calibrations; the
+    ``generate_testset`` DAG runs the same steps as tasks (plan, baseline, shards drafted then
+    judged, finalize), beside its calibration step."""
     plan = plan_generation(rt, request)
     gates = generation_gates(rt)
     run_baseline(rt, plan.corpus, plan.run_id)
