@@ -181,3 +181,16 @@ def weak_extractor_backend(model_id: str = "scripted-weak-extractor-v1") -> Scri
         return json.dumps({"evidence": sentences[-1][:300]})
 
     return ScriptedBackend(responder, model_id=model_id)
+
+
+def as_on_an_endpoint(rt: Any, monkeypatch: Any) -> Callable[[], int]:
+    """From now on ``rt`` runs its model steps as where every model is an endpoint (side by side,
+    on threads), with an empty completion cache so that every call is made again; returns a
+    function giving the calls made since."""
+    from sqlalchemy import text
+
+    with rt.engine.begin() as conn:
+        conn.execute(text("DELETE FROM llm_cache"))
+    monkeypatch.setattr(type(rt), "llm_calls_overlap", lambda self: True)
+    before = rt.llm_usage.totals().calls
+    return lambda: rt.llm_usage.totals().calls - before

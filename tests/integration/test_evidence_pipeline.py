@@ -10,7 +10,6 @@ import json
 import shutil
 
 import pytest
-from sqlalchemy import text
 
 from ragtrail.paths import sample_corpus_dir, sample_qa_set
 from ragtrail.pipeline.evidence.step import evaluate_evidence
@@ -19,6 +18,7 @@ from ragtrail.pipeline.golden import register_golden_set
 from ragtrail.pipeline.night import INGEST, run_flow
 from ragtrail.storage.runs_store import RunStore
 from tests.scripted_llm import SPEC as SCRIPTED_SPEC
+from tests.scripted_llm import as_on_an_endpoint
 
 CORPUS = "hb"
 
@@ -91,12 +91,9 @@ def test_steps_run_side_by_side_on_an_endpoint_record_what_one_by_one_records(
     the run records what one step after another records."""
     evaluate_evidence(rt, CORPUS, run_id="n1.handbook", set_name="handbook")
     one_by_one = load_evidence(rt, "n1.handbook")
-    with rt.engine.begin() as conn:  # every call is made again, now on threads
-        conn.execute(text("DELETE FROM llm_cache"))
-    monkeypatch.setattr(type(rt), "llm_calls_overlap", lambda self: True)
-    calls = rt.llm_usage.totals().calls
+    calls_since = as_on_an_endpoint(rt, monkeypatch)  # every call made again, on threads
     evaluate_evidence(rt, CORPUS, run_id="n2.handbook", set_name="handbook")
-    assert rt.llm_usage.totals().calls > calls
+    assert calls_since() > 0
     side_by_side = load_evidence(rt, "n2.handbook")
     assert one_by_one is not None and side_by_side is not None
     before, after = one_by_one.to_json(), side_by_side.to_json()

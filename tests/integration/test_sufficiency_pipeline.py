@@ -16,7 +16,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
 from typer.testing import CliRunner
 
 from ragtrail.cli import app
@@ -37,6 +36,7 @@ from ragtrail.storage.runs_store import RunStore
 from ragtrail.summaries.sufficiency_summary import QueryRow
 from ragtrail.text import content_words
 from tests.scripted_llm import SPEC as SCRIPTED_SPEC
+from tests.scripted_llm import as_on_an_endpoint
 
 CORPUS = "hb"
 ENV_VARS = ("RAGTRAIL_CONFIG", "RAGTRAIL_DATABASE_URL", "RAGTRAIL_ARTIFACT_URI")
@@ -180,12 +180,9 @@ def test_steps_run_side_by_side_on_an_endpoint_record_what_one_by_one_records(
     score); the night records the same outcomes, ratings and policy as one step after another."""
     evaluate_sufficiency(rt, CORPUS, run_id="n1.handbook", set_name="handbook")
     one_by_one = load_sufficiency(rt, "n1.handbook")
-    with rt.engine.begin() as conn:  # every call is made again, now on threads
-        conn.execute(text("DELETE FROM llm_cache"))
-    monkeypatch.setattr(type(rt), "llm_calls_overlap", lambda self: True)
-    calls = rt.llm_usage.totals().calls
+    calls_since = as_on_an_endpoint(rt, monkeypatch)  # every call made again, on threads
     evaluate_sufficiency(rt, CORPUS, run_id="n2.handbook", set_name="handbook")
-    assert rt.llm_usage.totals().calls > calls
+    assert calls_since() > 0
     side_by_side = load_sufficiency(rt, "n2.handbook")
     assert one_by_one is not None and side_by_side is not None
     before, after = one_by_one.to_json(), side_by_side.to_json()

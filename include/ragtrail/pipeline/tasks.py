@@ -271,49 +271,43 @@ def _version_on_snapshot(rt: Runtime, corpus: str, snapshot_id: str | None) -> s
 
 
 def draft_shard(rt: Runtime, *, corpus: str, run_id: str, chunk_ids: list[str]) -> XCom:
-    """Statements and questions for one shard of contexts (every call cached by content)."""
+    """Statements and questions for one shard of contexts (every call cached by content); a
+    budget stop keeps no draft, so the shard has no candidates."""
     from ragtrail.pipeline.generate import draft_shard as run_draft
 
-    try:
-        with budgeted_step(
-            rt,
-            "generation",
-            corpus=corpus,
-            scope=_shard_scope(run_id, "shard", chunk_ids),
-            planned=0,
-        ):
-            result = run_draft(rt, corpus, run_id, chunk_ids)
-    except BudgetExhausted as exc:  # no draft is kept: the shard has no candidates
-        log.warning("generation shard of %d contexts stopped: %s", len(chunk_ids), exc.reason)
-        return budget_stop(exc)
-    log.info("shard of %d contexts drafted: %s", len(chunk_ids), result)
-    return result
+    return _shard_step(rt, corpus, run_id, chunk_ids, "draft", run_draft)
 
 
 def judge_shard(
     rt: Runtime, *, corpus: str, run_id: str, chunk_ids: list[str], gates: dict[str, Any]
 ) -> XCom:
-    """Checks, labels and critiques of one shard's drafted candidates under the run's gates."""
+    """Checks, labels and critiques of one shard's drafted candidates under the run's gates; a
+    budget stop keeps none of them, and finalize goes on."""
     from ragtrail.pipeline.generate import judge_shard as run_judging
 
+    return _shard_step(
+        rt, corpus, run_id, chunk_ids, "judge", lambda *args: run_judging(*args, gates)
+    )
+
+
+def _shard_step(
+    rt: Runtime,
+    corpus: str,
+    run_id: str,
+    chunk_ids: list[str],
+    what: str,
+    work: Callable[[Runtime, str, str, list[str]], JsonObject],
+) -> XCom:
+    """``work`` on one shard as a budgeted generation step, scoped ``<run>/<what>-<shard>``."""
+    scope = f"{run_id}/{what}-{hashlib.sha256(','.join(chunk_ids).encode()).hexdigest()[:12]}"
     try:
-        with budgeted_step(
-            rt,
-            "generation",
-            corpus=corpus,
-            scope=_shard_scope(run_id, "judge", chunk_ids),
-            planned=0,
-        ):
-            result = run_judging(rt, corpus, run_id, chunk_ids, gates)
-    except BudgetExhausted as exc:  # the shard's candidates are not kept; finalize goes on
-        log.warning("judging of a shard of %d contexts stopped: %s", len(chunk_ids), exc.reason)
+        with budgeted_step(rt, "generation", corpus=corpus, scope=scope, planned=0):
+            result = work(rt, corpus, run_id, chunk_ids)
+    except BudgetExhausted as exc:
+        log.warning("%s of %d contexts stopped: %s", what, len(chunk_ids), exc.reason)
         return budget_stop(exc)
-    log.info("shard of %d contexts judged: %s", len(chunk_ids), result)
+    log.info("%s of %d contexts: %s", what, len(chunk_ids), result)
     return result
-
-
-def _shard_scope(run_id: str, what: str, chunk_ids: list[str]) -> str:
-    return f"{run_id}/{what}-{hashlib.sha256(','.join(chunk_ids).encode()).hexdigest()[:12]}"
 
 
 def generation_baseline(rt: Runtime, *, corpus: str, run_id: str, reuse: str | None = None) -> XCom:
