@@ -52,12 +52,11 @@ def calibrate_night_judges(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
     """Calibrate every judge of the night that has none for its version (cached once done);
     per judge name, its outcome (``status``, and the reason when not calibrated)."""
     steps: list[Callable[[], dict[str, JsonObject]]] = [partial(calibrate_missing, rt, corpus)]
-    if rt.settings.sufficiency.enabled or _needs_correctness(rt):
+    if _needs_correctness(rt):  # sufficiency or evidence: golden references are needed
         golden, _ = golden_items(rt, corpus)
         if rt.settings.sufficiency.enabled:
             steps.append(partial(calibrate_sufficiency_raters, rt, corpus, golden))
-        if _needs_correctness(rt):
-            steps.append(partial(_calibrate_correctness, rt, corpus, golden))
+        steps.append(partial(_calibrate_correctness, rt, corpus, golden))
     report: dict[str, JsonObject] = {}
     for outcomes in together(steps, concurrent=rt.llm_calls_overlap()):
         report.update(outcomes)

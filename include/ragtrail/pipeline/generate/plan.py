@@ -47,8 +47,9 @@ class GenerationPlan:
     shards: list[list[str]]  # the drafted rounds' contexts, split for mapped generation
     retired: int
     params: JsonObject
-    # judge name -> its gate decision (GateDecision.as_dict()), fixed when the run is planned so
-    # every shard applies the same policy even if a calibration lands mid-run
+    # judge name -> its gate decision (GateDecision.as_dict()): the gates the run's calibration
+    # step fixed, set on the loaded plan when shards are judged and finalized (with_gates), so
+    # every shard applies the same policy even if a calibration lands mid-run; empty when stored
     judges: dict[str, JsonObject] = field(default_factory=dict)
     # the contexts of each round drafted before any selection (generation.rounds_at_once), in
     # round order; empty in plans made before rounds were drafted together: one round, the shards

@@ -76,7 +76,7 @@ def run_rounds(
 
     selected: list[QACandidate] = list(existing)
     quota = select([])
-    drafted = max(1, len(plan.drafted_rounds()))
+    drafted = len(plan.drafted_rounds())
     # The drafted rounds' candidates are selected together (the first pass), then top-up rounds.
     for round_no in range(drafted - 1, gen.max_rounds):
         deficit = {lb: max(0, n - quota.achieved.get(lb, 0)) for lb, n in plan.targets.items()}

@@ -380,7 +380,7 @@ def _evaluate(
         for (item, setting, _), answer in zip(answered, answers, strict=True)
     ]
     judge = correctness_judge(rt)
-    scores: dict[int, dict[str, ConfidenceScore]] = {}
+    early: dict[int, dict[str, ConfidenceScore]] = {}  # confidence computed beside the judge
     if selective and concurrent:
         # beside the judge: every answer it or a rule may score (those it fails on are dropped)
         scorable = [i for i, case in enumerate(cases) if may_be_scored(case, judge)]
@@ -391,7 +391,7 @@ def _evaluate(
             ],
             concurrent=True,
         )
-        cah, scores = cast(CAHEvaluation, cah_done), cast(dict, scores_done)
+        cah, early = cast(CAHEvaluation, cah_done), cast(dict, scores_done)
     else:
         cah = evaluate_cah(cases, judge)
     judged = [r for r in cah.records if r.verdict is not None]
@@ -425,8 +425,8 @@ def _evaluate(
             if r.outcome in (Outcome.CORRECT, Outcome.HALLUCINATE)
         ]
         if not concurrent:
-            scores = _confidence(rt, cases, answered, chosen, seed)
-        confidence = {i: scores[i] for i in chosen}
+            early = _confidence(rt, cases, answered, chosen, seed)
+        confidence = {i: early[i] for i in chosen}
         _check(
             rt,
             run_id,
