@@ -25,17 +25,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
+from typing import cast
 
 from ragtrail.artifact_keys import citation_queries_key, citations_key
 from ragtrail.config import ModelRole
+from ragtrail.evaluate.attribution.scenario_results import ScenarioRun
 from ragtrail.evaluate.attribution.scenarios import run_scenarios
 from ragtrail.evaluate.attribution.scoring import score_answers
-from ragtrail.evaluate.citations.evaluator import CitationEvalConfig, evaluate_mixtures
+from ragtrail.evaluate.citations.evaluator import (
+    CitationEvalConfig,
+    MixtureEvaluation,
+    evaluate_mixtures,
+)
 from ragtrail.evaluate.citations.mixture_answers import DEFAULT_ANSWER_PARAMS
 from ragtrail.failures import FailureCount
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.client import GenerationParams
+from ragtrail.llm.together import together
 from ragtrail.pipeline.budgets import Allowance, budgeted_set_step, keep_finished
 from ragtrail.pipeline.citations.views import citation_queries_frame, compact, mixture_view
 from ragtrail.pipeline.judges import entailment_judge, gate_decisions
@@ -181,13 +189,31 @@ def _evaluate(
     record = opened.record(rt, answerer=answerer)
 
     sample = sample_items(items, max_items, seed)
-    mix = evaluate_mixtures(
-        sample,
-        corpus_from_runtime(rt, corpus, text_weight=text_weight),
-        client,
-        config=config,
-        params=answer_params,
+    scen_sample = sample_items(items, scenario_items, seed) if scenario_names else []
+    # the mixtures' and the scenarios' answers do not read each other: at once on an endpoint
+    mix, answered = together(
+        [
+            partial(
+                evaluate_mixtures,
+                sample,
+                corpus_from_runtime(rt, corpus, text_weight=text_weight),
+                client,
+                config=config,
+                params=answer_params,
+            ),
+            partial(
+                _answer_scenarios,
+                rt,
+                corpus,
+                scen_sample,
+                scenario_names,
+                text_weight,
+                answer_params,
+            ),
+        ],
+        concurrent=client.concurrent,
     )
+    mix = cast(MixtureEvaluation, mix)
     _check(
         rt,
         run_id,
@@ -199,11 +225,9 @@ def _evaluate(
     runs.record_evaluation(run_id, mix.result, **record, judges={})
 
     scenarios: ScenarioSummary | None = None
-    if scenario_names:
-        scen_sample = sample_items(items, scenario_items, seed)
-        scenarios = _scenarios(
-            rt, corpus, run_id, scen_sample, scenario_names, text_weight, answer_params, record
-        )
+    if answered is not None:
+        run = cast(ScenarioRun, answered)
+        scenarios = _scenarios(rt, run_id, run, len(scen_sample), answer_params, record)
     if allowance is not None:
         allowance.done(len(sample))
     summary = CitationSummary(
@@ -234,19 +258,19 @@ def _check(rt: Runtime, run_id: str, *counts: FailureCount) -> None:
     )
 
 
-def _scenarios(
+def _answer_scenarios(
     rt: Runtime,
     corpus: str,
-    run_id: str,
     items: list[QAItem],
     names: Sequence[str],
     text_weight: float,
     params: GenerationParams,
-    record: JsonObject,
-) -> ScenarioSummary:
-    """Run and score the attributed-answer scenarios on ``items`` and record their metrics."""
+) -> ScenarioRun | None:
+    """The attributed-answer scenarios' answers on ``items`` (None: no scenario requested)."""
+    if not names:
+        return None
     cs = rt.settings.citations
-    run = run_scenarios(
+    return run_scenarios(
         items,
         scenario_corpus(rt, corpus),
         rt.llm(ModelRole.ANSWERER),
@@ -259,6 +283,19 @@ def _scenarios(
         bootstrap_samples=cs.bootstrap_samples,
         seed=params.seed,
     )
+
+
+def _scenarios(
+    rt: Runtime,
+    run_id: str,
+    run: ScenarioRun,
+    items: int,
+    params: GenerationParams,
+    record: JsonObject,
+) -> ScenarioSummary:
+    """Score the attributed-answer scenarios' answers (``items`` questions) and record their
+    metrics."""
+    cs = rt.settings.citations
     judge = entailment_judge(rt)
     decision = gate_decisions(rt, [judge])[judge.spec.name].as_dict()
     records, facets = [], []
@@ -305,7 +342,7 @@ def _scenarios(
     details = run.as_json()
     return ScenarioSummary(
         names=list(run.scenarios),
-        items=len(items),
+        items=items,
         judge=JudgeGate.from_json(decision),
         aggregates=[
             ScenarioAggregate(
