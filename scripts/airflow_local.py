@@ -31,8 +31,8 @@ Usage (from the repository root, with the project venv)::
 ``up`` migrates the DB, applies ``airflow_settings.yaml`` (scripts/airflow_bootstrap.py),
 starts the components, waits until they report healthy and the DAGs are parsed, then
 keeps them running until Ctrl-C / SIGTERM, and stops them all. ``--unpause`` unpauses
-ingest_corpus, generate_testset, evaluate_retrieval and retrain_models (which runs only when a
-drift decision fires); ``--trigger`` triggers ingest_corpus on
+ingest_corpus, generate_testset, evaluate_golden_sets, evaluate_retrieval and retrain_models
+(which runs only when a drift decision fires); ``--trigger`` triggers ingest_corpus on
 its default Params (the shipped sample corpus) in the slot of its latest missed interval, so
 unpausing does not start a second, scheduled ingest. ``env`` prints the environment as
 ``export`` lines for running the ``airflow`` CLI against the same installation. ``drop``
@@ -86,7 +86,13 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-RAGTRAIL_DAGS = ("ingest_corpus", "generate_testset", "evaluate_retrieval", "retrain_models")
+RAGTRAIL_DAGS = (
+    "ingest_corpus",
+    "generate_testset",
+    "evaluate_golden_sets",
+    "evaluate_retrieval",
+    "retrain_models",
+)
 COMPONENTS: dict[str, list[str]] = {
     "api-server": ["api-server"],  # host/port from AIRFLOW__API__HOST / AIRFLOW__API__PORT
     "scheduler": ["scheduler", "--skip-serve-logs"],

@@ -8,6 +8,7 @@ The artifact store (a local folder or an S3 prefix) is laid out as::
     testsets/<corpus>/<version>/{items.parquet,items.jsonl,generation.json,quality.json}
     testsets/<corpus>/runs/<generation run>/plan.json          a generation run's shard plan
     golden/<corpus>/<name>/<version>/quality.json              a golden set's GX checks
+    golden/<corpus>/evaluated/<snapshot>/<settings>.json       golden runs handed to the night
     runs/<run>/metrics.json                                    one evaluation run's summary
     runs/<run>/{retrieval_*,citation_queries,sufficiency_queries,evidence_queries}.parquet
     runs/<run>/{citations,sufficiency,selective_policy,evidence}.json
@@ -91,6 +92,12 @@ def generation_plan_key(corpus: str, run_id: str) -> str:
 def golden_quality_key(corpus: str, name: str, version: str) -> str:
     """The GX checks of one golden-set version, stored beside it when it is registered."""
     return f"golden/{corpus}/{name}/{version}/quality.json"
+
+
+def golden_runs_key(corpus: str, snapshot_id: str, fingerprint: str) -> str:
+    """The golden sets' runs evaluated on a snapshot with the settings ``fingerprint``, handed
+    over to the night's evaluation (:class:`~ragtrail.summaries.qa_sets.GoldenRuns`)."""
+    return f"golden/{corpus}/evaluated/{snapshot_id}/{fingerprint}.json"
 
 
 # ------------------------------------------------------------------------- evaluation runs

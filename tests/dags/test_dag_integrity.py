@@ -36,7 +36,7 @@ def _load(name: str, path: Path) -> ModuleType:
 
 pytestmark = pytest.mark.airflow
 
-EXPECTED_DAGS = {"ingest_corpus", "generate_testset", "evaluate_retrieval"}
+EXPECTED_DAGS = {"ingest_corpus", "generate_testset", "evaluate_golden_sets", "evaluate_retrieval"}
 DAG_FILES = sorted(p for p in ENV.DAGS_DIR.glob("*.py") if not p.name.startswith("_"))
 PARSE_BUDGET_S = 2.0
 # Libraries a DAG file must not pull in at parse time (they belong inside task callables).
@@ -289,6 +289,29 @@ def test_evaluate_wiring(dagbag: Any) -> None:
     assert dag.get_task("publish").outlets == [RETRIEVAL_METRICS_ASSET]
     assert dag.get_task("drift").outlets == []  # every decision is stored, none announced here
     assert dag.get_task("announce_drift").outlets == [DRIFT_ASSET]  # only a fired one
+
+
+def test_golden_evaluation_wiring(dagbag: Any) -> None:
+    """The golden sets are evaluated on the corpus Asset, beside the generation: the evaluation's
+    judges calibrate beside the plan and the retrieval; the sufficiency and evidence branches wait
+    for them; the hand-over waits for every branch of every set and announces nothing."""
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
+    from assets import CORPUS_ASSET
+
+    dag = dagbag.dags["evaluate_golden_sets"]
+    assert dag.schedule == CORPUS_ASSET
+    assert dag.get_task("calibrate").upstream_task_ids == {"resolve"}
+    assert dag.get_task("plan").upstream_task_ids == {"resolve"}
+    assert dag.get_task("evaluate").pool == "embedding"
+    for name in ("cite", "sufficiency", "evidence"):
+        task_ = dag.get_task(name)
+        assert isinstance(task_, MappedOperator) and task_.pool == "llm_api"
+        assert "evaluate" in task_.upstream_task_ids
+        assert ("calibrate" in task_.upstream_task_ids) == (name != "cite"), name
+    hand_over = dag.get_task("hand_over")
+    assert {"cite", "sufficiency", "evidence"} <= hand_over.upstream_task_ids
+    assert hand_over.trigger_rule == "none_failed"
+    assert all(not task_.outlets for task_ in dag.tasks)
 
 
 class _Events(dict):

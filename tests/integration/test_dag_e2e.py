@@ -1,8 +1,8 @@
 """End to end: ``dag.test()`` of the whole night with the real task code, on a migrated SQLite DB.
 
-ingest_corpus -> generate_testset -> evaluate_retrieval run on the shipped sample corpus with the
-real library (embedded index, bundled MiniLM, GX), the generation LLM being the configuration-
-selected scripted test backend (``tests/scripted_llm.py``; a test double, not a model).
+ingest_corpus -> generate_testset and evaluate_golden_sets -> evaluate_retrieval run on the shipped
+sample corpus with the real library (embedded index, bundled MiniLM, GX), the generation LLM being
+the configuration-selected scripted test backend (``tests/scripted_llm.py``; a test double, not a model).
 
 ``dag.test()`` runs a *manual* DAG run: it records the producer's asset event, but a later
 ``dag.test()`` of the consumer does not consume it. So each consumer gets its inputs through its
@@ -220,6 +220,19 @@ def test_the_night_end_to_end_with_real_task_code(
     assert set(testset_event.extra) == set(TestsetEvent.field_names())
     assert testset_event.extra["qa_set"] == f"testset:{finalized['version']}"
 
+    # ---- evaluate_golden_sets, on the same corpus event (beside the generation): the golden
+    # set's run, handed over to the evaluation of the same snapshot and settings
+    golden_evaluation = _run(dags["evaluate_golden_sets"], gen_conf)
+    from_event = _consumer_state(
+        dags["evaluate_golden_sets"], CORPUS_ASSET, corpus_event, golden_evaluation.run_id
+    )
+    assert _without_origin(from_event) == _without_origin(_xcom(golden_evaluation, "resolve"))
+    assert _xcom(golden_evaluation, "calibrate")["judges"], "the evaluation's judges calibrate"
+    golden_run = f"{evaluation_run_id(golden_evaluation)}.{GOLDEN}"
+    assert _xcom(golden_evaluation, "hand_over")["sets"] == [golden_run]
+    (golden_scan,) = _mapped_xcoms(golden_evaluation, "evaluate")
+    assert (golden_scan["run_id"], golden_scan["qa_set_version"]) == (golden_run, golden["version"])
+
     # ---- evaluate_retrieval, on what the test-set event announced, plus the golden set
     eval_conf = {
         "corpus": testset_event.extra["corpus"],
@@ -232,14 +245,16 @@ def test_the_night_end_to_end_with_real_task_code(
     )
     assert _without_origin(from_event) == _without_origin(_xcom(evaluation, "resolve"))
     plan = _xcom(evaluation, "plan")
-    assert [(s["name"], s["kind"]) for s in plan["sets"]] == [
-        (GOLDEN, "golden"),
-        ("generated", "generated"),
+    assert [(s["name"], s["kind"], s["run_id"], s["reused"]) for s in plan["sets"]] == [
+        (GOLDEN, "golden", golden_run, True),  # the golden sets' evaluation made it
+        ("generated", "generated", f"{evaluation_run_id(evaluation)}.generated", False),
     ]
     evaluated = {r["name"]: r for r in _mapped_xcoms(evaluation, "evaluate")}  # one task per set
     assert evaluated["generated"]["qa_set_version"] == finalized["version"]
-    assert evaluated[GOLDEN]["qa_set_version"] == golden["version"]
-    assert evaluated[GOLDEN]["run_id"] == f"{evaluation_run_id(evaluation)}.{GOLDEN}"
+    assert evaluated[GOLDEN] == {"name": GOLDEN, "skipped": f"evaluated as {golden_run}"}
+    for step in ("cite", "sufficiency", "evidence"):
+        (skipped,) = [r for r in _mapped_xcoms(evaluation, step) if r["name"] == GOLDEN]
+        assert skipped["skipped"] == f"evaluated as {golden_run}", (step, skipped)
     report = _xcom(evaluation, "publish")
     assert report["success"] is True
     html = _local_path(report["report_path"]).read_text()
@@ -339,6 +354,11 @@ def _night_two(
             "qa_set": testset_event["qa_set"],
         },
     )
+    plan = _xcom(evaluation, "plan")  # no golden evaluation of this snapshot: evaluated here
+    assert [(s["name"], s["reused"]) for s in plan["sets"]] == [
+        (GOLDEN, False),
+        ("generated", False),
+    ]
     drift = _xcom(evaluation, "drift")
     assert drift["fired"] is True, drift
     on_golden, on_generated = drift["sets"][GOLDEN], drift["sets"]["generated"]

@@ -110,32 +110,33 @@ def test_calibrated_judges_gate(rt):
     assert any((c.reject_reason or "").startswith("label_mismatch") for c in rejected)
 
 
-def test_the_calibration_step_measures_every_judge_of_the_night_and_fixes_the_gates(rt):
-    """The night's calibrate step measures the evaluation's judges too (the sufficiency raters
-    and the correctness judge), so its branches find them calibrated; it hands on the generation
-    judges' gate decisions, which a run's judging and finalize apply."""
+def test_the_calibration_steps_measure_every_judge_of_the_night_and_fix_the_gates(rt):
+    """The night's two calibration steps measure the generation judges (handing on their gate
+    decisions, which a run's judging and finalize apply) and the evaluation's judges (the
+    sufficiency raters and the correctness judge), so its branches find them calibrated."""
     from ragtrail.pipeline.correctness import correctness_judge
     from ragtrail.pipeline.night_judges import uncalibrated_night_judges
     from ragtrail.pipeline.sufficiency.raters import sufficiency_raters
-    from ragtrail.pipeline.tasks import calibrate_judges
+    from ragtrail.pipeline.tasks import calibrate_evaluation_judges, calibrate_judges
 
     _use(rt, scripted_llm.calibrated_backend())
     evaluation = [r.spec.name for r in sufficiency_raters(rt)] + [correctness_judge(rt).spec.name]
     before = uncalibrated_night_judges(rt)
     assert set(evaluation) <= set(before) and LABELLER in before
     out = calibrate_judges(rt, corpus="hb")
-    assert set(out["judges"]) >= set(evaluation) | {LABELLER}
-    assert out["judges"][evaluation[-1]]["status"] == "calibrated"  # the correctness judge
-    assert {out["judges"][name]["status"] for name in evaluation} <= {
-        "calibrated",
-        "not calibrated",
-    }
+    assert LABELLER in out["judges"] and not set(out["judges"]) & set(evaluation)
+    assert set(uncalibrated_night_judges(rt)) >= set(evaluation)  # not measured by this step
     assert out["gates"] == {
         name: d.as_dict() for name, d in gate_decisions(rt, generation_judges(rt)).items()
     }
     assert out["gates"][LABELLER]["gates"]
+    measured = calibrate_evaluation_judges(rt, corpus="hb")["judges"]
+    assert set(measured) == set(evaluation)
+    assert measured[evaluation[-1]]["status"] == "calibrated"  # the correctness judge
+    assert {measured[name]["status"] for name in evaluation} <= {"calibrated", "not calibrated"}
+    outcomes = out["judges"] | measured
     assert not set(uncalibrated_night_judges(rt)) & {
-        n for n in before if out["judges"][n].get("status") == "calibrated"
+        n for n in before if outcomes[n].get("status") == "calibrated"
     }
-    again = calibrate_judges(rt, corpus="hb")  # calibrated judges are not measured again
+    again = calibrate_evaluation_judges(rt, corpus="hb")  # calibrated judges are not measured again
     assert {again["judges"][name]["status"] for name in evaluation} <= {"cached", "not calibrated"}

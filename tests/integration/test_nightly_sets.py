@@ -9,6 +9,7 @@ zero on every label, with the previous night's run as the baseline.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -54,8 +55,25 @@ def night(rt, run_id: str, team_file: Path):
     return result, lines
 
 
-def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(rt, team_file):
+def test_two_nights_evaluate_every_set_and_compare_each_with_its_previous_run(
+    rt, team_file, caplog
+):
+    caplog.set_level(logging.INFO, logger="ragtrail.pipeline.tasks")
     first, log = night(rt, "night-1", team_file)
+    # the golden sets' evaluation (beside the generation) handed its runs over, and the night's
+    # evaluation took them over instead of evaluating the golden sets again
+    assert (
+        "[3/4] evaluate_golden_sets" in log
+        and "evaluate_golden_sets.hand_over" in first.step_seconds
+    )
+    assert len(rt.artifacts.list("golden/handbook/evaluated/")) == 1
+    planned = next(
+        r.getMessage() for r in caplog.records if "evaluating 3 QA sets" in r.getMessage()
+    )
+    assert planned.endswith(
+        "handbook-sample (evaluated by night-1.handbook-sample), "
+        "team-qa (evaluated by night-1.team-qa), generated"
+    ), planned
     assert [(g.name, g.n_items, g.created) for g in first.golden] == [
         ("handbook-sample", 65, True),
         ("team-qa", 12, True),

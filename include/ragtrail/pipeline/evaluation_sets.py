@@ -8,24 +8,33 @@ the most recent earlier complete run on the same QA-set version (:meth:`RunStore
 runs that are running, failed or abandoned are skipped) through the paired comparison of
 ``ragtrail runs compare``.
 
+The golden sets do not wait for the test set: their evaluation (the ``evaluate_golden_sets``
+flow, on the corpus event, beside the generation) evaluates them as its own runs and hands them
+over (:func:`hand_over`); the night's evaluation of the same snapshot under the same settings
+plans those runs as ``reused`` (:func:`handed_over_runs`), skips their per-set steps and
+publishes and checks them with the test set. Without a hand-over (the golden evaluation not run,
+not finished, failed, or other settings) it evaluates the golden sets itself.
+
 Each set is a :class:`~ragtrail.summaries.qa_sets.PlannedSet` (name, kind, typed QA-set
 reference, run id); it travels as XCom in its JSON form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ragtrail.artifact_keys import golden_runs_key
 from ragtrail.evaluate.comparison.paired import DEFAULT_RESAMPLES
 from ragtrail.paths import sample_qa_set
+from ragtrail.pipeline.budgets import step_fingerprint
 from ragtrail.pipeline.compare import RunComparisonError, compare_stored_runs
 from ragtrail.pipeline.golden import golden_name_for
 from ragtrail.pipeline.run_io import load_items
 from ragtrail.records import QAItem, QASetRef, SetKind
 from ragtrail.runtime import Runtime
-from ragtrail.storage.runs_store import RunStore
-from ragtrail.summaries.qa_sets import PlannedSet
+from ragtrail.storage.runs_store import FAILED, RunStore
+from ragtrail.summaries.qa_sets import GoldenRuns, PlannedSet
 from ragtrail.summaries.retrieval_summary import BestRow, Change, ChangeRow
 from ragtrail.testset.golden import GoldenSetStore
 
@@ -39,16 +48,36 @@ def set_run_id(run_id: str, name: str) -> str:
     return f"{run_id}.{name}"
 
 
-def plan_sets(rt: Runtime, corpus: str, run_id: str, qa_set: str | None) -> list[PlannedSet]:
-    """The sets the night ``run_id`` evaluates: golden sets by name, then the generated or given set.
+def golden_sets(
+    rt: Runtime, corpus: str, run_id: str, reusable: Mapping[str, PlannedSet] | None = None
+) -> list[PlannedSet]:
+    """The latest version of each golden set of the corpus, by name, as sets of the night
+    ``run_id``; one whose version ``reusable`` holds (:func:`handed_over_runs`) is that run,
+    marked ``reused``."""
+    sets = []
+    for v in GoldenSetStore(rt.engine).latest(corpus):
+        planned = _planned(v.name, QASetRef.golden(v.version), run_id)
+        done = (reusable or {}).get(v.name)
+        if done is not None and done.qa_set == planned.qa_set:
+            planned = done.model_copy(update={"reused": True})
+        sets.append(planned)
+    return sets
+
+
+def plan_sets(
+    rt: Runtime,
+    corpus: str,
+    run_id: str,
+    qa_set: str | None,
+    reusable: Mapping[str, PlannedSet] | None = None,
+) -> list[PlannedSet]:
+    """The sets the night ``run_id`` evaluates: golden sets by name (:func:`golden_sets`), then
+    the generated or given set.
 
     ``qa_set`` is ``testset:<version>`` (the generated set), a QA set file, or None: then only the
     golden sets, or the shipped sample file when the corpus has none.
     """
-    sets = [
-        _planned(v.name, QASetRef.golden(v.version), run_id)
-        for v in GoldenSetStore(rt.engine).latest(corpus)
-    ]
+    sets = golden_sets(rt, corpus, run_id, reusable)
     ref = QASetRef.parse(qa_set) if qa_set else None
     if ref is not None and ref.kind is SetKind.GENERATED:
         sets.append(_planned(GENERATED_SET, ref, run_id))
@@ -59,6 +88,54 @@ def plan_sets(rt: Runtime, corpus: str, run_id: str, qa_set: str | None) -> list
             name = f"{name}-file"
         sets.append(_planned(name, QASetRef(SetKind.FILE, str(path)), run_id))
     return sets
+
+
+def evaluation_fingerprint(rt: Runtime, text_weights: Sequence[float] | None) -> str:
+    """What a set's evaluation depends on besides its items and the snapshot: the text weights
+    scanned and every setting (the models, seeds and each step's settings). A golden run made
+    under another fingerprint is not reused; comparing every setting errs on evaluating again."""
+    weights = [float(w) for w in text_weights] if text_weights else None
+    return step_fingerprint(
+        "evaluation", text_weights=weights, settings=rt.settings.model_dump(mode="json")
+    )
+
+
+def hand_over(
+    rt: Runtime,
+    corpus: str,
+    snapshot_id: str,
+    sets: Sequence[PlannedSet],
+    text_weights: Sequence[float] | None,
+) -> GoldenRuns:
+    """Record the golden sets' runs, every per-set step done, for the night's evaluation of the
+    same snapshot under the same settings (:func:`handed_over_runs`)."""
+    done = GoldenRuns(
+        corpus=corpus,
+        snapshot_id=snapshot_id,
+        fingerprint=evaluation_fingerprint(rt, text_weights),
+        sets=list(sets),
+    )
+    rt.artifacts.put_bytes(
+        golden_runs_key(corpus, snapshot_id, done.fingerprint), done.dumps().encode()
+    )
+    return done
+
+
+def handed_over_runs(
+    rt: Runtime, corpus: str, snapshot_id: str, text_weights: Sequence[float] | None
+) -> dict[str, PlannedSet]:
+    """The golden sets' runs handed over (:func:`hand_over`) for this snapshot and these
+    settings, by set name; a run that failed since, or is gone, is not among them."""
+    key = golden_runs_key(corpus, snapshot_id, evaluation_fingerprint(rt, text_weights))
+    if not rt.artifacts.exists(key):
+        return {}
+    runs = RunStore(rt.engine)
+    reusable = {}
+    for planned in GoldenRuns.from_json(rt.artifacts.get_bytes(key)).sets:
+        run = runs.get_run(planned.run_id)
+        if run is not None and run.status != FAILED:
+            reusable[planned.name] = planned
+    return reusable
 
 
 def primary_set(sets: Sequence[PlannedSet]) -> PlannedSet:

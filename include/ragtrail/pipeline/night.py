@@ -201,7 +201,7 @@ def newest_extra(events: Iterable[Mapping[str, Any]]) -> JsonObject | None:
     return dict(ordered[-1].get("extra") or {}) if ordered else None
 
 
-# --------------------------------------------------------------------------- the three flows
+# --------------------------------------------------------------------------------- the flows
 
 _CORPUS_PARAM = ParamSpec(
     "handbook",
@@ -214,6 +214,13 @@ _SNAPSHOT_PARAM = ParamSpec(
     {"type": ["null", "string"]},
     "Snapshot id",
     "Corpus snapshot to work on for manual runs; empty = the latest complete one.",
+)
+
+_TEXT_WEIGHTS_PARAM = ParamSpec(
+    list(DEFAULT_TEXT_WEIGHTS),
+    {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1}, "minItems": 1},
+    "Text weights",
+    "BM25 weights to scan, each in [0, 1] (0 = dense only, 1 = BM25 only).",
 )
 
 
@@ -244,6 +251,20 @@ def _resolve_generation(
         "seed": params.get("seed"),
         "labels": list(params.get("labels") or []),
         "doc_ids": list(params.get("doc_ids") or []),
+        "run_id": run_id,
+        "origin": "asset_event" if event else "params",
+    }
+
+
+def _resolve_golden_evaluation(
+    params: Mapping[str, Any], extra: Mapping[str, Any] | None, run_id: str
+) -> JsonObject:
+    event = CorpusEvent.from_extra(extra) if extra is not None else None
+    weights = params.get("text_weights")
+    return {
+        "corpus": event.corpus if event else params["corpus"],
+        "snapshot_id": (event.snapshot_id if event else None) or params.get("snapshot_id") or None,
+        "text_weights": [float(w) for w in weights] if weights else None,
         "run_id": run_id,
         "origin": "asset_event" if event else "params",
     }
@@ -387,8 +408,8 @@ GENERATE = Flow(
         Step(
             "calibrate",
             "calibrate_judges",
-            "calibrates the night's judges (labeller, critiques, sufficiency raters, correctness) "
-            "on golden sets when their version has none; fixes the generation judges' gates",
+            "calibrates the generation judges (labeller, critiques) on golden sets when their "
+            "version has none; fixes their gates",
             inputs=("corpus",),
             outputs=("gates",),
             pool="llm_api",
@@ -452,6 +473,94 @@ GENERATE = Flow(
     ),
 )
 
+EVALUATE_GOLDEN = Flow(
+    dag_id="evaluate_golden_sets",
+    doc="The corpus's golden sets evaluated on each announced corpus, beside the test-set "
+    "generation (they do not need it): retrieval across the text-weight scan, then citations, "
+    "sufficiency and the evidence extractor, as `evaluate_retrieval` evaluates a set, each set its "
+    "own stored run. The runs are handed over to `evaluate_retrieval`, which, on the same "
+    "snapshot and settings, skips their per-set steps and checks and publishes them with the "
+    "test set (without a hand-over it evaluates the golden sets itself).",
+    run_prefix="golden",
+    listens_to="corpus",
+    tags=("evaluation",),
+    params={
+        "corpus": _CORPUS_PARAM,
+        "snapshot_id": _SNAPSHOT_PARAM,
+        "text_weights": _TEXT_WEIGHTS_PARAM,
+    },
+    resolver=_resolve_golden_evaluation,
+    steps=(
+        Step(
+            "calibrate",
+            "calibrate_evaluation_judges",
+            "calibrates the evaluation's judges (sufficiency raters, correctness) on the golden "
+            "sets when their version has none",
+            inputs=("corpus",),
+            pool="llm_api",
+        ),
+        Step(
+            "plan",
+            "plan_golden_evaluation",
+            "lists the golden sets (each one's latest version); fixes the snapshot",
+            inputs=("corpus", "run_id", "snapshot_id"),
+            outputs=("sets", "snapshot_id"),
+            after=(),
+        ),
+        Step(
+            "evaluate",
+            "evaluate_set",
+            "hybrid retrieval per text weight with bootstrap CIs on one golden set, stored as the "
+            "run <run id>.<set name> (embeds the queries)",
+            inputs=("corpus", "text_weights", "snapshot_id"),
+            pool="embedding",
+            map_over="sets",
+            map_as="qa_set_entry",
+            after=("plan",),
+        ),
+        Step(
+            "cite",
+            "evaluate_set_citations",
+            "the answering model's citations on one golden set, stored in the set's run",
+            inputs=("corpus", "snapshot_id"),
+            pool="llm_api",
+            map_over="sets",
+            map_as="qa_set_entry",
+            after=("evaluate",),
+        ),
+        Step(
+            "sufficiency",
+            "evaluate_set_sufficiency",
+            "sufficiency, Correct / Abstain / Hallucinate and selective generation on one golden "
+            "set, stored in the set's run",
+            inputs=("corpus", "snapshot_id"),
+            pool="llm_api",
+            map_over="sets",
+            map_as="qa_set_entry",
+            after=("evaluate", "calibrate"),
+        ),
+        Step(
+            "evidence",
+            "evaluate_set_evidence",
+            "the evidence extractor on one golden set, stored in the set's run",
+            inputs=("corpus", "snapshot_id"),
+            pool="llm_api",
+            map_over="sets",
+            map_as="qa_set_entry",
+            after=("evaluate", "calibrate"),
+        ),
+        Step(
+            "hand_over",
+            "hand_over_golden_runs",
+            "records the golden sets' runs, every per-set step done, for the night's evaluation "
+            "of the same snapshot and settings",
+            inputs=("corpus", "sets", "snapshot_id", "text_weights"),
+            after_mapped=True,
+            after=("cite", "sufficiency", "evidence"),
+        ),
+    ),
+)
+
 EVALUATE = Flow(
     dag_id="evaluate_retrieval",
     doc="Recall@k per question label across the text-weight scan on every QA set of the corpus "
@@ -472,25 +581,17 @@ EVALUATE = Flow(
             "QA set",
             "A QA set file or testset:<version>; empty = the project's sample set.",
         ),
-        "text_weights": ParamSpec(
-            list(DEFAULT_TEXT_WEIGHTS),
-            {
-                "type": "array",
-                "items": {"type": "number", "minimum": 0, "maximum": 1},
-                "minItems": 1,
-            },
-            "Text weights",
-            "BM25 weights to scan, each in [0, 1] (0 = dense only, 1 = BM25 only).",
-        ),
+        "text_weights": _TEXT_WEIGHTS_PARAM,
     },
     resolver=_resolve_evaluation,
     steps=(
         Step(
             "plan",
             "plan_evaluation",
-            "lists the QA sets: every golden set's latest version, then the generated (or "
-            "given) set; fixes the snapshot",
-            inputs=("corpus", "run_id", "qa_set", "snapshot_id"),
+            "lists the QA sets: every golden set's latest version (the run the golden sets' "
+            "evaluation handed over, when it did), then the generated (or given) set; fixes the "
+            "snapshot",
+            inputs=("corpus", "run_id", "qa_set", "snapshot_id", "text_weights"),
             outputs=("sets", "snapshot_id"),
         ),
         Step(
@@ -719,7 +820,7 @@ RETRAIN = Flow(
     ),
 )
 
-NIGHT: tuple[Flow, ...] = (INGEST, GENERATE, EVALUATE, RETRAIN)
+NIGHT: tuple[Flow, ...] = (INGEST, GENERATE, EVALUATE_GOLDEN, EVALUATE, RETRAIN)
 """The night in order; each flow after the first listens to an Asset an earlier one emits."""
 
 

@@ -7,16 +7,19 @@ Airflow deployment execute the same steps with the same arguments.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.llm.together import together
 from ragtrail.pipeline.budgets import night_budget_notes
 from ragtrail.pipeline.ingest import IngestSummary
 from ragtrail.pipeline.night import (
     EVALUATE,
+    EVALUATE_GOLDEN,
     GENERATE,
     INGEST,
     RETRAIN,
@@ -36,6 +39,17 @@ from ragtrail.summaries.night_summary import NightPublication, NightReport, SetR
 from ragtrail.summaries.qa_sets import GoldenRegistration
 from ragtrail.summaries.quality_summary import CorpusQuality
 from ragtrail.summaries.retrain_summary import GateOutcome
+
+STEP_MODULES = (
+    "ragtrail.pipeline.generate",
+    "ragtrail.pipeline.night_judges",
+    "ragtrail.pipeline.citations.step",
+    "ragtrail.pipeline.sufficiency.step",
+    "ragtrail.pipeline.evidence.step",
+)
+"""The modules the generation's and the golden sets' steps import on first use. Importing holds
+the import lock and mostly the GIL: when the two flows run side by side, one flow's first
+imports would stall the other's requests, so they are imported before the flows start."""
 
 
 @dataclass
@@ -99,7 +113,8 @@ def run_nightly(
     generate: bool = True,
     allow_mass_removal: bool = False,
 ) -> NightlyResult:
-    """ingest -> golden sets -> test-set generation + GX -> retrieval evaluation -> report.
+    """ingest -> golden sets -> test-set generation + GX, beside the golden sets' evaluation ->
+    the evaluation of every set (the golden sets' runs taken over) -> report.
 
     The ingest's ``golden`` step registers the ``golden`` files (and folders) as golden sets of
     the corpus (name: the file stem), with the configured ``golden_sets`` of the corpus and, on
@@ -157,18 +172,37 @@ def _run_night(
     params = {"corpus": corpus, "qa_set": str(qa_set) if qa_set else None}
     step_seconds: dict[str, float] = {}
 
-    def run(flow: Flow, step: str, event: JsonObject | None, **extra: Any) -> FlowRun:
+    def run(
+        flow: Flow, step: str, event: JsonObject | None, on: Runtime = rt, **extra: Any
+    ) -> FlowRun:
         log(f"[{step}] {flow.dag_id}")
         events = [{"timestamp": utcnow().isoformat(), "extra": event}] if event else []
         state = flow.resolve({**params, **extra}, events, run_id)
-        flow_run = run_flow(rt, flow, state, progress=progress)
+        flow_run = run_flow(on, flow, state, progress=progress)
         step_seconds.update({f"{flow.dag_id}.{k}": v for k, v in flow_run.seconds.items()})
         return flow_run
+
+    overlap = rt.llm_calls_overlap()
+
+    def on_corpus_event(flow: Flow, step: str, event: JsonObject | None) -> Callable[[], FlowRun]:
+        """A flow the corpus event triggers, run on its own sibling runtime when the flows run
+        side by side (every model a remote endpoint), as on its own Airflow workers."""
+
+        def go() -> FlowRun:
+            if not overlap:
+                return run(flow, step, event)
+            own = rt.sibling()
+            try:
+                return run(flow, step, event, own)
+            finally:
+                own.close()
+
+        return go
 
     # This process runs every step of the ingest: its death frees the corpus's ingest lock.
     ingested = run(
         INGEST,
-        "1/3",
+        "1/4",
         None,
         source=source,
         allow_mass_removal=allow_mass_removal,
@@ -190,11 +224,20 @@ def _run_night(
     for reg in golden_added:
         log(f"      {reg.line()}")
     generation = None
-    # Evaluation listens to the test-set Asset; without a generated set it evaluates the
+    # The generation and the golden sets' evaluation both listen to the corpus Asset: side by
+    # side on an endpoint, else one after the other. The evaluation listens to the test-set
+    # Asset; it takes over the golden sets' runs, and without a generated set it evaluates the
     # snapshot just ingested, as a manual run of the DAG with that snapshot would.
     evaluation_event, evaluation_params = None, {"snapshot_id": summary["snapshot"]}
+    golden_evaluation = on_corpus_event(EVALUATE_GOLDEN, "3/4", ingested.event)
+    if overlap:
+        for module in STEP_MODULES:
+            importlib.import_module(module)
     if generate:
-        generated = run(GENERATE, "2/3", ingested.event)
+        generated, _ = together(
+            [on_corpus_event(GENERATE, "2/4", ingested.event), golden_evaluation],
+            concurrent=overlap,
+        )
         generation = GenerationOutcome.from_json(_without_event(generated.results["finalize"]))
         log(
             f"      version {generation.version}: accepted {generation.accepted}, "
@@ -205,8 +248,9 @@ def _run_night(
         log(f"      {label_source_note(generation.judges)}")
         evaluation_event, evaluation_params = generated.event, {}
     else:
-        log("[2/3] generate_testset skipped")
-    evaluated = run(EVALUATE, "3/3", evaluation_event, **evaluation_params)
+        log("[2/4] generate_testset skipped")
+        golden_evaluation()
+    evaluated = run(EVALUATE, "4/4", evaluation_event, **evaluation_params)
     published = NightPublication.from_json(_without_event(evaluated.results["publish"]))
     retraining = None
     if evaluated.event is not None:  # the drift Asset: a decision fired, as the scheduler would

@@ -145,34 +145,57 @@ def check_corpus(rt: Runtime, *, corpus: str, snapshot_id: str, summary: XCom) -
 
 
 def calibrate_judges(rt: Runtime, *, corpus: str) -> XCom:
-    """Measure the night's judges that have no calibration for their version yet: the
-    generation judges and those of the enabled evaluation steps
-    (:mod:`ragtrail.pipeline.night_judges`).
+    """Measure the generation judges (labeller, critiques) that have no calibration for their
+    version yet.
 
     ``gates``: each generation judge's gate decision from the stored calibrations, which the
     run's judging and finalize apply: a judge gates only when its own calibration meets the bar.
     Model calls are cached, so the step is cheap once a version is calibrated.
     """
-    from ragtrail.pipeline.judges import generation_gates
-    from ragtrail.pipeline.night_judges import calibrate_night_judges, uncalibrated_night_judges
+    from ragtrail.pipeline.judges import calibrate_missing, generation_gates, uncalibrated_judges
 
-    missing = uncalibrated_night_judges(rt)
+    judges = _calibrated(rt, corpus, "calibration", uncalibrated_judges(rt), calibrate_missing)
+    # the generation judges' gates, fixed here: every shard of the run applies the same policy
+    return {"corpus": corpus, **judges, "gates": generation_gates(rt)}
+
+
+def calibrate_evaluation_judges(rt: Runtime, *, corpus: str) -> XCom:
+    """Measure the judges of the enabled evaluation steps (sufficiency raters, correctness) that
+    have no calibration for their version yet (:mod:`ragtrail.pipeline.night_judges`), beside
+    the generation, so that the evaluation's branches find them calibrated."""
+    from ragtrail.pipeline.night_judges import (
+        calibrate_evaluation_judges as calibrate,
+    )
+    from ragtrail.pipeline.night_judges import uncalibrated_evaluation_judges
+
+    missing = uncalibrated_evaluation_judges(rt)
+    return {"corpus": corpus, **_calibrated(rt, corpus, "evaluation_judges", missing, calibrate)}
+
+
+def _calibrated(
+    rt: Runtime,
+    corpus: str,
+    scope: str,
+    missing: list[str],
+    calibrate: Callable[[Runtime, str], dict[str, JsonObject]],
+) -> XCom:
+    """``calibrate(rt, corpus)`` under the calibration budget (``missing``: the judges it is
+    expected to measure): ``judges``, each judge's outcome; on a budget stop, none and the
+    stop (the judges left uncalibrated only advise; the next night calibrates them, cached)."""
     try:
         with budgeted_step(
-            rt, "calibration", corpus=corpus, scope="calibration", planned=len(missing)
+            rt, "calibration", corpus=corpus, scope=scope, planned=len(missing)
         ) as allowance:
             if missing and allowance.items <= 0:
                 raise BudgetExhausted(allowance.reason or "no budget left")
-            judges = calibrate_night_judges(rt, corpus)
+            judges = calibrate(rt, corpus)
             allowance.done(sum(1 for j in judges.values() if j.get("status") == "calibrated"))
     except BudgetExhausted as exc:
-        # the judges left uncalibrated only advise; the next night calibrates them (cached)
         log.warning("judge calibration stopped: %s", exc.reason)
-        return {"corpus": corpus, "judges": {}, "gates": generation_gates(rt), **budget_stop(exc)}
+        return {"judges": {}, **budget_stop(exc)}
     for name, outcome in judges.items():
         log.info("judge %s: %s", name, outcome)
-    # the generation judges' gates, fixed here: every shard of the run applies the same policy
-    return {"corpus": corpus, "judges": judges, "gates": generation_gates(rt)}
+    return {"judges": judges}
 
 
 def plan_generation(
@@ -392,15 +415,53 @@ def plan_evaluation(
     run_id: str,
     qa_set: str | None = None,
     snapshot_id: str | None = None,
+    text_weights: list[float] | None = None,
 ) -> XCom:
     """The QA sets this night evaluates (every golden set's latest version, then the generated
-    or given set) and the snapshot they are all evaluated on."""
-    from ragtrail.pipeline.evaluation_sets import plan_sets
+    or given set) and the snapshot they are all evaluated on. A golden set that the golden sets'
+    evaluation has handed over for this snapshot and these settings is its run, ``reused``."""
+    from ragtrail.pipeline.evaluation_sets import handed_over_runs, plan_sets
 
     snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
-    sets = plan_sets(rt, corpus, run_id, qa_set)
-    log.info("evaluating %d QA sets: %s", len(sets), ", ".join(s.name for s in sets))
+    reusable = handed_over_runs(rt, corpus, snapshot.snapshot_id, text_weights)
+    sets = plan_sets(rt, corpus, run_id, qa_set, reusable)
+    log.info(
+        "evaluating %d QA sets: %s",
+        len(sets),
+        ", ".join(f"{s.name} (evaluated by {s.run_id})" if s.reused else s.name for s in sets),
+    )
     return {"sets": [s.to_json() for s in sets], "snapshot_id": snapshot.snapshot_id}
+
+
+def plan_golden_evaluation(
+    rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str | None = None
+) -> XCom:
+    """The corpus's golden sets (each one's latest version) and the snapshot they are evaluated
+    on, for their evaluation beside the generation."""
+    from ragtrail.pipeline.evaluation_sets import golden_sets
+
+    snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
+    sets = golden_sets(rt, corpus, run_id)
+    log.info("evaluating %d golden sets: %s", len(sets), ", ".join(s.name for s in sets))
+    return {"sets": [s.to_json() for s in sets], "snapshot_id": snapshot.snapshot_id}
+
+
+def hand_over_golden_runs(
+    rt: Runtime,
+    *,
+    corpus: str,
+    sets: list[XCom],
+    snapshot_id: str,
+    text_weights: list[float] | None = None,
+) -> XCom:
+    """Hand the golden sets' runs, every per-set step done, over to the night's evaluation of
+    this snapshot (which then skips their per-set steps)."""
+    from ragtrail.pipeline.evaluation_sets import hand_over
+
+    if not sets:
+        return {"corpus": corpus, "sets": [], "skipped": "the corpus has no golden set"}
+    done = hand_over(rt, corpus, snapshot_id, _planned(sets), text_weights)
+    return {"corpus": corpus, "sets": [s.run_id for s in done.sets]}
 
 
 def evaluate_set(
@@ -413,6 +474,8 @@ def evaluate_set(
 ) -> XCom:
     """Scan the text weights on one planned QA set as its own stored run (embeds the queries)."""
     planned = PlannedSet.from_json(qa_set_entry)
+    if planned.reused:
+        return _reused(planned)
     result = evaluate_retrieval(
         rt,
         corpus,
@@ -435,6 +498,8 @@ def evaluate_set_citations(
     """Citation quality of the answering model on one planned QA set (relevance mixtures vs a
     random baseline, attributed-answer scenarios), stored in the set's run."""
     planned = PlannedSet.from_json(qa_set_entry)
+    if planned.reused:
+        return _reused(planned)
     if not rt.settings.citations.enabled:
         return {"name": planned.name, "skipped": "citations.enabled is false"}
     from ragtrail.pipeline.citations.step import evaluate_citations
@@ -563,8 +628,15 @@ def announce_evidence(
     return _announced(headlines, event)
 
 
+def _reused(planned: PlannedSet) -> XCom:
+    """A per-set step's result on a set whose run the golden sets' evaluation made."""
+    return {"name": planned.name, "skipped": f"evaluated as {planned.run_id}"}
+
+
 def _not_evaluated(planned: PlannedSet, section: str, enabled: bool, qa_sets: str) -> str | None:
     """Why an answer-side evaluation (settings ``section``) skips this set, or None."""
+    if planned.reused:
+        return f"evaluated as {planned.run_id}"
     if not enabled:
         return f"{section}.enabled is false"
     if qa_sets == "golden" and planned.kind is not SetKind.GOLDEN:

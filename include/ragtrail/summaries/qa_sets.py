@@ -13,12 +13,18 @@ from ragtrail.summaries.quality_summary import ValidationResult
 
 class PlannedSet(Record):
     """One QA set of a night: its name in the night, where it comes from, the reference its
-    items are loaded by, and the stored run it is evaluated as (``<night run id>.<name>``)."""
+    items are loaded by, and the stored run it is evaluated as (``<night run id>.<name>``).
+
+    ``reused``: a golden set that the golden sets' evaluation of the same snapshot, with the same
+    settings, has already evaluated (:func:`~ragtrail.pipeline.evaluation_sets.handed_over_runs`);
+    ``run_id`` is that evaluation's run, which the night's per-set steps skip and its drift check
+    and report read."""
 
     name: str
     kind: SetKind
     qa_set: QASetRef
     run_id: str
+    reused: bool = False
 
     @field_validator("qa_set", mode="before")
     @classmethod
@@ -33,6 +39,17 @@ class PlannedSet(Record):
     def version(self) -> str | None:
         """The golden or generated version the set names (None for a file)."""
         return self.qa_set.version
+
+
+class GoldenRuns(Record):
+    """The golden sets' runs that the evaluation of a corpus event made, handed over to the
+    night's evaluation of the same snapshot: ``fingerprint`` is what their results depend on
+    besides the snapshot and the set versions (the text weights and every setting)."""
+
+    corpus: str
+    snapshot_id: str
+    fingerprint: str
+    sets: list[PlannedSet]
 
 
 class GoldenRegistration(Record):

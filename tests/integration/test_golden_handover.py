@@ -1,0 +1,108 @@
+"""The golden sets' runs handed over to the night's evaluation (``evaluation_sets.hand_over``).
+
+The ``evaluate_golden_sets`` flow evaluates the golden sets on the corpus event and hands their
+runs over; the evaluation of the same snapshot, golden version and settings plans them as
+``reused`` and its per-set steps skip them. Anything else (another snapshot, other text weights
+or settings, a newer golden version, a run that failed since) is evaluated again.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from ragtrail.paths import sample_corpus_dir, sample_qa_set
+from ragtrail.pipeline.evaluation_sets import golden_sets, hand_over, handed_over_runs, plan_sets
+from ragtrail.pipeline.golden import register_golden_set
+from ragtrail.pipeline.night import INGEST, run_flow
+from ragtrail.pipeline.run_io import run_owner
+from ragtrail.storage.runs_store import RunStore
+
+CORPUS = "hb"
+SNAPSHOT = "snap-1"
+
+
+@pytest.fixture
+def home(tmp_path):
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def rt(make_runtime, home, tmp_path):
+    """The sample corpus ingested (a copy: on the shipped folder the ingest would register the
+    sample set under its own name) and the sample set as its golden set ``handbook``."""
+    rt = make_runtime(home=home)
+    source = shutil.copytree(sample_corpus_dir(), tmp_path / "corpus")
+    run_flow(rt, INGEST, INGEST.resolve({"corpus": CORPUS, "source": str(source)}, [], "i-1"))
+    register_golden_set(rt, sample_qa_set(), corpus=CORPUS, name="handbook")
+    return rt
+
+
+def _handed_over(rt, weights=None, night: str = "golden-1") -> str:
+    """The golden flow's run ``<night>.handbook`` started and handed over; its run id."""
+    (planned,) = golden_sets(rt, CORPUS, night)
+    RunStore(rt.engine).start_run(planned.run_id, "evaluate_retrieval", {}, owner=run_owner(rt))
+    hand_over(rt, CORPUS, SNAPSHOT, [planned], weights)
+    return planned.run_id
+
+
+def test_the_evaluation_of_the_same_snapshot_reuses_the_handed_over_golden_run(rt):
+    run_id = _handed_over(rt, [0.0, 0.5])
+    reusable = handed_over_runs(rt, CORPUS, SNAPSHOT, [0.0, 0.5])
+    (planned,) = plan_sets(rt, CORPUS, "night-1", None, reusable)
+    assert (planned.name, planned.run_id, planned.reused) == ("handbook", run_id, True)
+    # what the night would have evaluated itself: the same set and version, under its own run
+    (own,) = plan_sets(rt, CORPUS, "night-1", None)
+    assert (own.run_id, own.reused, own.qa_set) == ("night-1.handbook", False, planned.qa_set)
+
+
+@pytest.mark.parametrize(
+    "snapshot, weights",
+    [("snap-2", [0.0, 0.5]), (SNAPSHOT, [0.0, 1.0]), (SNAPSHOT, None)],
+    ids=["another snapshot", "other text weights", "default text weights"],
+)
+def test_another_snapshot_or_other_text_weights_evaluate_again(rt, snapshot, weights):
+    _handed_over(rt, [0.0, 0.5])
+    assert handed_over_runs(rt, CORPUS, snapshot, weights) == {}
+
+
+def test_other_settings_evaluate_again(rt, make_runtime, home):
+    _handed_over(rt)
+    assert handed_over_runs(rt, CORPUS, SNAPSHOT, None)  # the same settings: reused
+    other = make_runtime(home=home, citations={"max_items": 2})
+    assert handed_over_runs(other, CORPUS, SNAPSHOT, None) == {}
+
+
+def test_a_golden_run_that_failed_since_or_a_newer_version_is_evaluated_again(rt, tmp_path):
+    run_id = _handed_over(rt)
+    RunStore(rt.engine).fail_run(run_id, "the sufficiency step failed")
+    assert handed_over_runs(rt, CORPUS, SNAPSHOT, None) == {}
+
+    run_id = _handed_over(rt, night="golden-2")  # the golden flow ran again
+    reusable = handed_over_runs(rt, CORPUS, SNAPSHOT, None)
+    assert [p.run_id for p in reusable.values()] == [run_id]
+    changed = tmp_path / "handbook.jsonl"  # the golden file changed: a new version
+    changed.write_text("".join(sample_qa_set().read_text().splitlines(True)[:20]))
+    register_golden_set(rt, changed, corpus=CORPUS, name="handbook")
+    (planned,) = plan_sets(rt, CORPUS, "night-1", None, reusable)
+    assert (planned.run_id, planned.reused) == ("night-1.handbook", False)
+
+
+def test_the_per_set_steps_skip_a_reused_set(rt):
+    from ragtrail.pipeline import tasks
+
+    run_id = _handed_over(rt)
+    (planned,) = plan_sets(
+        rt, CORPUS, "night-1", None, handed_over_runs(rt, CORPUS, SNAPSHOT, None)
+    )
+    entry = planned.to_json()
+    skipped = {"name": "handbook", "skipped": f"evaluated as {run_id}"}
+    assert tasks.evaluate_set(rt, corpus=CORPUS, qa_set_entry=entry) == skipped
+    for step in (
+        tasks.evaluate_set_citations,
+        tasks.evaluate_set_sufficiency,
+        tasks.evaluate_set_evidence,
+    ):
+        assert step(rt, corpus=CORPUS, qa_set_entry=entry) == skipped, step.__name__
+    assert RunStore(rt.engine).get_run("night-1.handbook") is None  # nothing was started
