@@ -2,12 +2,13 @@
 
 The generation judges (labeller, critiques: :func:`~ragtrail.pipeline.judges.calibrate_missing`)
 gate the test set, so the generation's judging waits for them. The evaluation's judges (the
-sufficiency raters and the correctness judge, when their steps are enabled) are calibrated by a
-step of their own beside the generation (:func:`calibrate_evaluation_judges`): the evaluation's
-branches find them calibrated instead of each calibrating them in its own chain of model calls
-(the sufficiency and evidence branches both need the correctness judge), and the generation's
-judging does not wait for them. A step run alone still calibrates what it finds uncalibrated.
-Each judge's calibration is independent of the others': an endpoint gets them all at once.
+sufficiency raters and the correctness judge, when their steps are enabled) are calibrated by the
+first step of the golden sets' evaluation, beside the generation
+(:func:`calibrate_missing_evaluation_judges`): the evaluation's branches find them calibrated
+instead of each calibrating them in its own chain of model calls (the sufficiency and evidence
+branches both need the correctness judge). A step run alone still calibrates what it finds
+uncalibrated. Each judge's calibration is independent of the others': an endpoint gets them all
+at once.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def uncalibrated_night_judges(rt: Runtime) -> list[str]:
     return uncalibrated_judges(rt) + uncalibrated_evaluation_judges(rt)
 
 
-def calibrate_evaluation_judges(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
+def calibrate_missing_evaluation_judges(rt: Runtime, corpus: str) -> dict[str, JsonObject]:
     """Calibrate each judge of the enabled evaluation steps that has none for its version
     (cached once done); per judge name, its outcome (``status``, and the reason when not
     calibrated)."""

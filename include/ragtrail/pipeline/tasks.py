@@ -164,12 +164,15 @@ def calibrate_evaluation_judges(rt: Runtime, *, corpus: str) -> XCom:
     have no calibration for their version yet (:mod:`ragtrail.pipeline.night_judges`), beside
     the generation, so that the evaluation's branches find them calibrated."""
     from ragtrail.pipeline.night_judges import (
-        calibrate_evaluation_judges as calibrate,
+        calibrate_missing_evaluation_judges,
+        uncalibrated_evaluation_judges,
     )
-    from ragtrail.pipeline.night_judges import uncalibrated_evaluation_judges
 
     missing = uncalibrated_evaluation_judges(rt)
-    return {"corpus": corpus, **_calibrated(rt, corpus, "evaluation_judges", missing, calibrate)}
+    judges = _calibrated(
+        rt, corpus, "evaluation_judges", missing, calibrate_missing_evaluation_judges
+    )
+    return {"corpus": corpus, **judges}
 
 
 def _calibrated(
@@ -474,8 +477,8 @@ def evaluate_set(
 ) -> XCom:
     """Scan the text weights on one planned QA set as its own stored run (embeds the queries)."""
     planned = PlannedSet.from_json(qa_set_entry)
-    if planned.reused:
-        return _reused(planned)
+    if why := _reused(planned):
+        return {"name": planned.name, "skipped": why}
     result = evaluate_retrieval(
         rt,
         corpus,
@@ -498,8 +501,8 @@ def evaluate_set_citations(
     """Citation quality of the answering model on one planned QA set (relevance mixtures vs a
     random baseline, attributed-answer scenarios), stored in the set's run."""
     planned = PlannedSet.from_json(qa_set_entry)
-    if planned.reused:
-        return _reused(planned)
+    if why := _reused(planned):
+        return {"name": planned.name, "skipped": why}
     if not rt.settings.citations.enabled:
         return {"name": planned.name, "skipped": "citations.enabled is false"}
     from ragtrail.pipeline.citations.step import evaluate_citations
@@ -628,15 +631,16 @@ def announce_evidence(
     return _announced(headlines, event)
 
 
-def _reused(planned: PlannedSet) -> XCom:
-    """A per-set step's result on a set whose run the golden sets' evaluation made."""
-    return {"name": planned.name, "skipped": f"evaluated as {planned.run_id}"}
+def _reused(planned: PlannedSet) -> str | None:
+    """Why the per-set steps skip this set: its run is the golden sets' evaluation's (None:
+    they do not)."""
+    return f"evaluated as {planned.run_id}" if planned.reused else None
 
 
 def _not_evaluated(planned: PlannedSet, section: str, enabled: bool, qa_sets: str) -> str | None:
     """Why an answer-side evaluation (settings ``section``) skips this set, or None."""
-    if planned.reused:
-        return f"evaluated as {planned.run_id}"
+    if why := _reused(planned):
+        return why
     if not enabled:
         return f"{section}.enabled is false"
     if qa_sets == "golden" and planned.kind is not SetKind.GOLDEN:
