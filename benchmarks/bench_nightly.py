@@ -33,20 +33,24 @@ TARGET_S = 300.0
 
 
 def _night(env: dict[str, str]) -> tuple[dict[str, Any], float, float]:
-    """One ``ragtrail nightly --json``: its result, wall seconds and peak RSS (MiB)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ragtrail.cli", "nightly", "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    stdout = proc.stdout.read() if proc.stdout else ""
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"ragtrail nightly failed (status {status})")
+    """One ``ragtrail nightly --json``: its result, wall seconds and peak RSS (MiB); a failed
+    night raises with the end of its stderr."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as stderr:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ragtrail.cli", "nightly", "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        stdout = proc.stdout.read() if proc.stdout else ""
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            stderr.seek(0)
+            tail = stderr.read()[-4000:]
+            raise RuntimeError(f"ragtrail nightly failed (status {status}):\n{tail}")
     return json.loads(stdout), wall, usage.ru_maxrss / 1024  # Linux: ru_maxrss in KiB
 
 
@@ -120,9 +124,10 @@ def run(keep_json: Path | None = None) -> str:
         + "\n".join(rows)
         + f"\n\nWarm / cold wall-time ratio: {warm_s / cold_s:.2f}. Target: the cold night under "
         f"{TARGET_S / 60:.0f} minutes after setup — {verdict} ({cold_s / 60:.1f} min). The cold "
-        f"night calibrated {calibrations} judges (the labeller and 8 critiques), asking for "
+        f"night calibrated {calibrations} judges (the labeller, 8 critiques, the sufficiency "
+        "raters and the correctness judge), asking for "
         f"{verdicts} verdicts (before de-duplication and the cache); it evaluated {sets}; the "
-        f"generated version holds {sum(accepted.values())} items {accepted}; the night reported "
+        f"generated version holds {sum(accepted.values())} items {accepted}; the generation reported "
         f"{generation.get('model_calls')} model calls (retries included; "
         f"{generation.get('cache_hits')} cache hits).\n\n"
         f"Per step (the steps' sum is {stepped:.0f} s of the cold night's {cold_s:.0f} s; the rest "
