@@ -190,17 +190,27 @@ def _evaluate(
 
     sample = sample_items(items, max_items, seed)
     scen_sample = sample_items(items, scenario_items, seed) if scenario_names else []
-    # the mixtures' and the scenarios' answers do not read each other: at once on an endpoint
-    mix, answered = together(
-        [
-            partial(
-                evaluate_mixtures,
-                sample,
-                corpus_from_runtime(rt, corpus, text_weight=text_weight),
-                client,
-                config=config,
-                params=answer_params,
+    corpus_view = corpus_from_runtime(rt, corpus, text_weight=text_weight)
+
+    def mixtures() -> MixtureEvaluation:
+        """The mixtures answered, checked and recorded (before the scenarios end: a run killed
+        in them keeps its mixture results)."""
+        mix = evaluate_mixtures(sample, corpus_view, client, config=config, params=answer_params)
+        _check(
+            rt,
+            run_id,
+            FailureCount.of(
+                "answers of the relevance mixtures",
+                (None if a.ok else (a.error or a.cause or "failed") for a in mix.answers),
             ),
+        )
+        runs.record_evaluation(run_id, mix.result, **record, judges={})
+        return mix
+
+    # the mixtures' and the scenarios' answers do not read each other: at once on an endpoint
+    done, answered = together(
+        [
+            mixtures,
             partial(
                 _answer_scenarios,
                 rt,
@@ -213,16 +223,7 @@ def _evaluate(
         ],
         concurrent=client.concurrent,
     )
-    mix = cast(MixtureEvaluation, mix)
-    _check(
-        rt,
-        run_id,
-        FailureCount.of(
-            "answers of the relevance mixtures",
-            (None if a.ok else (a.error or a.cause or "failed") for a in mix.answers),
-        ),
-    )
-    runs.record_evaluation(run_id, mix.result, **record, judges={})
+    mix = cast(MixtureEvaluation, done)
 
     scenarios: ScenarioSummary | None = None
     if answered is not None:
