@@ -287,6 +287,51 @@ def _resolve_evaluation(
     }
 
 
+_SET_STEPS = {
+    "evaluate": (
+        "evaluate_set",
+        "hybrid retrieval per text weight with bootstrap CIs on one QA set, stored as the run "
+        "<run id>.<set name> (embeds the queries)",
+    ),
+    "cite": (
+        "evaluate_set_citations",
+        "the answering model on relevance mixtures (model vs random citations) and the "
+        "attributed-answer scenarios of one QA set, stored in the set's run",
+    ),
+    "sufficiency": (
+        "evaluate_set_sufficiency",
+        "sufficiency raters (calibrated) on retrieved and gold contexts, Correct / Abstain / "
+        "Hallucinate per setting, confidence and the selective-generation policy of one QA set",
+    ),
+    "evidence": (
+        "evaluate_set_evidence",
+        "the evidence extractor (in service, its base, the extractive baseline) on one QA "
+        "set's retrieved passages with 0-400% noise: compression, faithfulness, helpfulness, "
+        "conciseness, and the answerer's correctness from evidence vs full passages vs no "
+        "context; stored in the set's run",
+    ),
+}
+"""The steps of one QA set, by name: their task and description (the same whichever flow
+evaluates the set)."""
+
+
+def _set_step(name: str, *, after: tuple[str, ...]) -> Step:
+    """The step ``name`` of :data:`_SET_STEPS`, mapped over the flow's ``sets``: the retrieval
+    scan in the ``embedding`` pool, the answer-side steps in ``llm_api``."""
+    task, doc = _SET_STEPS[name]
+    scan = name == "evaluate"
+    return Step(
+        name,
+        task,
+        doc,
+        inputs=("corpus", "text_weights", "snapshot_id") if scan else ("corpus", "snapshot_id"),
+        pool="embedding" if scan else "llm_api",
+        map_over="sets",
+        map_as="qa_set_entry",
+        after=after,
+    )
+
+
 INGEST = Flow(
     dag_id="ingest_corpus",
     doc="Nightly incremental ingestion: only added or changed files are parsed, chunked and "
@@ -507,48 +552,10 @@ EVALUATE_GOLDEN = Flow(
             outputs=("sets", "snapshot_id"),
             after=(),
         ),
-        Step(
-            "evaluate",
-            "evaluate_set",
-            "hybrid retrieval per text weight with bootstrap CIs on one golden set, stored as the "
-            "run <run id>.<set name> (embeds the queries)",
-            inputs=("corpus", "text_weights", "snapshot_id"),
-            pool="embedding",
-            map_over="sets",
-            map_as="qa_set_entry",
-            after=("plan",),
-        ),
-        Step(
-            "cite",
-            "evaluate_set_citations",
-            "the answering model's citations on one golden set, stored in the set's run",
-            inputs=("corpus", "snapshot_id"),
-            pool="llm_api",
-            map_over="sets",
-            map_as="qa_set_entry",
-            after=("evaluate",),
-        ),
-        Step(
-            "sufficiency",
-            "evaluate_set_sufficiency",
-            "sufficiency, Correct / Abstain / Hallucinate and selective generation on one golden "
-            "set, stored in the set's run",
-            inputs=("corpus", "snapshot_id"),
-            pool="llm_api",
-            map_over="sets",
-            map_as="qa_set_entry",
-            after=("evaluate", "calibrate"),
-        ),
-        Step(
-            "evidence",
-            "evaluate_set_evidence",
-            "the evidence extractor on one golden set, stored in the set's run",
-            inputs=("corpus", "snapshot_id"),
-            pool="llm_api",
-            map_over="sets",
-            map_as="qa_set_entry",
-            after=("evaluate", "calibrate"),
-        ),
+        _set_step("evaluate", after=("plan",)),
+        _set_step("cite", after=("evaluate",)),
+        _set_step("sufficiency", after=("evaluate", "calibrate")),
+        _set_step("evidence", after=("evaluate", "calibrate")),
         Step(
             "hand_over",
             "hand_over_golden_runs",
@@ -594,26 +601,8 @@ EVALUATE = Flow(
             inputs=("corpus", "run_id", "qa_set", "snapshot_id", "text_weights"),
             outputs=("sets", "snapshot_id"),
         ),
-        Step(
-            "evaluate",
-            "evaluate_set",
-            "hybrid retrieval per text weight with bootstrap CIs on one QA set, stored as the "
-            "run <run id>.<set name> (embeds the queries)",
-            inputs=("corpus", "text_weights", "snapshot_id"),
-            pool="embedding",
-            map_over="sets",
-            map_as="qa_set_entry",
-        ),
-        Step(
-            "cite",
-            "evaluate_set_citations",
-            "the answering model on relevance mixtures (model vs random citations) and the "
-            "attributed-answer scenarios of one QA set, stored in the set's run",
-            inputs=("corpus", "snapshot_id"),
-            pool="llm_api",
-            map_over="sets",
-            map_as="qa_set_entry",
-        ),
+        _set_step("evaluate", after=("plan",)),
+        _set_step("cite", after=("evaluate",)),
         Step(
             "announce_citations",
             "announce_citations",
@@ -623,17 +612,7 @@ EVALUATE = Flow(
             emits="citation_metrics",
             skip_without_event=True,
         ),
-        Step(
-            "sufficiency",
-            "evaluate_set_sufficiency",
-            "sufficiency raters (calibrated) on retrieved and gold contexts, Correct / Abstain / "
-            "Hallucinate per setting, confidence and the selective-generation policy of one QA set",
-            inputs=("corpus", "snapshot_id"),
-            pool="llm_api",
-            map_over="sets",
-            map_as="qa_set_entry",
-            after=("evaluate",),
-        ),
+        _set_step("sufficiency", after=("evaluate",)),
         Step(
             "announce_sufficiency",
             "announce_sufficiency",
@@ -643,19 +622,7 @@ EVALUATE = Flow(
             emits="sufficiency_metrics",
             skip_without_event=True,
         ),
-        Step(
-            "evidence",
-            "evaluate_set_evidence",
-            "the evidence extractor (in service, its base, the extractive baseline) on one QA "
-            "set's retrieved passages with 0-400% noise: compression, faithfulness, "
-            "helpfulness, conciseness, and the answerer's correctness from evidence vs full "
-            "passages vs no context; stored in the set's run",
-            inputs=("corpus", "snapshot_id"),
-            pool="llm_api",
-            map_over="sets",
-            map_as="qa_set_entry",
-            after=("evaluate",),
-        ),
+        _set_step("evidence", after=("evaluate",)),
         Step(
             "announce_evidence",
             "announce_evidence",
