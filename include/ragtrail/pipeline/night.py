@@ -239,20 +239,35 @@ def _resolve_ingest(
     }
 
 
+def _on_snapshot(
+    params: Mapping[str, Any], event: CorpusEvent | TestsetEvent | None, run_id: str
+) -> JsonObject:
+    """What every flow after the ingest resolves alike: the corpus and snapshot it works on
+    (the event's, else the Params'), its run id and where they came from."""
+    return {
+        "corpus": event.corpus if event else params["corpus"],
+        "snapshot_id": (event.snapshot_id if event else None) or params.get("snapshot_id") or None,
+        "run_id": run_id,
+        "origin": "asset_event" if event else "params",
+    }
+
+
+def _text_weights(params: Mapping[str, Any]) -> list[float] | None:
+    weights = params.get("text_weights")
+    return [float(w) for w in weights] if weights else None
+
+
 def _resolve_generation(
     params: Mapping[str, Any], extra: Mapping[str, Any] | None, run_id: str
 ) -> JsonObject:
     event = CorpusEvent.from_extra(extra) if extra is not None else None
     return {
-        "corpus": event.corpus if event else params["corpus"],
-        "snapshot_id": (event.snapshot_id if event else None) or params.get("snapshot_id") or None,
+        **_on_snapshot(params, event, run_id),
         "changed": event.changed if event else True,
         "per_label": params.get("per_label"),
         "seed": params.get("seed"),
         "labels": list(params.get("labels") or []),
         "doc_ids": list(params.get("doc_ids") or []),
-        "run_id": run_id,
-        "origin": "asset_event" if event else "params",
     }
 
 
@@ -260,30 +275,19 @@ def _resolve_golden_evaluation(
     params: Mapping[str, Any], extra: Mapping[str, Any] | None, run_id: str
 ) -> JsonObject:
     event = CorpusEvent.from_extra(extra) if extra is not None else None
-    weights = params.get("text_weights")
-    return {
-        "corpus": event.corpus if event else params["corpus"],
-        "snapshot_id": (event.snapshot_id if event else None) or params.get("snapshot_id") or None,
-        "text_weights": [float(w) for w in weights] if weights else None,
-        "run_id": run_id,
-        "origin": "asset_event" if event else "params",
-    }
+    return {**_on_snapshot(params, event, run_id), "text_weights": _text_weights(params)}
 
 
 def _resolve_evaluation(
     params: Mapping[str, Any], extra: Mapping[str, Any] | None, run_id: str
 ) -> JsonObject:
     event = TestsetEvent.from_extra(extra) if extra is not None else None
-    weights = params.get("text_weights")
     return {
-        "corpus": event.corpus if event else params["corpus"],
-        "snapshot_id": (event.snapshot_id if event else None) or params.get("snapshot_id") or None,
+        **_on_snapshot(params, event, run_id),
         # A test-set event names its version; without one (none accepted, or a corpus event)
         # the QA set from the Params applies (empty = the project's default set).
         "qa_set": (event.qa_set if event else None) or params.get("qa_set"),
-        "text_weights": [float(w) for w in weights] if weights else None,
-        "run_id": run_id,
-        "origin": "asset_event" if event else "params",
+        "text_weights": _text_weights(params),
     }
 
 

@@ -199,10 +199,7 @@ def draft_shard(rt: Runtime, corpus: str, run_id: str, chunk_ids: Sequence[str])
     contexts = contexts_by_id(rt, plan, chunk_ids)
     salt = ",".join(chunk_ids)
     cands = draft_candidates(rt, plan, contexts, initial_deficit(rt, plan), salt)
-    rt.artifacts.put_bytes(
-        generation_draft_key(corpus, run_id, chunk_ids),
-        json.dumps([c.to_json() for c in cands]).encode(),
-    )
+    _put_candidates(rt, generation_draft_key(corpus, run_id, chunk_ids), cands)
     return {"candidates": len(cands), "questions": sum(1 for c in cands if c.question)}
 
 
@@ -216,11 +213,10 @@ def judge_shard(
     """One mapped unit: the shard's drafted candidates checked, labelled and critiqued under the
     run's ``gates`` (:func:`with_gates`), stored with their status. Idempotent; a shard whose
     drafting stopped (a budget) has no draft and no candidates."""
-    key = generation_draft_key(corpus, run_id, chunk_ids)
-    if not rt.artifacts.exists(key):
+    cands = _stored_candidates(rt, generation_draft_key(corpus, run_id, chunk_ids))
+    if cands is None:
         return {"candidates": 0, "skipped": "the shard has no draft: its drafting stopped"}
     plan = with_gates(rt, load_plan(rt, corpus, run_id), gates)
-    cands = [QACandidate.from_json(c) for c in json.loads(rt.artifacts.get_bytes(key))]
     label_and_critique(rt, plan, cands)
     TestSetStore(rt.engine).upsert_candidates(cands, corpus=corpus, run_id=run_id)
     return {"candidates": len(cands), "pending": len(pending(cands))}
@@ -238,21 +234,30 @@ def with_gates(
 def run_baseline(rt: Runtime, corpus: str, run_id: str) -> list[QACandidate]:
     """The single-prompt baseline on a seeded sample of the contexts the plan drafted, kept for
     finalize (the plan fixes its contexts, so it runs beside the shards). Idempotent."""
-    key = generation_baseline_key(corpus, run_id)
-    if rt.artifacts.exists(key):
-        return stored_baseline(rt, corpus, run_id)
+    done = _stored_candidates(rt, generation_baseline_key(corpus, run_id))
+    if done is not None:
+        return done
     plan = load_plan(rt, corpus, run_id)
     drafted = [cid for contexts in plan.drafted_rounds() for cid in contexts]
     items = baseline(rt, plan, contexts_by_id(rt, plan, drafted))
-    rt.artifacts.put_bytes(key, json.dumps([c.to_json() for c in items]).encode())
+    _put_candidates(rt, generation_baseline_key(corpus, run_id), items)
     return items
 
 
 def stored_baseline(rt: Runtime, corpus: str, run_id: str) -> list[QACandidate]:
     """The run's baseline items (none when its step did not run, e.g. stopped by a budget)."""
-    key = generation_baseline_key(corpus, run_id)
+    return _stored_candidates(rt, generation_baseline_key(corpus, run_id)) or []
+
+
+def _put_candidates(rt: Runtime, key: str, cands: Sequence[QACandidate]) -> None:
+    """Candidates a step hands a later one (a shard's draft, the baseline), as JSON at ``key``."""
+    rt.artifacts.put_bytes(key, json.dumps([c.to_json() for c in cands]).encode())
+
+
+def _stored_candidates(rt: Runtime, key: str) -> list[QACandidate] | None:
+    """The candidates :func:`_put_candidates` stored at ``key``; None when nothing was."""
     if not rt.artifacts.exists(key):
-        return []
+        return None
     return [QACandidate.from_json(c) for c in json.loads(rt.artifacts.get_bytes(key))]
 
 
