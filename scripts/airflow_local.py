@@ -922,7 +922,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the calling shell's ragtrail settings (dropped by default)",
     )
-    parser.add_argument("--unpause", action="store_true", help="unpause the four ragtrail DAGs")
+    parser.add_argument("--unpause", action="store_true", help="unpause the five ragtrail DAGs")
     parser.add_argument("--trigger", action="store_true", help="trigger ingest_corpus once")
     return parser
 
