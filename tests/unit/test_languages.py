@@ -48,3 +48,34 @@ def test_a_long_document_is_judged_on_all_of_it_not_its_opening_pages():
     text = TEXTS["en"] * 1300 + TEXTS["fr"] * 3000  # an English opening, French for the rest
     assert len(TEXTS["en"] * 1300) < SAMPLE_CHARS < len(text)
     assert detect_language(text).code == "fr"
+
+
+def test_threads_needing_the_detector_at_once_wait_for_one_load(monkeypatch):
+    import threading
+
+    import py3langid.langid as langid
+
+    from ragtrail import languages
+
+    monkeypatch.setattr(languages, "_DETECTOR", [])
+    loads = []
+    real = langid.LanguageIdentifier.from_model_file
+
+    def counted(*args, **kwargs):
+        loads.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(langid.LanguageIdentifier, "from_model_file", counted)
+    start = threading.Barrier(6)
+    seen = []
+
+    def first_use():
+        start.wait()
+        seen.append(detect_language("The office opens at nine and closes at five.").code)
+
+    threads = [threading.Thread(target=first_use) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(loads) == 1 and seen == ["en"] * 6

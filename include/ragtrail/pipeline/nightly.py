@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ragtrail.jsonsafe import JsonObject
+from ragtrail.languages import load_detector
 from ragtrail.llm.together import together
 from ragtrail.pipeline.budgets import night_budget_notes
 from ragtrail.pipeline.ingest import IngestSummary
@@ -49,7 +50,8 @@ STEP_MODULES = (
 )
 """The modules the generation's and the golden sets' steps import on first use. Importing holds
 the import lock and mostly the GIL: when the two flows run side by side, one flow's first
-imports would stall the other's requests, so they are imported before the flows start."""
+imports would stall the other's requests, so they are imported (and the language detector that
+every prompt consults is loaded) before the flows start."""
 
 
 @dataclass
@@ -233,6 +235,7 @@ def _run_night(
     if overlap:
         for module in STEP_MODULES:
             importlib.import_module(module)
+        load_detector()  # every prompt names its input's language
     if generate:
         generated, _ = together(
             [on_corpus_event(GENERATE, "2/4", ingested.event), golden_evaluation],
