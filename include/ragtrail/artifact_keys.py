@@ -100,6 +100,13 @@ def golden_runs_key(corpus: str, snapshot_id: str, fingerprint: str) -> str:
     return f"golden/{corpus}/evaluated/{snapshot_id}/{fingerprint}.json"
 
 
+def golden_started_key(corpus: str, snapshot_id: str, fingerprint: str) -> str:
+    """The golden sets' runs an evaluation of a snapshot with the settings ``fingerprint`` has
+    started (:class:`~ragtrail.summaries.qa_sets.GoldenRuns`), for the night's evaluation to
+    wait for their hand-over."""
+    return f"golden/{corpus}/evaluating/{snapshot_id}/{fingerprint}.json"
+
+
 # ------------------------------------------------------------------------- evaluation runs
 
 

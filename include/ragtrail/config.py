@@ -144,6 +144,13 @@ class RetrievalEvalSettings(BaseModel):
     candidates_per_modality: int = Field(100, ge=10, le=1000)
     bootstrap_samples: int = Field(1000, ge=0)
     min_questions_per_label: int = Field(5, ge=1)
+    golden_wait_s: float = Field(
+        1800.0,
+        ge=0.0,
+        description="how long after the golden sets' evaluation of the same snapshot started "
+        "the night's evaluation waits for it to hand its runs over, before evaluating the "
+        "golden sets itself (0 = never wait)",
+    )
 
     @field_validator("text_weights")
     @classmethod

@@ -9,11 +9,15 @@ runs that are running, failed or abandoned are skipped) through the paired compa
 ``ragtrail runs compare``.
 
 The golden sets do not wait for the test set: their evaluation (the ``evaluate_golden_sets``
-flow, on the corpus event, beside the generation) evaluates them as its own runs and hands them
-over (:func:`hand_over`); the night's evaluation of the same snapshot under the same settings
-plans those runs as ``reused`` (:func:`handed_over_runs`), skips their per-set steps and
-publishes and checks them with the test set. Without a hand-over (the golden evaluation not run,
-not finished, failed, or other settings) it evaluates the golden sets itself.
+flow, on the corpus event, beside the generation) records the runs it starts
+(:func:`golden_evaluation_started`), evaluates them and hands them over (:func:`hand_over`);
+the night's evaluation of the same snapshot under the same settings plans those runs as
+``reused`` (:func:`handed_over_runs`), skips their per-set steps and publishes and checks them
+with the test set. When the golden evaluation is still running (a scheduler starts the night's
+evaluation on the test-set event, whichever ends first), its plan waits for the hand-over
+(:func:`await_golden_runs`, at most ``retrieval.golden_wait_s`` after that evaluation started).
+Without a hand-over (the golden evaluation not run, failed, too slow, or other settings) it
+evaluates the golden sets itself.
 
 Each set is a :class:`~ragtrail.summaries.qa_sets.PlannedSet` (name, kind, typed QA-set
 reference, run id); it travels as XCom in its JSON form.
@@ -21,10 +25,12 @@ reference, run id); it travels as XCom in its JSON form.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from ragtrail.artifact_keys import golden_runs_key
+from ragtrail.artifact_keys import golden_runs_key, golden_started_key
 from ragtrail.evaluate.comparison.paired import DEFAULT_RESAMPLES
 from ragtrail.paths import sample_qa_set
 from ragtrail.pipeline.budgets import step_fingerprint
@@ -33,6 +39,7 @@ from ragtrail.pipeline.golden import golden_name_for
 from ragtrail.pipeline.run_io import load_items
 from ragtrail.records import QAItem, QASetRef, SetKind
 from ragtrail.runtime import Runtime
+from ragtrail.storage.db import utcnow
 from ragtrail.storage.runs_store import FAILED, RunStore
 from ragtrail.summaries.qa_sets import GoldenRuns, PlannedSet
 from ragtrail.summaries.retrieval_summary import BestRow, Change, ChangeRow
@@ -41,6 +48,8 @@ from ragtrail.testset.golden import GoldenSetStore
 GENERATED_SET = "generated"
 """The name of the generated test set among a night's sets (reserved for golden sets)."""
 NO_PREVIOUS_RUN = "no previous run on this version"
+POLL_S = 5.0
+"""How often the night's evaluation looks for a running golden evaluation's hand-over."""
 
 
 def set_run_id(run_id: str, name: str) -> str:
@@ -100,6 +109,38 @@ def evaluation_fingerprint(rt: Runtime, text_weights: Sequence[float] | None) ->
     )
 
 
+def _golden_runs(
+    rt: Runtime,
+    corpus: str,
+    snapshot_id: str,
+    sets: Sequence[PlannedSet],
+    text_weights: Sequence[float] | None,
+) -> GoldenRuns:
+    return GoldenRuns(
+        corpus=corpus,
+        snapshot_id=snapshot_id,
+        fingerprint=evaluation_fingerprint(rt, text_weights),
+        sets=list(sets),
+        at=utcnow().isoformat(),
+    )
+
+
+def golden_evaluation_started(
+    rt: Runtime,
+    corpus: str,
+    snapshot_id: str,
+    sets: Sequence[PlannedSet],
+    text_weights: Sequence[float] | None,
+) -> GoldenRuns:
+    """Record the golden sets' runs this evaluation starts, so that the night's evaluation of
+    the same snapshot under the same settings waits for their hand-over
+    (:func:`await_golden_runs`) instead of evaluating the same sets again."""
+    started = _golden_runs(rt, corpus, snapshot_id, sets, text_weights)
+    key = golden_started_key(corpus, snapshot_id, started.fingerprint)
+    rt.artifacts.put_bytes(key, started.dumps().encode())
+    return started
+
+
 def hand_over(
     rt: Runtime,
     corpus: str,
@@ -109,12 +150,7 @@ def hand_over(
 ) -> GoldenRuns:
     """Record the golden sets' runs, every per-set step done, for the night's evaluation of the
     same snapshot under the same settings (:func:`handed_over_runs`)."""
-    done = GoldenRuns(
-        corpus=corpus,
-        snapshot_id=snapshot_id,
-        fingerprint=evaluation_fingerprint(rt, text_weights),
-        sets=list(sets),
-    )
+    done = _golden_runs(rt, corpus, snapshot_id, sets, text_weights)
     rt.artifacts.put_bytes(
         golden_runs_key(corpus, snapshot_id, done.fingerprint), done.dumps().encode()
     )
@@ -136,6 +172,48 @@ def handed_over_runs(
         if run is not None and run.status != FAILED:
             reusable[planned.name] = planned
     return reusable
+
+
+def await_golden_runs(
+    rt: Runtime,
+    corpus: str,
+    snapshot_id: str,
+    text_weights: Sequence[float] | None,
+    *,
+    clock: Callable[[], datetime] = utcnow,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[dict[str, PlannedSet], float]:
+    """:func:`handed_over_runs`, once the golden sets' evaluation of this snapshot under these
+    settings has handed its runs over, when it is still running: started at most
+    ``retrieval.golden_wait_s`` ago, none of its runs failed. Also the seconds waited."""
+    started_key = golden_started_key(corpus, snapshot_id, evaluation_fingerprint(rt, text_weights))
+    begin = clock()
+    while True:
+        reusable = handed_over_runs(rt, corpus, snapshot_id, text_weights)
+        waited = (clock() - begin).total_seconds()
+        left = 0.0 if reusable else _golden_wait_left(rt, started_key, clock())
+        if left <= 0.0:
+            return reusable, waited
+        sleep(min(POLL_S, left))
+
+
+def _golden_wait_left(rt: Runtime, started_key: str, now: datetime) -> float:
+    """Seconds the night's evaluation may still wait for the golden evaluation recorded at
+    ``started_key`` (0: none started, started too long ago, or one of its runs failed)."""
+    if not rt.artifacts.exists(started_key):
+        return 0.0
+    started = GoldenRuns.from_json(rt.artifacts.get_bytes(started_key))
+    if started.at is None:
+        return 0.0
+    runs = RunStore(rt.engine)
+    for planned in started.sets:
+        run = runs.get_run(planned.run_id)
+        if run is not None and run.status == FAILED:
+            return 0.0
+    deadline = datetime.fromisoformat(started.at) + timedelta(
+        seconds=rt.settings.retrieval.golden_wait_s
+    )
+    return max(0.0, (deadline - now).total_seconds())
 
 
 def primary_set(sets: Sequence[PlannedSet]) -> PlannedSet:

@@ -551,8 +551,9 @@ EVALUATE_GOLDEN = Flow(
         Step(
             "plan",
             "plan_golden_evaluation",
-            "lists the golden sets (each one's latest version); fixes the snapshot",
-            inputs=("corpus", "run_id", "snapshot_id"),
+            "lists the golden sets (each one's latest version) and records their runs as "
+            "started, for the night's evaluation to wait for; fixes the snapshot",
+            inputs=("corpus", "run_id", "snapshot_id", "text_weights"),
             outputs=("sets", "snapshot_id"),
             after=(),
         ),
@@ -600,8 +601,8 @@ EVALUATE = Flow(
             "plan",
             "plan_evaluation",
             "lists the QA sets: every golden set's latest version (the run the golden sets' "
-            "evaluation handed over, when it did), then the generated (or given) set; fixes the "
-            "snapshot",
+            "evaluation handed over, waited for while it runs), then the generated (or given) "
+            "set; fixes the snapshot",
             inputs=("corpus", "run_id", "qa_set", "snapshot_id", "text_weights"),
             outputs=("sets", "snapshot_id"),
         ),

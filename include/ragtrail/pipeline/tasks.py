@@ -422,11 +422,14 @@ def plan_evaluation(
 ) -> XCom:
     """The QA sets this night evaluates (every golden set's latest version, then the generated
     or given set) and the snapshot they are all evaluated on. A golden set that the golden sets'
-    evaluation has handed over for this snapshot and these settings is its run, ``reused``."""
-    from ragtrail.pipeline.evaluation_sets import handed_over_runs, plan_sets
+    evaluation has handed over for this snapshot and these settings is its run, ``reused``
+    (waited for while that evaluation still runs)."""
+    from ragtrail.pipeline.evaluation_sets import await_golden_runs, plan_sets
 
     snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
-    reusable = handed_over_runs(rt, corpus, snapshot.snapshot_id, text_weights)
+    reusable, waited = await_golden_runs(rt, corpus, snapshot.snapshot_id, text_weights)
+    if waited >= 1.0:
+        log.info("waited %.0f s for the golden sets' evaluation of this snapshot", waited)
     sets = plan_sets(rt, corpus, run_id, qa_set, reusable)
     log.info(
         "evaluating %d QA sets: %s",
@@ -437,15 +440,23 @@ def plan_evaluation(
 
 
 def plan_golden_evaluation(
-    rt: Runtime, *, corpus: str, run_id: str, snapshot_id: str | None = None
+    rt: Runtime,
+    *,
+    corpus: str,
+    run_id: str,
+    snapshot_id: str | None = None,
+    text_weights: list[float] | None = None,
 ) -> XCom:
     """The corpus's golden sets (each one's latest version) and the snapshot they are evaluated
-    on, for their evaluation beside the generation."""
-    from ragtrail.pipeline.evaluation_sets import golden_sets
+    on, for their evaluation beside the generation; recorded as started, so that the night's
+    evaluation of this snapshot waits for their hand-over."""
+    from ragtrail.pipeline.evaluation_sets import golden_evaluation_started, golden_sets
 
     snapshot = evaluated_snapshot(rt, corpus, snapshot_id)
     sets = golden_sets(rt, corpus, run_id)
     log.info("evaluating %d golden sets: %s", len(sets), ", ".join(s.name for s in sets))
+    if sets:
+        golden_evaluation_started(rt, corpus, snapshot.snapshot_id, sets, text_weights)
     return {"sets": [s.to_json() for s in sets], "snapshot_id": snapshot.snapshot_id}
 
 

@@ -42,14 +42,16 @@ class PlannedSet(Record):
 
 
 class GoldenRuns(Record):
-    """The golden sets' runs that the evaluation of a corpus event made, handed over to the
-    night's evaluation of the same snapshot: ``fingerprint`` is what their results depend on
-    besides the snapshot and the set versions (the text weights and every setting)."""
+    """The golden sets' runs that the evaluation of a corpus event makes (when it starts) or
+    made (when it hands them over to the night's evaluation of the same snapshot):
+    ``fingerprint`` is what their results depend on besides the snapshot and the set versions
+    (the text weights and every setting); ``at``: when this was written (UTC, ISO 8601)."""
 
     corpus: str
     snapshot_id: str
     fingerprint: str
     sets: list[PlannedSet]
+    at: str | None = None
 
 
 class GoldenRegistration(Record):
