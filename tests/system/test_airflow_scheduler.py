@@ -1,4 +1,4 @@
-"""System test: the three DAGs chained by Assets under a real Airflow 3 scheduler.
+"""System test: the four DAGs chained by Assets under a real Airflow 3 scheduler.
 
 What runs: ``scripts/airflow_local.py``'s stack on a throw-away AIRFLOW_HOME (SQLite,
 LocalExecutor, parallelism 4, this repository's dags/ and plugins/), api-server on a free
@@ -6,11 +6,13 @@ LocalExecutor, parallelism 4, this repository's dags/ and plugins/), api-server 
 RAGTRAIL_HOME for every process, embedded index, one torch thread per task, and the generation
 LLM set to a scripted test double (``RAGTRAIL_GENERATION__LLM=scripted:...``, NOT a model).
 
-The test unpauses generate_testset and evaluate_retrieval, triggers ingest_corpus on its default
-Params (the shipped sample corpus, corpus "handbook") in the slot of its missed interval, then
-unpauses it, and follows the chain through the REST API:
+The test unpauses generate_testset, evaluate_golden_sets and evaluate_retrieval, triggers
+ingest_corpus on its default Params (the shipped sample corpus, corpus "handbook") in the slot
+of its missed interval, then unpauses it, and follows the chain through the REST API:
 
 ingest_corpus -> corpus Asset -> generate_testset -> test-set Asset -> evaluate_retrieval
+                              -> evaluate_golden_sets (its golden runs handed over to
+                                 evaluate_retrieval, which waits for them and skips them)
 
 It checks the run types and the consumed asset events of each link, the asset-event extras
 (the documented contract of plugins/assets.py), that every XCom is strict JSON, that the
@@ -109,7 +111,7 @@ def _check_chain(stack: Any, problems: list[str], seen: dict[str, Any]) -> None:
     ragtrail_home = Path(stack.env["RAGTRAIL_HOME"])
 
     # Consumers first, so they are listening when the producer's event arrives.
-    stack.unpause(["generate_testset", "evaluate_retrieval"])
+    stack.unpause(["generate_testset", "evaluate_golden_sets", "evaluate_retrieval"])
     ingest_run_id = stack.trigger_in_missed_slot("ingest_corpus")  # default Params
     stack.unpause(["ingest_corpus"])
 
@@ -197,6 +199,7 @@ def _check_chain(stack: Any, problems: list[str], seen: dict[str, Any]) -> None:
         f"evaluate_retrieval {eval_run_id} did not consume the test-set event: {consumed}"
     )
     eval_xcom = S.xcom_values(stack, "evaluate_retrieval", eval_run_id)  # strict JSON
+    _check_golden_reuse(stack, eval_xcom, deadline, problems)
     evaluated = _evaluated_sets(eval_xcom).get("generated", {})
     if version and evaluated.get("qa_set_version") != version:
         problems.append(
@@ -214,6 +217,41 @@ def _check_chain(stack: Any, problems: list[str], seen: dict[str, Any]) -> None:
     runs = [(r["dag_run_id"], r["run_type"]) for r in S.dag_runs(stack, "ingest_corpus")]
     assert runs == [(ingest_run_id, "manual")], runs
     assert ingest["state"] == "success"
+
+
+def _check_golden_reuse(
+    stack: Any, eval_xcom: dict[tuple[str, int, str], Any], deadline: Any, problems: list[str]
+) -> None:
+    """evaluate_golden_sets ran on the corpus event beside the generation and handed its golden
+    run over; evaluate_retrieval planned that run (waiting for it when the generation ended
+    first) and its per-set steps skipped it instead of evaluating the golden set again."""
+    try:
+        golden = S.wait_for_run(
+            stack,
+            "evaluate_golden_sets",
+            lambda r: r["run_type"] == "asset_triggered",
+            deadline,
+            what="evaluate_golden_sets triggered by the corpus asset",
+        )
+    except S.RunFailed as exc:
+        problems.append(f"evaluate_golden_sets failed:\n{exc}")
+        return
+    golden_xcom = S.xcom_values(stack, "evaluate_golden_sets", golden["dag_run_id"])
+    handed = golden_xcom[("hand_over", -1, "return_value")]["sets"]
+    planned = eval_xcom[("plan", -1, "return_value")]["sets"]
+    reused = [s["run_id"] for s in planned if s["kind"] == "golden" and s["reused"]]
+    if not handed or reused != handed:
+        problems.append(f"golden runs handed over {handed}, evaluate_retrieval planned {planned}")
+    skipped = {
+        value["name"]
+        for (task, _, key), value in eval_xcom.items()
+        if task in ("evaluate", "cite", "sufficiency", "evidence")
+        and key == "return_value"
+        and str(value.get("skipped", "")).startswith("evaluated as golden-")
+    }
+    golden_names = {s["name"] for s in planned if s["kind"] == "golden"}
+    if skipped != golden_names:
+        problems.append(f"per-set steps skipped {skipped}, not the golden sets {golden_names}")
 
 
 def _check_zero_recall(stack: Any, snapshot_id: str, problems: list[str]) -> None:
