@@ -7,8 +7,11 @@ SHA-256 of their canonical JSON and never recomputed. Two stores: :class:`Mappin
 
 The table is derived data that can be dropped at any time, so it is not part of the migrated
 schema (:mod:`ragtrail.storage.tables`): :class:`SqlScoreCache` creates it on first use, in its
-own :class:`~sqlalchemy.MetaData`. Inserts are insert-or-ignore, so concurrent writers of one key
-never fail (the first write wins; both values are the same computation).
+own :class:`~sqlalchemy.MetaData`, in a transaction that takes SQLite's write lock first (a check
+then a ``CREATE`` in a deferred transaction fails at once with "database is locked" when another
+connection commits in between), accepting a table a concurrent creator made. Inserts are
+insert-or-ignore, so concurrent writers of one key never fail (the first write wins; both values
+are the same computation).
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from sqlalchemy import (
     String,
     Table,
     func,
+    inspect,
     select,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from ragtrail.redact import redact
 from ragtrail.storage.db import write_transaction
@@ -83,7 +87,12 @@ class SqlScoreCache:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        score_metadata.create_all(engine, checkfirst=True)
+        try:
+            with write_transaction(engine) as conn:
+                score_metadata.create_all(conn, checkfirst=True)
+        except (IntegrityError, OperationalError, ProgrammingError):
+            if not inspect(engine).has_table(logprob_cache.name):
+                raise  # not a concurrent creation: a real error
 
     def get_many(self, keys: Sequence[str]) -> dict[str, float]:
         found: dict[str, float] = {}
