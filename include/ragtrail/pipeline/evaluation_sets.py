@@ -109,20 +109,24 @@ def evaluation_fingerprint(rt: Runtime, text_weights: Sequence[float] | None) ->
     )
 
 
-def _golden_runs(
+def _put_golden_runs(
     rt: Runtime,
+    key_for: Callable[[str, str, str], str],
     corpus: str,
     snapshot_id: str,
     sets: Sequence[PlannedSet],
     text_weights: Sequence[float] | None,
 ) -> GoldenRuns:
-    return GoldenRuns(
+    """The golden sets' runs, written now at ``key_for(corpus, snapshot, fingerprint)``."""
+    runs = GoldenRuns(
         corpus=corpus,
         snapshot_id=snapshot_id,
         fingerprint=evaluation_fingerprint(rt, text_weights),
         sets=list(sets),
         at=utcnow().isoformat(),
     )
+    rt.artifacts.put_bytes(key_for(corpus, snapshot_id, runs.fingerprint), runs.dumps().encode())
+    return runs
 
 
 def golden_evaluation_started(
@@ -135,10 +139,7 @@ def golden_evaluation_started(
     """Record the golden sets' runs this evaluation starts, so that the night's evaluation of
     the same snapshot under the same settings waits for their hand-over
     (:func:`await_golden_runs`) instead of evaluating the same sets again."""
-    started = _golden_runs(rt, corpus, snapshot_id, sets, text_weights)
-    key = golden_started_key(corpus, snapshot_id, started.fingerprint)
-    rt.artifacts.put_bytes(key, started.dumps().encode())
-    return started
+    return _put_golden_runs(rt, golden_started_key, corpus, snapshot_id, sets, text_weights)
 
 
 def hand_over(
@@ -150,11 +151,7 @@ def hand_over(
 ) -> GoldenRuns:
     """Record the golden sets' runs, every per-set step done, for the night's evaluation of the
     same snapshot under the same settings (:func:`handed_over_runs`)."""
-    done = _golden_runs(rt, corpus, snapshot_id, sets, text_weights)
-    rt.artifacts.put_bytes(
-        golden_runs_key(corpus, snapshot_id, done.fingerprint), done.dumps().encode()
-    )
-    return done
+    return _put_golden_runs(rt, golden_runs_key, corpus, snapshot_id, sets, text_weights)
 
 
 def handed_over_runs(
