@@ -64,7 +64,7 @@ class Runtime:
         :meth:`llm_calls_overlap`): the same settings, progress sink, night and run holding, but
         its own usage meter, budget checks and model clients, so each instance accounts for its
         own calls as it would on its own Airflow worker; the embedding model is the parent's.
-        Close it after the instance."""
+        Close it after the instance (``with rt.sibling() as own: ...`` does)."""
         child = Runtime(self.settings)
         child._models_of = self
         child.progress = self.report
@@ -349,6 +349,12 @@ class Runtime:
                 else {}
             ),
         }
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         for index in self._indices.values():

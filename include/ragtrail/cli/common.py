@@ -103,12 +103,8 @@ def _one_line_error(exc: BaseException) -> None:
 @contextmanager
 def runtime() -> Iterator[Runtime]:
     """A :class:`Runtime` closed on the way out; input errors inside end as :func:`user_errors`."""
-    with user_errors():
-        rt = Runtime()
-        try:
-            yield rt
-        finally:
-            rt.close()
+    with user_errors(), Runtime() as rt:
+        yield rt
 
 
 def progress_factory(progress: Progress, label: str) -> Callable[[int], Callable[[int], None]]:

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -850,12 +851,9 @@ def run_step_in_worker(
     from ragtrail.runtime import Runtime
 
     quiet_library_logs()
-    rt = Runtime()
-    rt.holds_runs = False  # the next task of a run is another process: only heartbeats count
-    try:
+    with Runtime() as rt:
+        rt.holds_runs = False  # the next task of a run is another process: only heartbeats count
         result = step.run(rt, **step_arguments(step, state), **extra)
-    finally:
-        rt.close()
     return checked_result(flow_, step, result)
 
 
@@ -986,13 +984,11 @@ def _run_branch_step(
     ancestors = flow_.ancestors(step)
     with lock:
         view = FlowRun(flow_, run.state, {k: v for k, v in run.results.items() if k in ancestors})
-    own = rt.sibling() if flow_.side_by_side(step) else rt
     started = time.perf_counter()
     try:
-        _run_step(own, flow_, step, view, progress)
+        with rt.sibling() if flow_.side_by_side(step) else nullcontext(rt) as own:
+            _run_step(own, flow_, step, view, progress)
     finally:
-        if own is not rt:
-            own.close()
         with lock:
             run.seconds[step.name] = round(time.perf_counter() - started, 3)
             if step.name in view.results:
@@ -1036,11 +1032,8 @@ def _run_instances_at_once(
     Airflow, one instance's error does not stop the others."""
 
     def one(item: Any) -> None:
-        child = rt.sibling()
-        try:
+        with rt.sibling() as child:
             checked_result(flow_, step, step.run(child, **args, **{map_as: item}))
-        finally:
-            child.close()
 
     errors: dict[int, Exception] = {}
     with ThreadPoolExecutor(len(items), thread_name_prefix=f"{step.name}-") as pool:

@@ -193,11 +193,8 @@ def _run_night(
         def go() -> FlowRun:
             if not overlap:
                 return run(flow, step, event)
-            own = rt.sibling()
-            try:
+            with rt.sibling() as own:
                 return run(flow, step, event, own)
-            finally:
-                own.close()
 
         return go
 
