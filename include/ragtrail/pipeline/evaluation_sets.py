@@ -154,17 +154,30 @@ def hand_over(
     return _put_golden_runs(rt, golden_runs_key, corpus, snapshot_id, sets, text_weights)
 
 
+def _stored_golden_runs(rt: Runtime, key: str) -> GoldenRuns | None:
+    """The golden sets' runs :func:`_put_golden_runs` wrote at ``key``; None when nothing was."""
+    if not rt.artifacts.exists(key):
+        return None
+    return GoldenRuns.from_json(rt.artifacts.get_bytes(key))
+
+
 def handed_over_runs(
     rt: Runtime, corpus: str, snapshot_id: str, text_weights: Sequence[float] | None
 ) -> dict[str, PlannedSet]:
     """The golden sets' runs handed over (:func:`hand_over`) for this snapshot and these
     settings, by set name; a run that failed since, or is gone, is not among them."""
-    key = golden_runs_key(corpus, snapshot_id, evaluation_fingerprint(rt, text_weights))
-    if not rt.artifacts.exists(key):
+    fingerprint = evaluation_fingerprint(rt, text_weights)
+    return _reusable(rt, golden_runs_key(corpus, snapshot_id, fingerprint))
+
+
+def _reusable(rt: Runtime, handed_key: str) -> dict[str, PlannedSet]:
+    """:func:`handed_over_runs`, from the hand-over at ``handed_key``."""
+    handed = _stored_golden_runs(rt, handed_key)
+    if handed is None:
         return {}
     runs = RunStore(rt.engine)
     reusable = {}
-    for planned in GoldenRuns.from_json(rt.artifacts.get_bytes(key)).sets:
+    for planned in handed.sets:
         run = runs.get_run(planned.run_id)
         if run is not None and run.status != FAILED:
             reusable[planned.name] = planned
@@ -183,10 +196,12 @@ def await_golden_runs(
     """:func:`handed_over_runs`, once the golden sets' evaluation of this snapshot under these
     settings has handed its runs over, when it is still running: started at most
     ``retrieval.golden_wait_s`` ago, none of its runs failed. Also the seconds waited."""
-    started_key = golden_started_key(corpus, snapshot_id, evaluation_fingerprint(rt, text_weights))
+    fingerprint = evaluation_fingerprint(rt, text_weights)
+    handed_key = golden_runs_key(corpus, snapshot_id, fingerprint)
+    started_key = golden_started_key(corpus, snapshot_id, fingerprint)
     begin = clock()
     while True:
-        reusable = handed_over_runs(rt, corpus, snapshot_id, text_weights)
+        reusable = _reusable(rt, handed_key)
         waited = (clock() - begin).total_seconds()
         left = 0.0 if reusable else _golden_wait_left(rt, started_key, clock())
         if left <= 0.0:
@@ -197,10 +212,8 @@ def await_golden_runs(
 def _golden_wait_left(rt: Runtime, started_key: str, now: datetime) -> float:
     """Seconds the night's evaluation may still wait for the golden evaluation recorded at
     ``started_key`` (0: none started, started too long ago, or one of its runs failed)."""
-    if not rt.artifacts.exists(started_key):
-        return 0.0
-    started = GoldenRuns.from_json(rt.artifacts.get_bytes(started_key))
-    if started.at is None:
+    started = _stored_golden_runs(rt, started_key)
+    if started is None or started.at is None:
         return 0.0
     runs = RunStore(rt.engine)
     for planned in started.sets:

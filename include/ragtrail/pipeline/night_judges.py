@@ -62,11 +62,10 @@ def calibrate_missing_evaluation_judges(rt: Runtime, corpus: str) -> dict[str, J
     if not _needs_correctness(rt):  # neither sufficiency nor evidence: no evaluation judge
         return {}
     golden, _ = golden_items(rt, corpus)
-    steps: list[Callable[[], dict[str, JsonObject]]] = [
-        partial(_calibrate_correctness, rt, corpus, golden)
-    ]
+    steps: list[Callable[[], dict[str, JsonObject]]] = []
     if rt.settings.sufficiency.enabled:
-        steps.insert(0, partial(calibrate_sufficiency_raters, rt, corpus, golden))
+        steps.append(partial(calibrate_sufficiency_raters, rt, corpus, golden))
+    steps.append(partial(_calibrate_correctness, rt, corpus, golden))
     report: dict[str, JsonObject] = {}
     for outcomes in together(steps, concurrent=rt.llm_calls_overlap()):
         report.update(outcomes)
