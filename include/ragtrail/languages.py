@@ -120,6 +120,15 @@ def _callable_sample(text: str) -> str | None:
     return sample if len(_LETTERS.findall(sample)) >= MIN_CHARS else None
 
 
+@lru_cache(maxsize=4096)
+def _classify(sample: str) -> tuple[str, float]:
+    """The detector's language and probability (rounded) for ``sample``. Remembered: a night's
+    prompts ask for the language of the same documents again and again (eight critiques of one
+    question, three raters of one context), and each call costs milliseconds of the GIL."""
+    code, probability = _identifier().classify(sample)
+    return str(code), round(float(probability), 4)
+
+
 def language_probability(text: str, code: str) -> float | None:
     """The detector's probability that ``text`` is in ``code``; None when ``text`` is too short
     to call (fewer than :data:`MIN_CHARS` letters)."""
@@ -136,8 +145,7 @@ def detect_language(text: str, *, configured: str = AUTO) -> LanguageGuess:
     sample = _callable_sample(text)
     if sample is None:
         return LanguageGuess(UNDETERMINED, 0.0, "too short")
-    code, probability = _identifier().classify(sample)
-    confidence = round(float(probability), 4)
+    code, confidence = _classify(sample)
     if confidence < MIN_CONFIDENCE:
         return LanguageGuess(UNDETERMINED, confidence, "uncertain")
     return LanguageGuess(str(code), confidence, "detected")

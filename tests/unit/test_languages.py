@@ -58,6 +58,7 @@ def test_threads_needing_the_detector_at_once_wait_for_one_load(monkeypatch):
     from ragtrail import languages
 
     monkeypatch.setattr(languages, "_DETECTOR", [])
+    languages._classify.cache_clear()  # an earlier test may have called this text already
     loads = []
     real = langid.LanguageIdentifier.from_model_file
 
@@ -79,3 +80,26 @@ def test_threads_needing_the_detector_at_once_wait_for_one_load(monkeypatch):
     for t in threads:
         t.join()
     assert len(loads) == 1 and seen == ["en"] * 6
+
+
+def test_a_text_called_again_is_not_classified_again(monkeypatch):
+    """A night asks for the language of one document many times (each critique, each rater):
+    the detector classifies each distinct sample once."""
+    from ragtrail import languages
+
+    languages._classify.cache_clear()
+    detector = languages._identifier()
+    calls = []
+
+    class Counted:
+        def classify(self, sample):
+            calls.append(sample)
+            return detector.classify(sample)
+
+    monkeypatch.setattr(languages, "_identifier", Counted)
+    text = "Le bureau ouvre à neuf heures et ferme à dix-sept heures, du lundi au vendredi."
+    guesses = [detect_language(text) for _ in range(3)]
+    other = detect_language("The office opens at nine and closes at five, Monday to Friday.")
+    assert [g.code for g in guesses] == ["fr"] * 3 and other.code == "en"
+    assert guesses[0] == guesses[2]
+    assert len(calls) == 2
