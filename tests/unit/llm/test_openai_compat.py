@@ -322,3 +322,22 @@ def test_factory_and_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAGTRAIL_LLM_BASE_URL")
     with pytest.raises(ValueError, match="RAGTRAIL_LLM_BASE_URL"):
         load_llm_backend("openai:gpt-x")
+
+
+def test_clients_share_one_tls_context() -> None:
+    """Every client of the process verifies servers with one TLS context (httpx's defaults,
+    built once): building one reads the whole CA bundle, and a night builds a client per role
+    of every side-by-side step."""
+    from ragtrail.llm.backends import openai_compat
+
+    openai_compat._tls_context.cache_clear()
+    one, two = (
+        OpenAICompatBackend("m", f"https://llm{i}.example.invalid/v1", None) for i in (1, 2)
+    )
+    try:
+        contexts = [b._http._transport._pool._ssl_context for b in (one, two)]  # type: ignore[attr-defined]
+        assert contexts[0] is contexts[1] is openai_compat._tls_context()
+        assert contexts[0].verify_mode.name == "CERT_REQUIRED"
+    finally:
+        one.close()
+        two.close()
