@@ -15,7 +15,6 @@ from typing import Any
 
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.languages import load_detector
-from ragtrail.llm.backends.model_store import BUILTIN_SMOLLM2, ensure_builtin_smollm2
 from ragtrail.llm.together import together
 from ragtrail.pipeline.budgets import night_budget_notes
 from ragtrail.pipeline.ingest import IngestSummary
@@ -236,7 +235,9 @@ def _run_night(
     evaluation_event, evaluation_params = None, {"snapshot_id": summary["snapshot"]}
     golden_evaluation = on_corpus_event(EVALUATE_GOLDEN, "3/4", ingested.event)
     if overlap:
-        _prepare_side_by_side_flows(rt)
+        for module in STEP_MODULES:
+            importlib.import_module(module)
+        load_detector()  # every prompt names its input's language
     if generate:
         generated, _ = together(
             [on_corpus_event(GENERATE, "2/4", ingested.event), golden_evaluation],
@@ -278,18 +279,6 @@ def _run_night(
         retraining=retraining,
         step_seconds=step_seconds,
     )
-
-
-def _prepare_side_by_side_flows(rt: Runtime) -> None:
-    """What the flows would otherwise do on first use while the other flow's requests wait:
-    import :data:`STEP_MODULES`, load the language detector every prompt consults, and make the
-    evidence step's local scorer model ready to load (the built-in model is converted from its
-    bundled GGUF once per model cache, about 7 s of mostly GIL-holding CPU; nothing after)."""
-    for module in STEP_MODULES:
-        importlib.import_module(module)
-    load_detector()
-    if rt.settings.evidence.enabled and rt.settings.evidence.scorer == BUILTIN_SMOLLM2:
-        ensure_builtin_smollm2(rt.settings.resolved_model_cache_dir)
 
 
 def _without_event(result: JsonObject | None) -> Any:
