@@ -41,7 +41,7 @@ from ragtrail.summaries.qa_sets import GoldenRegistration
 from ragtrail.summaries.quality_summary import CorpusQuality
 from ragtrail.summaries.retrain_summary import GateOutcome
 
-STEP_MODULES = (
+FIRST_USE_IMPORTS = (
     "ragtrail.pipeline.generate",
     "ragtrail.pipeline.night_judges",
     "ragtrail.pipeline.citations.step",
@@ -235,7 +235,7 @@ def _run_night(
     evaluation_event, evaluation_params = None, {"snapshot_id": summary["snapshot"]}
     golden_evaluation = on_corpus_event(EVALUATE_GOLDEN, "3/4", ingested.event)
     if overlap:
-        for module in STEP_MODULES:
+        for module in FIRST_USE_IMPORTS:
             importlib.import_module(module)
         load_detector()  # every prompt names its input's language
     if generate:
