@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragtrail.config import Settings
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.languages import load_detector
 from ragtrail.llm.together import together
@@ -41,22 +42,31 @@ from ragtrail.summaries.qa_sets import GoldenRegistration
 from ragtrail.summaries.quality_summary import CorpusQuality
 from ragtrail.summaries.retrain_summary import GateOutcome
 
-FIRST_USE_IMPORTS = (
+STEP_MODULES = (
     "ragtrail.pipeline.generate",
     "ragtrail.pipeline.night_judges",
     "ragtrail.pipeline.citations.step",
     "ragtrail.pipeline.sufficiency.step",
     "ragtrail.pipeline.evidence.step",
-    "torch",
-    "sklearn.linear_model",
-    "sklearn.model_selection",
 )
-"""The modules the generation's and the golden sets' steps import on first use: the steps' own,
-torch (the evidence step's local scorers; about 1.5 s of one core on an endpoint night, which
-otherwise loads no local model before it) and scikit-learn's estimators (the selective policy).
-Importing holds the import lock and mostly the GIL: when the two flows run side by side, one
-flow's first imports would stall the other's requests, so they are imported (and the language
-detector that every prompt consults is loaded) before the flows start."""
+"""The modules of the generation's and the golden sets' steps, which they import on first use."""
+
+
+def first_use_imports(settings: Settings) -> tuple[str, ...]:
+    """What the two side-by-side flows would import on first use, to be imported before they
+    start: the steps' modules; torch when the evidence step runs (its helpfulness scorer is a
+    local torch model; about 1.5 s of one core on an endpoint night, which otherwise loads no
+    local model); scikit-learn's estimators when the selective policy is fitted.
+
+    Importing holds the import lock and mostly the GIL, so one flow's first imports would stall
+    the other's requests. A night that will not use torch does not pay for importing it (about
+    1 s of an endpoint night's wall time)."""
+    modules = list(STEP_MODULES)
+    if settings.evidence.enabled:
+        modules.append("torch")
+    if settings.sufficiency.enabled and settings.selective.enabled:
+        modules += ["sklearn.linear_model", "sklearn.model_selection"]
+    return tuple(modules)
 
 
 @dataclass
@@ -235,7 +245,7 @@ def _run_night(
     evaluation_event, evaluation_params = None, {"snapshot_id": summary["snapshot"]}
     golden_evaluation = on_corpus_event(EVALUATE_GOLDEN, "3/4", ingested.event)
     if overlap:
-        for module in FIRST_USE_IMPORTS:
+        for module in first_use_imports(rt.settings):
             importlib.import_module(module)
         load_detector()  # every prompt names its input's language
     if generate:
