@@ -45,3 +45,29 @@ def test_the_originals_come_back_when_the_conversion_fails(tmp_path: Path) -> No
     with pytest.raises(RuntimeError), _gguf_parsed_once():
         raise RuntimeError("conversion failed")
     assert gguf.GGUFReader is real_reader
+
+
+@pytest.mark.slow
+def test_the_converted_checkpoint_holds_exactly_the_gguf_models_weights(tmp_path: Path) -> None:
+    """The fresh model skips its random initialisation: every weight it saves must be the GGUF
+    model's, the tied output embedding included."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from ragtrail.llm.backends.model_store import _convert_gguf, smollm2_gguf_path
+
+    source = smollm2_gguf_path()
+    _convert_gguf(source, tmp_path / "out")
+    with _gguf_parsed_once():
+        expected = AutoModelForCausalLM.from_pretrained(
+            str(source.parent), gguf_file=source.name, dtype=torch.float32
+        ).state_dict()
+    saved = load_file(tmp_path / "out" / "model.safetensors")
+    assert saved, "nothing saved"
+    assert "lm_head.weight" not in saved  # tied to the input embedding: saved once
+    for name, tensor in saved.items():
+        assert torch.equal(tensor, expected[name]), name
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert torch.equal(model.lm_head.weight, expected["model.embed_tokens.weight"])
+    assert torch.equal(model.model.norm.weight, expected["model.norm.weight"])
