@@ -59,8 +59,7 @@ def first_use_imports(settings: Settings) -> tuple[str, ...]:
     local model); scikit-learn's estimators when the selective policy is fitted.
 
     Importing holds the import lock and mostly the GIL, so one flow's first imports would stall
-    the other's requests. A night that will not use torch does not pay for importing it (about
-    1 s of an endpoint night's wall time)."""
+    the other's requests; a night that will not use torch or the estimators does not import them."""
     modules = list(STEP_MODULES)
     if settings.evidence.enabled:
         modules.append("torch")
