@@ -141,8 +141,8 @@ def run() -> str:
         received_429 = sum(1 for r in records if r.status == 429)
         lines.append(
             f"| {night.name} | {prof.requests} ({prof.served}) | {wall:.0f} s | "
-            f"{prof.pending_s:.1f} s | {prof.ideal_s:.1f} s | **{prof.ratio:.2f}** | "
-            f"{', '.join(f'{r:.2f}' for r in ratios)} | "
+            f"{prof.pending_s:.1f} s | {prof.ideal_s:.1f} s | **{prof.ratio:.3f}** | "
+            f"{', '.join(f'{r:.3f}' for r in ratios)} | "
             f"{prof.mean_in_flight:.1f} / {prof.p95_in_flight:.0f} | "
             f"{prof.faults.get('429', 0)} / {received_429} | {prof.faults.get('5xx', 0)} | "
             f"{prof.retried_ok} / {prof.lost} |"
@@ -157,7 +157,7 @@ def run() -> str:
             )
     after = _load()
     verdicts = "; ".join(
-        f"{night.name} {prof.ratio:.2f}, {'met' if prof.ratio >= TARGET_RATIO else 'NOT met'}"
+        f"{night.name} {prof.ratio:.3f}, {'met' if prof.ratio >= TARGET_RATIO else 'NOT met'}"
         for night, prof, _, _, _ in results
         if night in NIGHTS[:2]
     )
