@@ -131,6 +131,15 @@ class SqlScoreCache:
             except IntegrityError:
                 continue
 
+    def holds_model(self, model_id: str) -> bool:
+        """Whether any score of ``model_id`` is stored (matched as :meth:`put_many` stores it)."""
+        stored_id = redact(model_id)[:256]
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(logprob_cache.c.key).where(logprob_cache.c.model_id == stored_id).limit(1)
+            ).first()
+        return found is not None
+
     def count(self) -> int:
         """Rows in the table (all models)."""
         with self.engine.connect() as conn:

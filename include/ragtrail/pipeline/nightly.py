@@ -52,20 +52,35 @@ STEP_MODULES = (
 """The modules of the generation's and the golden sets' steps, which they import on first use."""
 
 
-def first_use_imports(settings: Settings) -> tuple[str, ...]:
+def first_use_imports(settings: Settings, *, scores_cached: bool = False) -> tuple[str, ...]:
     """What the two side-by-side flows would import on first use, to be imported before they
-    start: the steps' modules; torch when the evidence step runs (its helpfulness scorer is a
-    local torch model; about 1.5 s of one core on an endpoint night, which otherwise loads no
-    local model); scikit-learn's estimators when the selective policy is fitted.
+    start: the steps' modules; torch when the evidence step runs and its helpfulness scores are
+    not all cached (:func:`scores_cached`; the scorer, a local torch model built for the first
+    missing score, is the only local model of an endpoint night: about 1.5 s of one core);
+    scikit-learn's estimators when the selective policy is fitted.
 
     Importing holds the import lock and mostly the GIL, so one flow's first imports would stall
-    the other's requests; a night that will not use torch or the estimators does not import them."""
+    the other's requests; a night that will not use a module does not import it."""
     modules = list(STEP_MODULES)
-    if settings.evidence.enabled:
+    if settings.evidence.enabled and not scores_cached:
         modules.append("torch")
     if settings.sufficiency.enabled and settings.selective.enabled:
         modules += ["sklearn.linear_model", "sklearn.model_selection"]
     return tuple(modules)
+
+
+def scores_cached(rt: Runtime, *, corpus_changed: bool) -> bool:
+    """Whether the evidence step's helpfulness scores are likely all in the score cache: the
+    corpus is unchanged and an earlier night stored scores of this scorer model. Then the
+    scorer is not built (a warm endpoint night imports no torch); when a score is missing after
+    all, it is built as on any night, only with its imports inside the flows."""
+    if corpus_changed:
+        return False
+    from ragtrail.llm.score_cache import SqlScoreCache
+    from ragtrail.llm.scoring import scorer_model_id
+
+    scorer = scorer_model_id(rt.settings.evidence.scorer, rt.llm_dtype)
+    return SqlScoreCache(rt.engine).holds_model(scorer)
 
 
 @dataclass
@@ -244,7 +259,8 @@ def _run_night(
     evaluation_event, evaluation_params = None, {"snapshot_id": summary["snapshot"]}
     golden_evaluation = on_corpus_event(EVALUATE_GOLDEN, "3/4", ingested.event)
     if overlap:
-        for module in first_use_imports(rt.settings):
+        cached = scores_cached(rt, corpus_changed=summary["changed"])
+        for module in first_use_imports(rt.settings, scores_cached=cached):
             importlib.import_module(module)
         load_detector()  # every prompt names its input's language
     if generate:

@@ -39,3 +39,12 @@ def test_the_table_is_created_while_another_connection_commits(tmp_path) -> None
     with other.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM notes")).scalar_one() == 1
     SqlScoreCache(other)  # the table exists: nothing to do
+
+
+def test_holds_model_finds_a_models_scores_by_the_id_they_are_stored_under(tmp_path) -> None:
+    cache = SqlScoreCache(make_engine(f"sqlite:///{tmp_path}/m.db"))
+    secret = "s3://bucket/scorer?X-Amz-Signature=abc123"  # stored redacted
+    assert not cache.holds_model(secret)
+    cache.put_many({"k1": -1.5}, model_id=secret)
+    assert cache.holds_model(secret)
+    assert not cache.holds_model("builtin:another-scorer")
