@@ -111,7 +111,7 @@ class SqlScoreCache:
     def put_many(self, values: Mapping[str, float], *, model_id: str) -> None:
         """Insert ``values`` (insert-or-ignore); the stored model id is redacted."""
         now = datetime.now(UTC)
-        stored_id = redact(model_id)[:256]
+        stored_id = _stored_id(model_id)
         rows = [
             {"key": k, "model_id": stored_id, "value": float(v), "created_at": now}
             for k, v in values.items()
@@ -133,7 +133,7 @@ class SqlScoreCache:
 
     def holds_model(self, model_id: str) -> bool:
         """Whether any score of ``model_id`` is stored (matched as :meth:`put_many` stores it)."""
-        stored_id = redact(model_id)[:256]
+        stored_id = _stored_id(model_id)
         with self.engine.connect() as conn:
             found = conn.execute(
                 select(logprob_cache.c.key).where(logprob_cache.c.model_id == stored_id).limit(1)
@@ -144,6 +144,11 @@ class SqlScoreCache:
         """Rows in the table (all models)."""
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(logprob_cache)).scalar_one())
+
+
+def _stored_id(model_id: str) -> str:
+    """The ``model_id`` column's value for ``model_id``: redacted, cut to the column's width."""
+    return redact(model_id)[:256]
 
 
 def _insert_ignore(engine: Engine) -> Any:

@@ -77,10 +77,8 @@ def scores_cached(rt: Runtime, *, corpus_changed: bool) -> bool:
     if corpus_changed:
         return False
     from ragtrail.llm.score_cache import SqlScoreCache
-    from ragtrail.llm.scoring import scorer_model_id
 
-    scorer = scorer_model_id(rt.settings.evidence.scorer, rt.llm_dtype)
-    return SqlScoreCache(rt.engine).holds_model(scorer)
+    return SqlScoreCache(rt.engine).holds_model(rt.scorer.model_id)  # the scorer is not loaded
 
 
 @dataclass
