@@ -100,7 +100,9 @@ def test_a_golden_run_that_failed_since_or_a_newer_version_is_evaluated_again(rt
     assert (planned.run_id, planned.reused) == ("night-1.handbook", False)
 
 
-def test_the_per_set_steps_skip_a_reused_set(rt):
+def test_the_retrieval_sufficiency_and_evidence_steps_skip_a_reused_set(rt):
+    """The golden sets' evaluation did them; the citations it leaves to the night's evaluation
+    (the end-to-end DAG test checks that `cite` cites the handed-over run)."""
     from ragtrail.pipeline import tasks
 
     run_id = _handed_over(rt)
@@ -110,11 +112,7 @@ def test_the_per_set_steps_skip_a_reused_set(rt):
     entry = planned.to_json()
     skipped = {"name": "handbook", "skipped": f"evaluated as {run_id}"}
     assert tasks.evaluate_set(rt, corpus=CORPUS, qa_set_entry=entry) == skipped
-    for step in (
-        tasks.evaluate_set_citations,
-        tasks.evaluate_set_sufficiency,
-        tasks.evaluate_set_evidence,
-    ):
+    for step in (tasks.evaluate_set_sufficiency, tasks.evaluate_set_evidence):
         assert step(rt, corpus=CORPUS, qa_set_entry=entry) == skipped, step.__name__
     assert RunStore(rt.engine).get_run("night-1.handbook") is None  # nothing was started
 

@@ -245,13 +245,20 @@ def _check_golden_reuse(
     skipped = {
         value["name"]
         for (task, _, key), value in eval_xcom.items()
-        if task in ("evaluate", "cite", "sufficiency", "evidence")
+        if task in ("evaluate", "sufficiency", "evidence")
         and key == "return_value"
         and str(value.get("skipped", "")).startswith("evaluated as golden-")
     }
     golden_names = {s["name"] for s in planned if s["kind"] == "golden"}
     if skipped != golden_names:
         problems.append(f"per-set steps skipped {skipped}, not the golden sets {golden_names}")
+    cited = {
+        value["name"]
+        for (task, _, key), value in eval_xcom.items()
+        if task == "cite" and key == "return_value" and "skipped" not in value
+    }
+    if not golden_names <= cited:  # the golden sets' citations are this DAG's
+        problems.append(f"cite cited {cited}, not every golden set {golden_names}")
 
 
 def _check_zero_recall(stack: Any, snapshot_id: str, problems: list[str]) -> None:

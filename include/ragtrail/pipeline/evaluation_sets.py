@@ -12,8 +12,10 @@ The golden sets do not wait for the test set: their evaluation (the ``evaluate_g
 flow, on the corpus event, beside the generation) records the runs it starts
 (:func:`golden_evaluation_started`), evaluates them and hands them over (:func:`hand_over`);
 the night's evaluation of the same snapshot under the same settings plans those runs as
-``reused`` (:func:`handed_over_runs`), skips their per-set steps and publishes and checks them
-with the test set. When the golden evaluation is still running (a scheduler starts the night's
+``reused`` (:func:`handed_over_runs`), skips their retrieval, sufficiency and evidence steps,
+cites them beside the test set (the golden evaluation leaves the citations to it: the test set's
+come last, and the golden sets' requests fill their waves) and publishes and checks them with the
+test set. When the golden evaluation is still running (a scheduler starts the night's
 evaluation on the test-set event, whichever ends first), its plan waits for the hand-over
 (:func:`await_golden_runs`, at most ``retrieval.golden_wait_s`` after that evaluation started).
 Without a hand-over (the golden evaluation not run, failed, too slow, or other settings) it
@@ -149,8 +151,9 @@ def hand_over(
     sets: Sequence[PlannedSet],
     text_weights: Sequence[float] | None,
 ) -> GoldenRuns:
-    """Record the golden sets' runs, every per-set step done, for the night's evaluation of the
-    same snapshot under the same settings (:func:`handed_over_runs`)."""
+    """Record the golden sets' runs (retrieval, sufficiency and evidence done; the citations are
+    the night's evaluation's) for the night's evaluation of the same snapshot under the same
+    settings (:func:`handed_over_runs`)."""
     return _put_golden_runs(rt, golden_runs_key, corpus, snapshot_id, sets, text_weights)
 
 

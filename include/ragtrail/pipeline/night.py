@@ -526,11 +526,14 @@ GENERATE = Flow(
 EVALUATE_GOLDEN = Flow(
     dag_id="evaluate_golden_sets",
     doc="The corpus's golden sets evaluated on each announced corpus, beside the test-set "
-    "generation (they do not need it): retrieval across the text-weight scan, then citations, "
-    "sufficiency and the evidence extractor, as `evaluate_retrieval` evaluates a set, each set its "
-    "own stored run. The runs are handed over to `evaluate_retrieval`, which, on the same "
-    "snapshot and settings, skips their per-set steps and checks and publishes them with the "
-    "test set (without a hand-over it evaluates the golden sets itself).",
+    "generation (they do not need it): retrieval across the text-weight scan, then sufficiency "
+    "and the evidence extractor, as `evaluate_retrieval` evaluates a set, each set its own stored "
+    "run. The runs are handed over to `evaluate_retrieval`, which, on the same snapshot and "
+    "settings, skips their retrieval, sufficiency and evidence steps, cites them beside the test "
+    "set and checks and publishes them with it (without a hand-over it evaluates the golden sets "
+    "itself). The citations wait for the night's evaluation because the test set's own come "
+    "last, in two dependent waves, once the generation has chosen the set: the golden sets' "
+    "requests fill those waves instead of competing with the generation's.",
     run_prefix="golden",
     listens_to="corpus",
     tags=("evaluation",),
@@ -559,17 +562,16 @@ EVALUATE_GOLDEN = Flow(
             after=(),
         ),
         _set_step("evaluate", after=("plan",)),
-        _set_step("cite", after=("evaluate",)),
         _set_step("sufficiency", after=("evaluate", "calibrate")),
         _set_step("evidence", after=("evaluate", "calibrate")),
         Step(
             "hand_over",
             "hand_over_golden_runs",
-            "records the golden sets' runs, every per-set step done, for the night's evaluation "
-            "of the same snapshot and settings",
+            "records the golden sets' runs, retrieval, sufficiency and evidence done, for the "
+            "night's evaluation of the same snapshot and settings (which cites them)",
             inputs=("corpus", "sets", "snapshot_id", "text_weights"),
             after_mapped=True,
-            after=("cite", "sufficiency", "evidence"),
+            after=("sufficiency", "evidence"),
         ),
     ),
 )

@@ -468,8 +468,8 @@ def hand_over_golden_runs(
     snapshot_id: str,
     text_weights: list[float] | None = None,
 ) -> XCom:
-    """Hand the golden sets' runs, every per-set step done, over to the night's evaluation of
-    this snapshot (which then skips their per-set steps)."""
+    """Hand the golden sets' runs, retrieval, sufficiency and evidence done, over to the night's
+    evaluation of this snapshot (which then skips those steps and cites them)."""
     from ragtrail.pipeline.evaluation_sets import hand_over
 
     if not sets:
@@ -510,10 +510,10 @@ def evaluate_set_citations(
     snapshot_id: str | None = None,
 ) -> XCom:
     """Citation quality of the answering model on one planned QA set (relevance mixtures vs a
-    random baseline, attributed-answer scenarios), stored in the set's run."""
+    random baseline, attributed-answer scenarios), stored in the set's run. A golden set handed
+    over by the golden sets' evaluation is cited here too, in its run: that evaluation leaves
+    the citations to this step (see ``evaluate_golden_sets``)."""
     planned = PlannedSet.from_json(qa_set_entry)
-    if why := _reused(planned):
-        return {"name": planned.name, "skipped": why}
     if not rt.settings.citations.enabled:
         return {"name": planned.name, "skipped": "citations.enabled is false"}
     from ragtrail.pipeline.citations.step import evaluate_citations
@@ -643,8 +643,8 @@ def announce_evidence(
 
 
 def _reused(planned: PlannedSet) -> str | None:
-    """Why the per-set steps skip this set: its run is the golden sets' evaluation's (None:
-    they do not)."""
+    """Why the retrieval, sufficiency and evidence steps skip this set: its run is the golden
+    sets' evaluation's (None: they do not)."""
     return f"evaluated as {planned.run_id}" if planned.reused else None
 
 
