@@ -293,3 +293,24 @@ def test_the_digest_is_remembered_until_a_file_changes(tiny: Path, tmp_path: Pat
     changed = model_digest(model, memo_dir=memo)
     assert changed == model_digest(model) != digest
     assert model_digest(model, memo_dir=memo) == changed
+
+
+def test_one_compiled_session_per_model_file_and_settings_serves_every_embedder(
+    tiny: Path, tmp_path: Path
+) -> None:
+    """Two embedders of one export (two runtimes, two Airflow tasks) share its compiled graph,
+    which is never released (OpenVINO can hang destroying an infer request); a file rewritten in
+    place, or another thread count, is compiled again."""
+    first = ExportedEmbedder(str(tiny), backend="openvino", precision="f32", cache_dir=tmp_path)
+    second = ExportedEmbedder(str(tiny), backend="openvino", precision="f32", cache_dir=tmp_path)
+    assert second._graph()[1] is first._graph()[1]
+    np.testing.assert_array_equal(first.encode(TEXTS), second.encode(TEXTS))
+    other = ExportedEmbedder(
+        str(tiny), backend="openvino", precision="f32", cache_dir=tmp_path, threads=1
+    )
+    assert other._graph()[1] is not first._graph()[1]
+    onnx = first.export_dir / "model.onnx"
+    onnx.write_bytes(onnx.read_bytes())  # rewritten: a new modification time
+    third = ExportedEmbedder(str(tiny), backend="openvino", precision="f32", cache_dir=tmp_path)
+    assert third._graph()[1] is not first._graph()[1]
+    np.testing.assert_array_equal(third.encode(TEXTS), first.encode(TEXTS))

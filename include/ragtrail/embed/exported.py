@@ -368,7 +368,7 @@ class ExportedEmbedder:
         with self._load_lock:
             if self._loaded is None:
                 tokenizer = FileTokenizer(self.export_dir / "tokenizer")
-                run = _session(
+                run = _shared_session(
                     self.export_dir / "model.onnx", self.backend, self.precision, self._threads
                 )
                 self._loaded = (tokenizer, run)
@@ -484,6 +484,46 @@ def _padded(
     longest = max(len(ids) for ids in rows["input_ids"])
     width = max(longest, min(-(-longest // PAD_MULTIPLE) * PAD_MULTIPLE, max_length))
     return tokenizer.pad(rows, width)
+
+
+_SESSIONS: dict[tuple[str, str, str, int], Callable[[dict[str, np.ndarray]], np.ndarray]] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def _shared_session(
+    onnx_path: Path, backend: str, precision: str, threads: int | None
+) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    """:func:`_session`, compiled once per process for each model file, backend, precision and
+    thread count, and never released: every runtime (each Airflow task, each test) reuses it.
+
+    Never releasing is deliberate. OpenVINO's CPU plugin can spin forever in an infer request's
+    destructor when the garbage collector runs it while the GIL is held (seen in a CI run: the
+    main thread spun for over 15 minutes in ``~IAsyncInferRequest`` called from a collection;
+    openvinotoolkit/openvino#24722 and #32877 describe hangs in that destructor while the GIL is
+    held), so a request must outlive the interpreter's collections, including the one at exit. Calls of one
+    session take turns: an infer request serves one call at a time."""
+    stat = onnx_path.stat()  # a file rewritten in place is compiled again
+    key = (f"{onnx_path}:{stat.st_mtime_ns}:{stat.st_size}", backend, precision, threads or 0)
+    with _SESSIONS_LOCK:
+        if key not in _SESSIONS:
+            run = _session(onnx_path, backend, precision, threads)
+            turn = threading.Lock()
+
+            def in_turn(feeds: dict[str, np.ndarray]) -> np.ndarray:
+                with turn:
+                    return run(feeds)
+
+            _never_released(run)
+            _SESSIONS[key] = in_turn
+        return _SESSIONS[key]
+
+
+def _never_released(obj: object) -> None:
+    """Take one reference to ``obj`` that is never given back, so that neither a collection nor
+    the interpreter's shutdown destroys it (see :func:`_shared_session`)."""
+    import ctypes
+
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
 def _session(
