@@ -500,8 +500,8 @@ def _shared_session(
     destructor when the garbage collector runs it while the GIL is held (seen in a CI run: the
     main thread spun for over 15 minutes in ``~IAsyncInferRequest`` called from a collection;
     openvinotoolkit/openvino#24722 and #32877 describe hangs in that destructor while the GIL is
-    held), so a request must outlive the interpreter's collections, including the one at exit. Calls of one
-    session take turns: an infer request serves one call at a time."""
+    held), so a request must outlive the interpreter's collections, including the one at exit.
+    Calls of one session take turns: an infer request serves one call at a time."""
     stat = onnx_path.stat()  # a file rewritten in place is compiled again
     key = (f"{onnx_path}:{stat.st_mtime_ns}:{stat.st_size}", backend, precision, threads or 0)
     with _SESSIONS_LOCK:
