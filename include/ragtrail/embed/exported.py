@@ -344,8 +344,8 @@ class ExportedEmbedder:
         self._threads = threads
         self._loaded: tuple[Any, Callable[[dict[str, np.ndarray]], np.ndarray]] | None = None
         self._load_lock = threading.Lock()
-        # one encode at a time: the tokenizer and the infer request hold state between calls,
-        # and the steps of a night that run side by side share one embedder
+        # one encode at a time: the tokenizer holds state between calls, and the steps of a
+        # night that run side by side share one embedder (the shared session takes turns too)
         self._encode_lock = threading.Lock()
         key = backend_key(backend, precision)
         if key not in self.manifest.equivalence:
@@ -502,8 +502,9 @@ def _shared_session(
     openvinotoolkit/openvino#24722 and #32877 describe hangs in that destructor while the GIL is
     held), so a request must outlive the interpreter's collections, including the one at exit.
     Calls of one session take turns: an infer request serves one call at a time."""
+    threads = threads or os.cpu_count() or 1  # unset and the machine's count: one session
     stat = onnx_path.stat()  # a file rewritten in place is compiled again
-    key = (f"{onnx_path}:{stat.st_mtime_ns}:{stat.st_size}", backend, precision, threads or 0)
+    key = (f"{onnx_path}:{stat.st_mtime_ns}:{stat.st_size}", backend, precision, threads)
     with _SESSIONS_LOCK:
         if key not in _SESSIONS:
             run = _session(onnx_path, backend, precision, threads)
@@ -527,10 +528,9 @@ def _never_released(obj: object) -> None:
 
 
 def _session(
-    onnx_path: Path, backend: str, precision: str, threads: int | None
+    onnx_path: Path, backend: str, precision: str, threads: int
 ) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
     """A function from input arrays to the float32 last hidden state."""
-    threads = threads or os.cpu_count() or 1
     if backend == "onnx":
         import onnxruntime as ort
 
