@@ -18,6 +18,8 @@ from ragtrail.stats.intervals import (
     bca_interval,
     mean_interval,
     mean_intervals,
+    median_coverage,
+    median_interval,
     method_label,
     proportion_interval,
     wilson_interval,
@@ -164,10 +166,11 @@ def test_agreement_interval_at_moderate_n_is_bca_and_holds_the_value() -> None:
 
 
 def test_method_labels() -> None:
-    assert [method_label(m) for m in ("wilson", "t", "bca", "none", None)] == [
+    assert [method_label(m) for m in ("wilson", "t", "bca", "order_statistics", "none", None)] == [
         "Wilson",
         "t",
         "BCa",
+        "order statistics",
         "no CI",
         "",
     ]
@@ -197,3 +200,36 @@ def test_mean_intervals_equal_mean_interval_column_by_column() -> None:
     assert off[0].reason == NO_BOOTSTRAP and off[1].method == "wilson"
     with pytest.raises(ValueError, match="matrix"):
         mean_intervals(columns[:, 0])
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "coverage"),
+    # 1 - 2 P(Binomial(n, 1/2) <= k - 1), by hand: P(B = 0) = 2^-n, P(B <= 1) = (1 + n) 2^-n, ...
+    [(5, 1, 1 - 2 / 32), (6, 1, 1 - 2 / 64), (6, 2, 1 - 2 * 7 / 64), (10, 2, 1 - 2 * 11 / 1024)],
+)
+def test_median_coverage_by_hand(n: int, k: int, coverage: float) -> None:
+    assert median_coverage(n, k) == pytest.approx(coverage, abs=1e-12)
+
+
+def test_median_interval_takes_the_widest_order_statistics_that_still_cover() -> None:
+    values = [0.81, 0.77, 0.84, 0.79, 0.80, 0.72, 0.83, 0.78, 0.75, 0.82]  # n = 10, unsorted
+    # k = 2 covers 97.9% >= 95%, k = 3 only 89.1%: the 2nd smallest to the 2nd largest
+    interval = median_interval(values, 0.95)
+    assert (interval.low, interval.high) == (0.75, 0.83)
+    assert interval.method is IntervalMethod.ORDER_STATISTICS and interval.n == 10
+    # at 90% k = 3 (89.1%) still falls short, so the interval is the same
+    assert median_interval(values, 0.90).bounds() == (0.75, 0.83)
+    # at 80% k = 3 qualifies
+    assert median_interval(values, 0.80).bounds() == (0.77, 0.82)
+
+
+def test_median_interval_is_null_when_n_is_too_small() -> None:
+    five = [0.79, 0.82, 0.80, 0.76, 0.81]
+    assert median_interval(five, 0.90).bounds() == (0.76, 0.82)  # 93.75% >= 90%
+    at_95 = median_interval(five, 0.95)  # 93.75% < 95%: no order statistics cover enough
+    assert not at_95.defined and at_95.method is IntervalMethod.NONE
+    assert "5 values are too few for a 95% interval" in at_95.reason
+    assert not median_interval([0.8, 0.8, 0.8], 0.90).defined
+    assert not median_interval([], 0.90).defined
+    with pytest.raises(ValueError, match="finite"):
+        median_interval([0.8, math.nan, 0.7, 0.9, 0.85])
