@@ -66,7 +66,7 @@ per label, contexts per round and per QA set (the CPU defaults are 3, 6, 8 and 4
 
 TARGET_RUNS = 5
 """The target nights run five times each: on two shared cores one night's ratio moves by several
-hundredths with how the threads happen to interleave (43 C=32 traces of one commit on one day
+hundredths with how the threads happen to interleave (49 C=32 traces of one commit on one day
 spread over 0.72-0.84), so a verdict on a single night would be a draw from that spread. Five
 is the fewest nights whose smallest and largest ratios enclose the median at 90% (93.75%)."""
 MEDIAN_CONFIDENCE = 0.9
