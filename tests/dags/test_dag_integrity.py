@@ -296,7 +296,7 @@ def test_golden_evaluation_wiring(dagbag: Any) -> None:
     judges calibrate beside the plan and the retrieval; the sufficiency and evidence branches wait
     for them; the hand-over waits for both branches of every set and announces nothing. There is
     no citation branch: `evaluate_retrieval` cites the handed-over golden runs beside the test
-    set."""
+    set; their first round is asked ahead after the retrieval, and nothing waits for it."""
     from airflow.sdk.definitions.mappedoperator import MappedOperator
     from assets import CORPUS_ASSET
 
@@ -310,6 +310,9 @@ def test_golden_evaluation_wiring(dagbag: Any) -> None:
         assert isinstance(task_, MappedOperator) and task_.pool == "llm_api"
         assert {"evaluate", "calibrate"} <= task_.upstream_task_ids, name
     assert "cite" not in dag.task_ids
+    ask = dag.get_task("ask_citations")
+    assert ask.upstream_task_ids == {"evaluate", "plan", "resolve"} and ask.pool == "llm_api"
+    assert not ask.downstream_task_ids
     hand_over = dag.get_task("hand_over")
     assert {"sufficiency", "evidence"} <= hand_over.upstream_task_ids
     assert hand_over.trigger_rule == "none_failed"

@@ -15,8 +15,11 @@ from typer.testing import CliRunner
 
 from ragtrail.artifact_keys import citations_key
 from ragtrail.cli import app
+from ragtrail.evaluate.attribution.scenarios import CLOSED_BOOK_STAGE
+from ragtrail.evaluate.attribution.subqueries import SUBQUERY_STAGE
 from ragtrail.evaluate.citations.evaluator import ANSWERABLE
 from ragtrail.paths import sample_corpus_dir
+from ragtrail.pipeline.citations.ask_ahead import ask_citations_ahead, why_not_ask_ahead
 from ragtrail.pipeline.citations.step import evaluate_citations
 from ragtrail.pipeline.citations.views import load_citations
 from ragtrail.pipeline.night import INGEST, run_flow
@@ -111,6 +114,33 @@ def test_citations_of_one_set_are_stored_and_a_rerun_makes_no_model_call(rt) -> 
     )
     assert list(announced["event"]["sets"]) == ["sample"]
     assert announced["event"]["sets"]["sample"]["f1"] == result.to_json()["f1"]
+
+
+def test_the_first_round_asked_ahead_is_the_one_the_step_asks(rt, monkeypatch) -> None:
+    """Asked ahead (an endpoint night), the scenarios' closed-book answers and sub-queries are
+    those of the step's own sample, client and parameters: the step finds every one of them in
+    the cache and sends none. A local model, a budget or citations turned off ask nothing."""
+    local = why_not_ask_ahead(rt)
+    assert local is not None and local.startswith("a local model serves the night")
+    assert ask_citations_ahead(rt, [None]) == {"skipped": local}
+    assert rt.llm_usage.totals(CLOSED_BOOK_STAGE).calls == 0
+
+    monkeypatch.setattr(rt, "llm_calls_overlap", lambda: True)
+    assert ask_citations_ahead(rt, [None]) == {"sets": 1, "questions": 2, "asked": 4}
+    closed, written = rt.llm_usage.totals(CLOSED_BOOK_STAGE), rt.llm_usage.totals(SUBQUERY_STAGE)
+    assert closed.calls == 2 and written.calls >= 2
+
+    evaluate_citations(rt, CORPUS, run_id="night-1.sample", set_name="sample")
+    after = rt.llm_usage.totals(CLOSED_BOOK_STAGE), rt.llm_usage.totals(SUBQUERY_STAGE)
+    assert [c.calls for c in after] == [closed.calls, written.calls]  # nothing sent again
+    assert [c.cache_hits for c in after] == [2, written.calls]
+
+    rt.settings.budgets.steps.citations.max_calls = 100
+    assert why_not_ask_ahead(rt) == (
+        "a budget bounds the citations: the step asks its first round within it"
+    )
+    rt.settings.citations.enabled = False
+    assert why_not_ask_ahead(rt) == "citations.enabled is false"
 
 
 def _planned(name: str, run_id: str) -> dict[str, str]:

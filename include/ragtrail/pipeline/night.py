@@ -531,9 +531,10 @@ EVALUATE_GOLDEN = Flow(
     "run. The runs are handed over to `evaluate_retrieval`, which, on the same snapshot and "
     "settings, skips their retrieval, sufficiency and evidence steps, cites them beside the test "
     "set and checks and publishes them with it (without a hand-over it evaluates the golden sets "
-    "itself). The citations wait for the night's evaluation because the test set's own come "
-    "last, in two dependent waves, once the generation has chosen the set: the golden sets' "
-    "requests fill those waves instead of competing with the generation's.",
+    "itself). The citations wait for the night's evaluation, where every set is cited in one "
+    "wave of requests: the scenarios' first round, which their answers build on, is asked "
+    "ahead (`ragtrail.pipeline.citations.ask_ahead`), the golden sets' here and the test "
+    "set's when the generation versions it.",
     run_prefix="golden",
     listens_to="corpus",
     tags=("evaluation",),
@@ -562,6 +563,17 @@ EVALUATE_GOLDEN = Flow(
             after=(),
         ),
         _set_step("evaluate", after=("plan",)),
+        Step(
+            "ask_citations",
+            "ask_golden_citations_ahead",
+            "the golden sets' citation scenarios' first round asked into the call cache on an "
+            "endpoint night, for the night's citations to find; after the sets' retrieval, so "
+            "that its requests join the night's first waves rather than open the endpoint's "
+            "work alone",
+            inputs=("corpus", "sets"),
+            pool="llm_api",
+            after=("evaluate",),
+        ),
         _set_step("sufficiency", after=("evaluate", "calibrate")),
         _set_step("evidence", after=("evaluate", "calibrate")),
         Step(

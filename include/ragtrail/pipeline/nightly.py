@@ -46,6 +46,7 @@ STEP_MODULES = (
     "ragtrail.pipeline.generate",
     "ragtrail.pipeline.night_judges",
     "ragtrail.pipeline.citations.step",
+    "ragtrail.pipeline.citations.ask_ahead",
     "ragtrail.pipeline.sufficiency.step",
     "ragtrail.pipeline.evidence.step",
 )

@@ -18,6 +18,7 @@ from ragtrail import jsonsafe
 from ragtrail.artifact_keys import generation_plan_key, testset_quality_key
 from ragtrail.jsonsafe import JsonObject
 from ragtrail.llm.budget import BudgetExhausted
+from ragtrail.llm.together import together
 from ragtrail.pipeline import ingest as _ingest
 from ragtrail.pipeline.budgets import budget_stop, budgeted_step, generation_fingerprint
 from ragtrail.pipeline.corpus_checks import check_corpus_quality
@@ -359,11 +360,14 @@ def finalize_generation(
     gates: dict[str, Any],
     reuse: str | None = None,
 ) -> XCom:
-    """Version the set and validate it with GX; announces the test set to evaluation.
+    """Version the set and validate it with GX; announces the test set to evaluation. The
+    set's citation first round is asked beside the check
+    (:mod:`ragtrail.pipeline.citations.ask_ahead`).
 
     The event always goes out, so evaluation runs every night; when nothing was accepted its
     ``qa_set`` is null with the reason, and evaluation falls back to its configured QA set.
     """
+    from ragtrail.pipeline.citations.ask_ahead import ask_citations_ahead
     from ragtrail.pipeline.generate import check_testset_quality, load_generation_summary
     from ragtrail.pipeline.generate import finalize_generation as run_finalize
 
@@ -385,11 +389,19 @@ def finalize_generation(
             allowance.items_planned = allowance.items = sum(summary.targets.values())
             allowance.done(sum(summary.accepted.values()))
         regenerated = True
-        if summary.version:
-            out = rt.settings.home / "reports" / "testsets" / corpus / summary.version
-            quality = check_testset_quality(rt, summary, out)
+        if version := summary.version:
+            out = rt.settings.home / "reports" / "testsets" / corpus / version
+            # asked as soon as the set exists, while the night's last requests are in flight
+            quality, asked = together(
+                [
+                    lambda: check_testset_quality(rt, summary, out),
+                    lambda: ask_citations_ahead(rt, [QASetRef.generated(version)]),
+                ],
+                concurrent=rt.llm_calls_overlap(),
+            )
+            log.info("the test set's citation first round: %s", asked)
             rt.artifacts.put_bytes(
-                testset_quality_key(corpus, summary.version),
+                testset_quality_key(corpus, version),
                 jsonsafe.dumps(quality, "test-set quality").encode(),
             )
     outcome = GenerationOutcome.of(summary, regenerated=regenerated)
@@ -458,6 +470,16 @@ def plan_golden_evaluation(
     if sets:
         golden_evaluation_started(rt, corpus, snapshot.snapshot_id, sets, text_weights)
     return {"sets": [s.to_json() for s in sets], "snapshot_id": snapshot.snapshot_id}
+
+
+def ask_golden_citations_ahead(rt: Runtime, *, corpus: str, sets: list[XCom]) -> XCom:
+    """The golden sets' citation scenarios' first round, asked into the call cache while they
+    are evaluated (:mod:`ragtrail.pipeline.citations.ask_ahead`)."""
+    from ragtrail.pipeline.citations.ask_ahead import ask_citations_ahead
+
+    if not sets:
+        return {"corpus": corpus, "skipped": "the corpus has no golden set"}
+    return {"corpus": corpus, **ask_citations_ahead(rt, [s.qa_set for s in _planned(sets)])}
 
 
 def hand_over_golden_runs(

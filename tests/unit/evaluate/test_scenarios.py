@@ -22,6 +22,7 @@ from ragtrail.evaluate.attribution.passage_corpus import CorpusPassage
 from ragtrail.evaluate.attribution.scenarios import (
     NO_PASSAGES_REASON,
     SCENARIOS,
+    FirstRound,
     ScenarioRun,
     run_scenarios,
 )
@@ -36,7 +37,7 @@ from ragtrail.evaluate.attribution.subqueries import (
 from ragtrail.jsonsafe import dumps
 from ragtrail.llm.backends.base import GenerationRequest, GenerationResult
 from ragtrail.llm.cache import MemoryLLMCache
-from ragtrail.llm.client import LLMClient
+from ragtrail.llm.client import GenerationParams, LLMClient
 from ragtrail.llm.testing import ScriptedBackend
 from ragtrail.records import QAItem
 from ragtrail.stats.intervals import wilson_interval
@@ -322,6 +323,31 @@ def test_cited_scenarios_are_answered_in_one_batched_call_with_shared_questions_
         result.scenarios["RTG-query-gen"].answers[0].record.answer
         == result.scenarios["RTG-vanilla"].answers[0].record.answer
     )
+
+
+def test_a_first_round_asked_ahead_leaves_the_scenarios_one_round_and_the_same_answers() -> None:
+    """The closed-book answers and sub-queries asked before the scenarios run (same items,
+    client and params) are served by the cache: the scenarios then make only the cited
+    answers' calls, in one batch, and every answer equals a run that asked everything itself."""
+    cache = MemoryLLMCache()
+    ahead = BatchRecording(scripted().responder)
+    first = FirstRound(ITEMS, LLMClient(ahead, cache), GenerationParams(seed=13))
+    assert first.ask(SCENARIOS, 3) == 6  # closed book and sub-queries for each of 3 items
+    assert sorted(name for batch in ahead.batches for name in batch) == sorted(
+        [CLOSED_BOOK_PROMPT.name] * 3 + [SUBQUERY_PROMPT.name] * 5  # q2 retried twice
+    )
+    after = BatchRecording(scripted().responder)
+    result = run(after, cache=cache)
+    assert after.batches == [[CITED_ANSWER_PROMPT.name] * 6]
+    alone = run(scripted())
+    assert dumps(_without_timings(result.as_json()), "ahead") == dumps(
+        _without_timings(alone.as_json()), "alone"
+    )
+    # only the scenarios that need it are asked
+    only_vanilla = BatchRecording(scripted().responder)
+    asked = FirstRound(ITEMS, LLMClient(only_vanilla), GenerationParams(seed=13))
+    assert asked.ask(["RTG-vanilla", "RTG-gold"], 3) == 0 and only_vanilla.batches == []
+    assert FirstRound(ITEMS, LLMClient(scripted()), GenerationParams()).ask(["G"], 3) == 3
 
 
 def _without_timings(summary: dict[str, object]) -> dict[str, object]:

@@ -81,6 +81,9 @@ DEFAULT_K = 3
 CLOSED_BOOK_STAGE = "scenario.closed_book"
 CITED_STAGE = "scenario.cited_answer"
 
+FIRST_ROUND_SCENARIOS = (Scenario.G, Scenario.GTR, Scenario.RTG_QUERY_GEN)
+"""The scenarios that build on a first-round call (:class:`FirstRound`)."""
+
 NO_PASSAGES_REASON = "closed book: the scenario retrieves no passage"
 NOTHING_TO_CITE = "no passage to answer from"
 
@@ -114,7 +117,7 @@ def run_scenarios(
     """Answer every item in every requested scenario (see the module docstring).
 
     The model is asked in two rounds, not scenario by scenario: first the calls no answer
-    depends on (closed-book answers, sub-queries; at once on a concurrent backend), then every
+    depends on (:class:`FirstRound`; at once on a concurrent backend), then every
     cited scenario's questions in one batched call (:meth:`_Runner.answer_cited`). A scenario's
     ``seconds`` are its own work (retrieval, its first-round call) plus its share of that
     answering call, in proportion to the questions it asked.
@@ -122,13 +125,9 @@ def run_scenarios(
     _check_settings(items, scenarios, k, text_weight, subqueries, fusion)
     params = params or GenerationParams(seed=seed)
     level = resolve_level(items, "auto")
-    runner = _Runner(items, corpus, client, level, k, text_weight, params)
-    first_round: list[Callable[[], object]] = []
-    if Scenario.G in scenarios or Scenario.GTR in scenarios:
-        first_round.append(runner.closed_outcomes)
-    if Scenario.RTG_QUERY_GEN in scenarios:
-        first_round.append(lambda: runner.subqueries(subqueries))
-    together(first_round, concurrent=client.concurrent)
+    first = FirstRound(items, client, params)
+    first.ask(scenarios, subqueries)
+    runner = _Runner(items, corpus, first, level, k, text_weight)
 
     written: dict[str, Subqueries] = {}
     answers: dict[str, list[ScenarioAnswer]] = {}
@@ -146,7 +145,7 @@ def run_scenarios(
             prepared[name] = runner.vanilla()
         else:
             prepared[name] = runner.gold()
-        seconds[name] = time.perf_counter() - start + runner.first_round_seconds(name)
+        seconds[name] = time.perf_counter() - start + first.seconds(name)
 
     start = time.perf_counter()
     answers.update(runner.answer_cited(prepared))
@@ -202,40 +201,43 @@ def _check_settings(
         raise ValueError("cannot run the scenarios:\n- " + "\n- ".join(problems))
 
 
-class _Runner:
-    """Builds each scenario's answers; the closed-book answers are shared by G and GTR."""
+class FirstRound:
+    """The calls no scenario answer depends on, each made once per item: the closed-book
+    answers (shared by G and GTR) and RTG-query-gen's sub-queries.
+
+    Asked through the client's cache before :func:`run_scenarios` runs on the same items, client
+    and params, they leave that function a single round of calls
+    (:mod:`ragtrail.pipeline.citations.ask_ahead`)."""
 
     def __init__(
-        self,
-        items: Sequence[QAItem],
-        corpus: PassageCorpus,
-        client: LLMClient,
-        level: str,
-        k: int,
-        text_weight: float,
-        params: GenerationParams,
+        self, items: Sequence[QAItem], client: LLMClient, params: GenerationParams
     ) -> None:
         self.items = items
-        self.corpus = corpus
         self.client = client
-        self.level = level
-        self.k = k
-        self.text_weight = text_weight
         self.params = params
         self._closed: list[CallOutcome[ClosedBookOutput]] | None = None
         self.closed_seconds = 0.0
         self._subqueries: list[Subqueries] | None = None
         self.subquery_seconds = 0.0
 
-    def first_round_seconds(self, scenario: str) -> float:
+    def ask(self, scenarios: Sequence[str], subqueries: int) -> int:
+        """Make the first-round calls ``scenarios`` need (at once on a concurrent backend);
+        returns how many inputs were asked."""
+        calls: list[Callable[[], object]] = []
+        if Scenario.G in scenarios or Scenario.GTR in scenarios:
+            calls.append(self.closed_outcomes)
+        if Scenario.RTG_QUERY_GEN in scenarios:
+            calls.append(lambda: self.subqueries(subqueries))
+        together(calls, concurrent=self.client.concurrent)
+        return len(calls) * len(self.items)
+
+    def seconds(self, scenario: str) -> float:
         """The time of the first-round call ``scenario`` builds on: the closed-book answers
         count in G and in GTR alike (each needs them on its own), the sub-queries in
         RTG-query-gen."""
         if scenario in (Scenario.G, Scenario.GTR):
             return self.closed_seconds
         return self.subquery_seconds if scenario == Scenario.RTG_QUERY_GEN else 0.0
-
-    # -- closed book -------------------------------------------------------------------------
 
     def closed_outcomes(self) -> list[CallOutcome[ClosedBookOutput]]:
         if self._closed is None:
@@ -247,9 +249,48 @@ class _Runner:
             self.closed_seconds = time.perf_counter() - start
         return self._closed
 
+    def subqueries(self, count: int) -> list[Subqueries]:
+        """Every item's sub-queries (one batched call, made once)."""
+        if self._subqueries is None:
+            start = time.perf_counter()
+            questions = [item.question for item in self.items]
+            self._subqueries = write_subqueries(self.client, questions, count, self.params)
+            self.subquery_seconds = time.perf_counter() - start
+        return self._subqueries
+
+    @property
+    def written_subqueries(self) -> list[Subqueries]:
+        """The sub-queries :meth:`ask` wrote (RTG-query-gen was among its scenarios)."""
+        assert self._subqueries is not None, "the sub-queries are written in the first round"
+        return self._subqueries
+
+
+class _Runner:
+    """Builds each scenario's answers on the first round's replies."""
+
+    def __init__(
+        self,
+        items: Sequence[QAItem],
+        corpus: PassageCorpus,
+        first: FirstRound,
+        level: str,
+        k: int,
+        text_weight: float,
+    ) -> None:
+        self.items = items
+        self.corpus = corpus
+        self.first = first
+        self.client = first.client
+        self.params = first.params
+        self.level = level
+        self.k = k
+        self.text_weight = text_weight
+
+    # -- closed book -------------------------------------------------------------------------
+
     def closed_book(self) -> list[ScenarioAnswer]:
         out = []
-        for item, outcome in zip(self.items, self.closed_outcomes(), strict=True):
+        for item, outcome in zip(self.items, self.first.closed_outcomes(), strict=True):
             if not outcome.ok or outcome.value is None:
                 out.append(self._failed(item, outcome, ()))
                 continue
@@ -267,7 +308,7 @@ class _Runner:
     # -- generate then retrieve --------------------------------------------------------------
 
     def generate_then_retrieve(self) -> list[ScenarioAnswer]:
-        outcomes = self.closed_outcomes()
+        outcomes = self.first.closed_outcomes()
         sentences = [
             split_sentences(o.value.answer) if o.ok and o.value is not None else []
             for o in outcomes
@@ -307,19 +348,9 @@ class _Runner:
         ranked = self.corpus.search(questions, self.k, self.text_weight)
         return [_Prepared(tuple(r[: self.k]), (q,)) for q, r in zip(questions, ranked, strict=True)]
 
-    def subqueries(self, count: int) -> list[Subqueries]:
-        """Every item's sub-queries (one batched call, made once)."""
-        if self._subqueries is None:
-            start = time.perf_counter()
-            questions = [item.question for item in self.items]
-            self._subqueries = write_subqueries(self.client, questions, count, self.params)
-            self.subquery_seconds = time.perf_counter() - start
-        return self._subqueries
-
     def query_gen(self, fusion: FusionMethod, written: dict[str, Subqueries]) -> list[_Prepared]:
-        """Passages of RTG-query-gen, from the sub-queries written by :meth:`subqueries`."""
-        assert self._subqueries is not None, "the sub-queries are written in the first round"
-        subs = self._subqueries
+        """Passages of RTG-query-gen, from the sub-queries written in the first round."""
+        subs = self.first.written_subqueries
         flat = [q for s in subs for q in s.retrieval_queries]
         lists = iter(self.corpus.search(flat, self.k, self.text_weight))
         out = []

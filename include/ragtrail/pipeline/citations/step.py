@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import cast
 
 from ragtrail.artifact_keys import citation_queries_key, citations_key
-from ragtrail.config import ModelRole
+from ragtrail.config import CitationSettings, ModelRole
 from ragtrail.evaluate.attribution.scenario_results import ScenarioRun
 from ragtrail.evaluate.attribution.scenarios import run_scenarios
 from ragtrail.evaluate.attribution.scoring import score_answers
@@ -156,6 +156,13 @@ def evaluate_citations(
         )
 
 
+def answer_params(cs: CitationSettings, seed: int) -> GenerationParams:
+    """The answering model's parameters in the mixtures and the scenarios."""
+    return GenerationParams(
+        **{**DEFAULT_ANSWER_PARAMS.__dict__, "max_new_tokens": cs.max_new_tokens, "seed": seed}
+    )
+
+
 def _bounded(n: int, k: int, allowance: Allowance) -> int:
     """``n`` (0 = all) cut to ``k`` items when a budget bounded the step."""
     if not allowance.partial and k >= allowance.items:
@@ -182,9 +189,7 @@ def _evaluate(
     text_weight, weight_source = best_text_weight(rt, run_id)
     runs = RunStore(rt.engine)
     client = rt.llm(ModelRole.ANSWERER)
-    answer_params = GenerationParams(
-        **{**DEFAULT_ANSWER_PARAMS.__dict__, "max_new_tokens": cs.max_new_tokens, "seed": seed}
-    )
+    params_of_answers = answer_params(cs, seed)
     answerer = rt.llm_models().get(ModelRole.ANSWERER.value, client.backend.model_id)
     record = opened.record(rt, answerer=answerer)
 
@@ -195,7 +200,9 @@ def _evaluate(
     def mixtures() -> MixtureEvaluation:
         """The mixtures answered, checked and recorded (before the scenarios end: a run killed
         in them keeps its mixture results)."""
-        mix = evaluate_mixtures(sample, corpus_view, client, config=config, params=answer_params)
+        mix = evaluate_mixtures(
+            sample, corpus_view, client, config=config, params=params_of_answers
+        )
         _check(
             rt,
             run_id,
@@ -218,7 +225,7 @@ def _evaluate(
                 scen_sample,
                 scenario_names,
                 text_weight,
-                answer_params,
+                params_of_answers,
             ),
         ],
         concurrent=client.concurrent,
@@ -228,7 +235,7 @@ def _evaluate(
     scenarios: ScenarioSummary | None = None
     if answered is not None:
         run = cast(ScenarioRun, answered)
-        scenarios = _scenarios(rt, run_id, run, len(scen_sample), answer_params, record)
+        scenarios = _scenarios(rt, run_id, run, len(scen_sample), params_of_answers, record)
     if allowance is not None:
         allowance.done(len(sample))
     summary = CitationSummary(
