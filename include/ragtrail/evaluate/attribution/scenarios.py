@@ -81,7 +81,9 @@ DEFAULT_K = 3
 CLOSED_BOOK_STAGE = "scenario.closed_book"
 CITED_STAGE = "scenario.cited_answer"
 
-FIRST_ROUND_SCENARIOS = (Scenario.G, Scenario.GTR, Scenario.RTG_QUERY_GEN)
+CLOSED_BOOK_SCENARIOS = (Scenario.G, Scenario.GTR)
+"""The scenarios built on the closed-book answers (:meth:`FirstRound.closed_outcomes`)."""
+FIRST_ROUND_SCENARIOS = (*CLOSED_BOOK_SCENARIOS, Scenario.RTG_QUERY_GEN)
 """The scenarios that build on a first-round call (:class:`FirstRound`)."""
 
 NO_PASSAGES_REASON = "closed book: the scenario retrieves no passage"
@@ -224,7 +226,7 @@ class FirstRound:
         """Make the first-round calls ``scenarios`` need (at once on a concurrent backend);
         returns how many inputs were asked."""
         calls: list[Callable[[], object]] = []
-        if Scenario.G in scenarios or Scenario.GTR in scenarios:
+        if set(scenarios) & set(CLOSED_BOOK_SCENARIOS):
             calls.append(self.closed_outcomes)
         if Scenario.RTG_QUERY_GEN in scenarios:
             calls.append(lambda: self.subqueries(subqueries))
@@ -235,7 +237,7 @@ class FirstRound:
         """The time of the first-round call ``scenario`` builds on: the closed-book answers
         count in G and in GTR alike (each needs them on its own), the sub-queries in
         RTG-query-gen."""
-        if scenario in (Scenario.G, Scenario.GTR):
+        if scenario in CLOSED_BOOK_SCENARIOS:
             return self.closed_seconds
         return self.subquery_seconds if scenario == Scenario.RTG_QUERY_GEN else 0.0
 
